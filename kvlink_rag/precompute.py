@@ -1,0 +1,116 @@
+"""Position-free precompute of document KV caches (KVLink, arXiv 2502.16002, section 3.1).
+
+A document is run through the model by itself (isolated) or right after the shared anchor prefix
+(anchored: the shared-prefix idea of Prompt Cache, Gim et al. 2024, and APE, Yang et al. 2025). Its keys
+are stored *before* RoPE, so that the linker can rotate them to any offset later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from .kvcache import build_cache, cache_tensors
+from .model import LoadedModel
+from .rope import remove_rope, rope_cos_sin
+from .types import DocumentKV, PrefixKV, parse_dtype
+
+ENCODINGS = ("isolated", "anchored")
+FORMAT_VERSION = 1
+
+
+def ids_hash(ids: torch.Tensor) -> str:
+    """sha256 hex of int64 token ids."""
+    return hashlib.sha256(ids.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def encoding_fingerprint(model_fingerprint: str, encoding: str, prefix: PrefixKV | None, kv_dtype: str) -> str:
+    """Identity of everything a stored document KV depends on.
+
+    model fingerprint, encoding context (``isolated``, or ``anchored`` with the anchor prefix's ids hash),
+    KV dtype and the cache format version. Any change turns old caches into misses.
+
+    Raises:
+        ValueError: unknown encoding, or anchored without a prefix.
+    """
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding!r}; choose one of {', '.join(ENCODINGS)}")
+    if encoding == "anchored" and prefix is None:
+        raise ValueError("anchored encoding needs the anchor prefix")
+    parse_dtype(kv_dtype)
+    anchor = prefix.text_hash if encoding == "anchored" else "-"
+    text = f"v{FORMAT_VERSION}|{model_fingerprint}|{encoding}|{anchor}|{kv_dtype}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@torch.no_grad()
+def encode_prefix(lm: LoadedModel, ids: torch.Tensor) -> PrefixKV:
+    """KV of the anchor prefix at positions ``0..P-1`` (RoPE applied), in the compute dtype.
+
+    Args:
+        ids: ``[P]`` int64 prefix ids, ``P >= 1``.
+    Raises:
+        ValueError: empty prefix.
+    """
+    if ids.numel() == 0:
+        raise ValueError("anchor prefix is empty")
+    pos = torch.arange(ids.numel(), device=lm.device)[None]
+    out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos, use_cache=True)
+    k, v = cache_tensors(out.cache)
+    return PrefixKV(keys=k, values=v, token_ids=ids.cpu(), text_hash=ids_hash(ids))
+
+
+@torch.no_grad()
+def encode_document(
+    lm: LoadedModel,
+    ids: torch.Tensor,
+    *,
+    kv_dtype: str = "bfloat16",
+    prefix: PrefixKV | None = None,
+    fingerprint: str | None = None,
+) -> DocumentKV:
+    """Run the model over one document and return its position-free KV.
+
+    Args:
+        lm: the model.
+        ids: ``[tokens]`` int64 ids of the document tokenised alone.
+        kv_dtype: ``'float32' | 'bfloat16' | 'float16'``: dtype of the returned K and V.
+        prefix: the anchor prefix for anchored encoding (document at positions ``P..P+n-1`` attending
+            to the prefix), or ``None`` for isolated encoding (positions ``0..n-1``).
+        fingerprint: encoding fingerprint to record; computed with :func:`encoding_fingerprint` if None.
+    Returns:
+        ``DocumentKV`` with keys before RoPE and values, each ``[layers, kv_heads, tokens, head_dim]``.
+    Raises:
+        ValueError: empty document, unknown dtype, or prefix + document longer than the model's context.
+    """
+    dtype = parse_dtype(kv_dtype)
+    n = int(ids.numel())
+    if n == 0:
+        raise ValueError("document is empty (0 tokens)")
+    start = prefix.num_tokens if prefix is not None else 0
+    if start + n > lm.max_positions:
+        raise ValueError(
+            f"document has {n} tokens; with the {start}-token prefix that exceeds the model's context of "
+            f"{lm.max_positions} tokens"
+        )
+    encoding = "anchored" if prefix is not None else "isolated"
+    if fingerprint is None:
+        fingerprint = encoding_fingerprint(lm.fingerprint, encoding, prefix, kv_dtype)
+    pos = torch.arange(start, start + n, device=lm.device)
+    cache = None
+    if prefix is not None:
+        cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
+    out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
+    k, v = cache_tensors(out.cache)
+    # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
+    k, v = k[:, :, start:], v[:, :, start:]
+    cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
+    k_raw = remove_rope(k.float(), cos, sin)
+    return DocumentKV(
+        keys=k_raw.to(dtype).contiguous(),
+        values=v.to(dtype).contiguous(),
+        token_ids=ids.detach().to(torch.long).cpu(),
+        fingerprint=fingerprint,
+        encoding=encoding,
+    )

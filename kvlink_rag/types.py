@@ -1,0 +1,150 @@
+"""Boundary dataclasses between the core, the store and the service.
+
+Shapes follow the convention ``[layers, kv_heads, tokens, head_dim]`` for KV tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """Map ``'float32' | 'bfloat16' | 'float16'`` to a torch dtype.
+
+    Raises:
+        ValueError: for any other name.
+    """
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Inverse of :func:`parse_dtype`."""
+    for name, d in DTYPES.items():
+        if d == dtype:
+            return name
+    raise ValueError(f"unsupported dtype {dtype}")
+
+
+@dataclass(frozen=True)
+class DocumentKV:
+    """Position-free KV cache of one document, as precomputed by ``encode_document``.
+
+    Attributes:
+        keys: ``[layers, kv_heads, tokens, head_dim]`` keys *before* RoPE (after k_proj and any k_norm).
+        values: ``[layers, kv_heads, tokens, head_dim]`` values, same dtype as ``keys``.
+        token_ids: ``[tokens]`` int64 ids of the document text tokenised alone.
+        fingerprint: encoding fingerprint (model identity, encoding context, KV dtype); a cache is only
+            valid for an engine with the same fingerprint.
+        encoding: ``'isolated'`` or ``'anchored'``.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    token_ids: torch.Tensor
+    fingerprint: str
+    encoding: str
+
+    @property
+    def num_tokens(self) -> int:
+        """Document length in tokens."""
+        return int(self.keys.shape[2])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.keys.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.keys.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of K and V together."""
+        return self.keys.numel() * self.keys.element_size() * 2
+
+
+@dataclass(frozen=True)
+class PrefixKV:
+    """KV of the shared anchor prefix (system prompt and user-turn header), with RoPE applied.
+
+    Attributes:
+        keys/values: ``[layers, kv_heads, tokens, head_dim]``, keys rotated at positions ``0..tokens-1``,
+            in the model's compute dtype.
+        token_ids: ``[tokens]`` int64.
+        text_hash: sha256 of the prefix ids; part of the anchored encoding fingerprint.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    token_ids: torch.Tensor
+    text_hash: str
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.numel())
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One contiguous span of the linked layout.
+
+    Attributes:
+        kind: ``'prefix' | 'document' | 'link' | 'question'``.
+        index: document slot for ``document``/``link`` segments, else -1.
+        start: first position id (tokens).
+        length: number of tokens.
+    """
+
+    kind: str
+    index: int
+    start: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds of the stages of one linked query."""
+
+    load_s: float = 0.0
+    rope_s: float = 0.0
+    link_forward_s: float = 0.0
+    first_token_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LinkedContext:
+    """The KV cache of a linked prompt, ready for decoding.
+
+    Attributes:
+        cache: a ``transformers.DynamicCache`` holding prefix, documents, link tokens and question.
+            Storage order is ``[prefix][doc 1..N][links 1..N][question]``; attention is order-free,
+            the RoPE positions are those of ``segments``.
+        segments: the layout in position order ``[prefix][d1][L1]...[dN][LN][question]``.
+        storage_positions: ``[total_tokens]`` int64 position id of each cache slot, in storage order.
+        next_position: position id of the first generated token.
+        last_logits: ``[vocab]`` float32 logits after the last question token.
+        timings: stage timings in seconds.
+    """
+
+    cache: object
+    segments: list[Segment]
+    storage_positions: torch.Tensor
+    next_position: int
+    last_logits: torch.Tensor
+    timings: Timings

@@ -1,0 +1,50 @@
+"""Factories for tests: tiny random models built from configs for every supported family."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+from kvlink_rag.model import LoadedModel, wrap_model
+
+VOCAB = 256
+
+
+def tiny_config(family: str, head_dim: int = 64, **overrides):
+    """A 2-layer config with GQA (4 query heads, 2 KV heads) for ``family``.
+
+    families: llama, llama3 (llama3 rope_scaling), qwen2, qwen3 (q/k norm), mistral, llama-yarn.
+    """
+    common = dict(vocab_size=VOCAB, hidden_size=4 * head_dim, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=2048,
+                  tie_word_embeddings=False, attn_implementation="sdpa")
+    common.update(overrides)
+    if family == "llama":
+        return LlamaConfig(**common)
+    if family == "llama3":
+        return LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 256}, **common)
+    if family == "llama-yarn":
+        return LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                            "original_max_position_embeddings": 512}, **common)
+    if family == "qwen2":
+        return Qwen2Config(**common)
+    if family == "qwen3":
+        return Qwen3Config(**common)
+    if family == "mistral":
+        return MistralConfig(sliding_window=None, **common)
+    raise ValueError(family)
+
+
+def tiny_model(family: str = "llama", head_dim: int = 64, seed: int = 0, **overrides) -> LoadedModel:
+    """A random tiny float32 model on CPU (no tokenizer: exactness tests work on ids)."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(family, head_dim, **overrides), dtype=torch.float32)
+    return wrap_model(model, tokenizer=None, fingerprint=f"tiny-{family}-{head_dim}-{seed}")
+
+
+def random_ids(n: int, seed: int) -> torch.Tensor:
+    """``[n]`` int64 random ids in the tiny vocabulary."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (n,), generator=g)
