@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-from kvlink_rag.model import LoadedModel, wrap_model
+from kvlink_rag.engine import Engine
+from kvlink_rag.model import LoadedModel, load_model, wrap_model
+from kvlink_rag.settings import Settings, get_settings
 
 VOCAB = 256
 
@@ -48,3 +53,26 @@ def random_ids(n: int, seed: int) -> torch.Tensor:
     """``[n]`` int64 random ids in the tiny vocabulary."""
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (n,), generator=g)
+
+
+@functools.lru_cache(maxsize=1)
+def default_model_path() -> Path:
+    """The converted default model (fetched and converted on first use; ``make test`` does it up front)."""
+    from kvlink_rag.convert import ensure_default_model
+
+    return ensure_default_model(get_settings().models_dir)
+
+
+@functools.lru_cache(maxsize=1)
+def real_lm() -> LoadedModel:
+    """The default model, loaded once per test session (float32, CPU)."""
+    return load_model(Settings(model=str(default_model_path()), device="cpu"))
+
+
+def real_engine(home: Path, cache=None, **overrides) -> Engine:
+    """An engine over the shared real model with its state under ``home``."""
+    settings = Settings(home=home, model=str(default_model_path()), device="cpu", **overrides)
+    return Engine(settings, lm=real_lm(), cache=cache)
+
+
+NQ_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nq-open-oracle-dev.jsonl.gz"

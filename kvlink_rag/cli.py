@@ -1,0 +1,201 @@
+"""``kvlink-rag`` command line (typer)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .settings import Settings, get_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
+model_app = typer.Typer(no_args_is_help=True, help="Model management.")
+app.add_typer(model_app, name="model")
+console = Console(stderr=True)
+out = Console()
+
+KOpt = Annotated[Optional[int], typer.Option("--k", help="Link tokens per document (0 = naive reuse).")]
+EncOpt = Annotated[Optional[str], typer.Option("--encoding", help="anchored | isolated")]
+DtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="float32 | bfloat16 | float16")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``message`` to stderr and exit non-zero (no traceback)."""
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: str | None = None,
+                  **extra) -> Settings:
+    """Settings from the environment with CLI overrides; a bad value exits with a message."""
+    overrides = {"link_k": k, "encoding": encoding, "kv_dtype": kv_dtype, **extra}
+    try:
+        return get_settings(**{k_: v for k_, v in overrides.items() if v is not None})
+    except Exception as e:  # pydantic ValidationError: show the messages only
+        errors = getattr(e, "errors", None)
+        msg = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors()) if errors else str(e)
+        fail(f"invalid setting: {msg}")
+
+
+def make_engine(settings: Settings):
+    """Load the engine (model, prefix, link tokens, document store); errors exit with a message."""
+    from .engine import Engine
+
+    try:
+        return Engine(settings, cache=open_cache(settings))
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        fail(str(e))
+
+
+def open_cache(settings: Settings):
+    """The persistent document cache under ``settings.home`` (LMDB store when installed)."""
+    return None
+
+
+@model_app.command("fetch")
+def model_fetch() -> None:
+    """Download and convert the default model once (no-op when already converted)."""
+    from .convert import ModelFetchError, ensure_default_model
+
+    settings = make_settings()
+    try:
+        path = ensure_default_model(settings.models_dir)
+    except ModelFetchError as e:
+        fail(str(e))
+    out.print(str(path))
+
+
+def _read_docs(paths: list[Path]):
+    from .engine import Document
+
+    docs = []
+    for p in paths:
+        if not p.exists():
+            fail(f"document file {p} does not exist")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            fail(f"document file {p} is not UTF-8 text")
+        if not text.strip():
+            fail(f"document file {p} is empty")
+        docs.append(Document(text=text, title=p.stem))
+    return docs
+
+
+@app.command()
+def ask(
+    question: Annotated[Optional[str], typer.Argument(help="The question (omit with --nq).")] = None,
+    doc: Annotated[list[Path], typer.Option("--doc", help="A document file; repeat for several.")] = [],
+    nq: Annotated[Optional[Path], typer.Option(help="NQ-open oracle JSONL(.gz): answer question --index.")] = None,
+    index: Annotated[int, typer.Option(help="Question index in --nq.")] = 0,
+    docs: Annotated[int, typer.Option("--docs", help="Documents per question with --nq (gold + distractors).")] = 10,
+    gold_position: Annotated[str, typer.Option(help="first | middle | last | random")] = "random",
+    k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+    temperature: Annotated[Optional[float], typer.Option()] = None,
+    top_p: Annotated[Optional[float], typer.Option()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Answer a question over documents from files (--doc) or one real NQ question (--nq)."""
+    from .nq import DataFormatError, best_subspan_em, build_documents, load_nq
+
+    gold: list[str] = []
+    if nq is not None:
+        try:
+            examples = load_nq(nq)
+            documents, _ = build_documents(examples, index, docs, gold_position)
+        except (DataFormatError, ValueError) as e:
+            fail(str(e))
+        question, gold = examples[index].question, list(examples[index].answers)
+    else:
+        if not question or not question.strip():
+            fail("give a question (or --nq FILE)")
+        if not doc:
+            fail("give at least one --doc FILE (a question alone has no documents)")
+        documents = _read_docs(doc)
+    settings = make_settings(k, encoding, kv_dtype)
+    engine = make_engine(settings)
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    try:
+        hits = sum(engine.cache.get(engine.cache_key(d)) is not None for d in documents)
+        for d in documents:  # ingest: precompute what is not cached yet (outside the TTFT)
+            engine.get_or_encode(d)
+        linked = engine.answer(question, documents, **sampling)
+        full = engine.answer_full(question, documents, **sampling)
+    except ValueError as e:
+        fail(str(e))
+    result = {
+        "question": question, "answer": linked.text, "answer_full": full.text, "gold_answers": gold,
+        "match": best_subspan_em(linked.text, gold) if gold else None,
+        "match_full": best_subspan_em(full.text, gold) if gold else None,
+        "ttft_full_s": full.ttft_s, "ttft_linked_s": linked.ttft_s, "cache_hits": hits,
+        "documents": len(documents), "context_tokens": linked.context_tokens, "link_k": settings.link_k,
+        "encoding": settings.encoding, "timings_linked": linked.timings,
+    }
+    if as_json:
+        out.print_json(json.dumps(result))
+        return
+    out.print(f"[bold]Q:[/bold] {question}")
+    out.print(f"[bold]linked:[/bold] {linked.text}")
+    out.print(f"[bold]full prefill:[/bold] {full.text}")
+    if gold:
+        out.print(f"[bold]gold:[/bold] {gold}  match linked={result['match']:.0f} full={result['match_full']:.0f}")
+    out.print(f"TTFT full {full.ttft_s * 1000:.0f} ms, linked {linked.ttft_s * 1000:.0f} ms "
+              f"({full.ttft_s / max(linked.ttft_s, 1e-9):.1f}x), {hits}/{len(documents)} cached before this run, "
+              f"{linked.context_tokens} context tokens")
+
+
+@app.command()
+def demo(
+    nq: Annotated[Path, typer.Option(help="NQ-open oracle JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+    questions: Annotated[int, typer.Option(help="How many questions.")] = 5,
+    docs: Annotated[int, typer.Option("--docs", help="Documents per question.")] = 10,
+    k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
+) -> None:
+    """The main job: precompute real NQ documents, then answer questions over them, full prefill vs reuse."""
+    from rich.progress import track
+
+    from .nq import DataFormatError, best_subspan_em, build_documents, load_nq
+
+    try:
+        examples = load_nq(nq)
+        sets = [build_documents(examples, i, docs, "random")[0] for i in range(min(questions, len(examples)))]
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    engine = make_engine(make_settings(k, encoding, kv_dtype))
+    unique = {engine.cache_key(d): d for s in sets for d in s}
+    hits = 0
+    for d in track(list(unique.values()), description="precomputing documents", console=console):
+        hits += engine.get_or_encode(d)[1]
+    console.print(f"{len(unique)} documents: {hits} already cached, {len(unique) - hits} precomputed now")
+    table = Table(title=f"NQ-open, {docs} documents each, K={engine.settings.link_k}, {engine.settings.encoding}")
+    for col in ("question", "gold", "full prefill", "linked", "TTFT full ms", "TTFT linked ms", "speed-up"):
+        table.add_column(col)
+    score = {"full": 0.0, "linked": 0.0}
+    for i, documents in enumerate(sets):
+        ex = examples[i]
+        full = engine.answer_full(ex.question, documents)
+        linked = engine.answer(ex.question, documents)
+        mf, ml = best_subspan_em(full.text, ex.answers), best_subspan_em(linked.text, ex.answers)
+        score["full"] += mf
+        score["linked"] += ml
+        mark = lambda m: "[green]✓[/green]" if m else "[red]✗[/red]"  # noqa: E731
+        table.add_row(ex.question, ex.answers[0], f"{mark(mf)} {full.text[:40]}", f"{mark(ml)} {linked.text[:40]}",
+                      f"{full.ttft_s * 1000:.0f}", f"{linked.ttft_s * 1000:.0f}",
+                      f"{full.ttft_s / max(linked.ttft_s, 1e-9):.1f}x")
+    out.print(table)
+    n = len(sets)
+    out.print(f"accuracy over {n}: full prefill {score['full'] / n:.2f}, linked {score['linked'] / n:.2f}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,201 @@
+"""The engine: one loaded model with its prompt framing, anchor prefix, link tokens and a document cache.
+
+It is what the CLI, the workers and the API hold; the tensor work lives in ``precompute``, ``linker``
+and ``generate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
+from .linker import link
+from .links import LinkTokens, initial_link_tokens, load_link_tokens
+from .model import LoadedModel, load_model
+from .precompute import encode_document, encode_prefix, encoding_fingerprint
+from .prompt import PromptTemplate
+from .settings import Settings
+from .types import DocumentKV, LinkedContext
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document as given by a user: text and optional title."""
+
+    text: str
+    title: str | None = None
+
+
+class DocumentCache(Protocol):
+    """Where encoded documents are kept between queries (the store package implements it on LMDB)."""
+
+    def get(self, key: str) -> DocumentKV | None: ...
+
+    def put(self, key: str, kv: DocumentKV) -> None: ...
+
+
+class MemoryCache(dict):
+    """A plain in-process :class:`DocumentCache`."""
+
+    def put(self, key: str, kv: DocumentKV) -> None:
+        self[key] = kv
+
+
+@dataclass
+class Answer:
+    """One generated answer.
+
+    Attributes:
+        text: decoded answer.
+        token_ids: generated ids (stop token excluded).
+        ttft_s: seconds from the call to the first token (cache load, RoPE, link forward, first sample).
+        total_s: seconds for the whole call.
+        cache_hits: documents served from the cache rather than encoded now.
+        context_tokens: tokens in the prompt (prefix, documents, link tokens, question).
+        timings: stage seconds (load_s, rope_s, link_forward_s).
+    """
+
+    text: str
+    token_ids: list[int]
+    ttft_s: float
+    total_s: float
+    cache_hits: int = 0
+    context_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Engine:
+    """Precompute, link and generate with one model.
+
+    Args:
+        settings: engine settings (encoding, K, dtypes, sampling defaults).
+        lm: an already loaded model (tests); loaded from ``settings.model`` if None.
+        cache: document cache; an in-memory one if None.
+    Raises:
+        ValueError: bad settings; kvlink_rag.links.LinkTokensMismatch: link tokens for another model.
+    """
+
+    def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
+        self.settings = settings
+        self.lm = lm if lm is not None else load_model(settings)
+        tok = self.lm.tokenizer
+        self.template = PromptTemplate.from_tokenizer(tok, settings.system_prompt)
+        self.prefix = encode_prefix(self.lm, self.template.prefix_ids(tok))
+        self.anchored = settings.encoding == "anchored"
+        self.fingerprint = encoding_fingerprint(self.lm.fingerprint, settings.encoding, self.prefix,
+                                                settings.kv_dtype)
+        self.link_tokens = self._load_link_tokens()
+        self.stop_ids = stop_token_ids(tok)
+        self.cache: DocumentCache = cache if cache is not None else MemoryCache()
+
+    def _load_link_tokens(self) -> LinkTokens | None:
+        if self.settings.link_k == 0:
+            return None
+        if self.settings.link_tokens_path is not None:
+            return load_link_tokens(self.settings.link_tokens_path, self.lm)
+        return initial_link_tokens(self.lm, self.settings.link_k)
+
+    # -- documents -------------------------------------------------------------------------------
+    def document_ids(self, doc: Document) -> torch.Tensor:
+        """``[tokens]`` int64 ids of ``doc`` tokenised alone. Raises ValueError if empty."""
+        return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
+
+    def cache_key(self, doc: Document) -> str:
+        """Exact key of a document's cache: encoding fingerprint and the sha256 of its prompt text."""
+        text = self.template.document_text(doc.text, doc.title)
+        return hashlib.sha256(f"{self.fingerprint}|{text}".encode()).hexdigest()
+
+    def encode(self, doc: Document) -> DocumentKV:
+        """Precompute ``doc``'s position-free KV. Raises ValueError (empty, too long)."""
+        with torch.inference_mode():
+            return encode_document(self.lm, self.document_ids(doc), kv_dtype=self.settings.kv_dtype,
+                                   prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint)
+
+    def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
+        """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""
+        key = self.cache_key(doc)
+        kv = self.cache.get(key)
+        if kv is not None and kv.fingerprint == self.fingerprint:
+            return kv, True
+        kv = self.encode(doc)
+        self.cache.put(key, kv)
+        return kv, False
+
+    # -- answering -------------------------------------------------------------------------------
+    def sampling(self, **overrides) -> SamplingParams:
+        """Sampling params from settings, with ``overrides`` (max_new_tokens, temperature, top_p, seed)."""
+        s = self.settings
+        base = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=0)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return SamplingParams(stop_token_ids=self.stop_ids, **base)
+
+    def prompt_ids(self, question: str, docs: list[Document]) -> torch.Tensor:
+        """``[tokens]`` ids of the full prompt: prefix, documents, question (the same ids the linker uses)."""
+        tok = self.lm.tokenizer
+        parts = [self.prefix.token_ids] + [self.document_ids(d) for d in docs]
+        return torch.cat(parts + [self.template.question_ids(tok, question)])
+
+    def link_context(self, question: str, docs: list[Document], k: int | None = None) -> tuple[LinkedContext, int]:
+        """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits.
+
+        Args:
+            k: override the number of link tokens (0 = naive reuse); at most the loaded K.
+        Raises:
+            ValueError: no documents, empty question, context too long.
+        """
+        if not docs:
+            raise ValueError("at least one document is required")
+        q_ids = self.template.question_ids(self.lm.tokenizer, question)
+        t0 = time.perf_counter()
+        kvs, hits = [], 0
+        for d in docs:
+            kv, hit = self.get_or_encode(d)
+            kvs.append(kv)
+            hits += hit
+        load_s = time.perf_counter() - t0
+        embeds = None
+        if self.link_tokens is not None and (k is None or k > 0):
+            embeds = self.link_tokens.embeds[: (k or self.link_tokens.k)]
+        with torch.inference_mode():
+            ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored)
+        ctx.timings.load_s = load_s
+        return ctx, hits
+
+    def _finish(self, ctx: LinkedContext, t0: float, params: SamplingParams, hits: int) -> Answer:
+        ids: list[int] = []
+        ttft = None
+        for tok in decode(self.lm, ctx, params):
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            ids.append(tok)
+        total = time.perf_counter() - t0
+        t = ctx.timings
+        return Answer(text=self.lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
+                      ttft_s=ttft if ttft is not None else total, total_s=total, cache_hits=hits,
+                      context_tokens=ctx.next_position,
+                      timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s})
+
+    def answer(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Answer:
+        """Answer from reused document caches, re-linked with link tokens (KVLink)."""
+        t0 = time.perf_counter()
+        ctx, hits = self.link_context(question, docs, k)
+        return self._finish(ctx, t0, self.sampling(**sampling), hits)
+
+    def answer_full(self, question: str, docs: list[Document], **sampling) -> Answer:
+        """Answer with ordinary full prefill of the same prompt ids (the baseline)."""
+        t0 = time.perf_counter()
+        ids = self.prompt_ids(question, docs)
+        with torch.inference_mode():
+            ctx = full_prefill(self.lm, ids)
+        return self._finish(ctx, t0, self.sampling(**sampling), 0)
+
+    def stream(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Iterator[str]:
+        """Text pieces of the linked answer as they are generated."""
+        ctx, _ = self.link_context(question, docs, k)
+        yield from stream_text(self.lm.tokenizer, decode(self.lm, ctx, self.sampling(**sampling)))

@@ -1,0 +1,101 @@
+"""End to end on the real default model (SmolLM2-135M-Instruct): exactness once, tokenisation, reuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from factories import NQ_PATH, real_engine
+from kvlink_rag.engine import Document
+from kvlink_rag.kvcache import cache_tensors
+from kvlink_rag.linker import link
+from kvlink_rag.nq import build_documents, load_nq
+from reference import Piece, kv_by_position, reference_forward
+
+pytestmark = pytest.mark.e2e
+SEEDS_DIR = NQ_PATH.parents[1] / "seeds"
+
+
+def _nq_docs(n: int, index: int = 3):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    examples = load_nq(NQ_PATH, limit=60)
+    docs, _ = build_documents(examples, index, n, "middle")
+    return examples[index], docs
+
+
+def test_real_model_linked_cache_matches_reference_under_kvlink_mask(tmp_path):
+    eng = real_engine(tmp_path, kv_dtype="float32", encoding="isolated", link_k=3)
+    ex, docs = _nq_docs(3)
+    kvs = [eng.encode(d) for d in docs]
+    q_ids = eng.template.question_ids(eng.lm.tokenizer, ex.question)
+    embeds = eng.link_tokens.embeds
+    with torch.inference_mode():
+        ctx = link(eng.lm, eng.prefix, kvs, embeds, q_ids, anchored=False)
+    pieces, pos = [Piece("prefix", torch.arange(eng.prefix.num_tokens), ids=eng.prefix.token_ids)], eng.prefix.num_tokens
+    for kv in kvs:
+        pieces.append(Piece("document", torch.arange(pos, pos + kv.num_tokens), ids=kv.token_ids))
+        pos += kv.num_tokens
+        pieces.append(Piece("link", torch.arange(pos, pos + 3), embeds=embeds))
+        pos += 3
+    pieces.append(Piece("question", torch.arange(pos, pos + len(q_ids)), ids=q_ids))
+    with torch.inference_mode():
+        ref_logits, ref_k, ref_v, ref_pos = reference_forward(eng.lm, pieces)
+    logit_diff = (ctx.last_logits - ref_logits[-1]).abs().max().item()
+    k, v = cache_tensors(ctx.cache)
+    rk, rv = kv_by_position(ref_k, ref_v, ref_pos, ctx.storage_positions)
+    print(f"real model: max |logit diff| {logit_diff:.2e}, |k diff| {(k - rk).abs().max():.2e}, "
+          f"|v diff| {(v - rv).abs().max():.2e}")
+    assert logit_diff < 1e-4
+    assert (k - rk).abs().max().item() < 1e-4 and (v - rv).abs().max().item() < 1e-4
+
+
+def test_anchored_single_document_k0_reproduces_full_prefill(tmp_path):
+    """Anchored encoding puts the document exactly where full prefill has it: same logits, same answer."""
+    eng = real_engine(tmp_path, kv_dtype="float32", encoding="anchored", link_k=0)
+    ex, docs = _nq_docs(1)
+    with torch.inference_mode():
+        ctx, _ = eng.link_context(ex.question, docs)
+        from kvlink_rag.generate import full_prefill
+        ref = full_prefill(eng.lm, eng.prompt_ids(ex.question, docs))
+    assert (ctx.last_logits - ref.last_logits).abs().max().item() < 1e-4
+    assert eng.answer(ex.question, docs).token_ids == eng.answer_full(ex.question, docs).token_ids
+
+
+def test_document_ids_are_the_same_alone_and_inside_any_layout(tmp_path):
+    eng = real_engine(tmp_path)
+    _, docs = _nq_docs(4)
+    if SEEDS_DIR.exists():  # real Unicode (Chinese) documents
+        docs += [Document(p.read_text(encoding="utf-8")[:1500], p.stem) for p in sorted(SEEDS_DIR.glob("*.txt"))[:2]]
+    alone = [eng.document_ids(d) for d in docs]
+    for order in (list(range(len(docs))), list(reversed(range(len(docs)))), [2, 0, 1]):
+        layout = [docs[i] for i in order]
+        ids = eng.prompt_ids("who wrote it?", layout)
+        pos = eng.prefix.num_tokens
+        for i in order:
+            assert torch.equal(ids[pos:pos + len(alone[i])], alone[i])
+            pos += len(alone[i])
+    # and the ids decode back to the document text
+    assert docs[0].text.strip() in eng.lm.tokenizer.decode(alone[0])
+
+
+def test_second_query_reuses_every_cache_and_answers(tmp_path):
+    eng = real_engine(tmp_path, link_k=5)
+    ex, docs = _nq_docs(5)
+    first = eng.answer(ex.question, docs, max_new_tokens=8)
+    second = eng.answer(ex.question, docs, max_new_tokens=8)
+    assert first.cache_hits == 0 and second.cache_hits == 5
+    assert first.token_ids == second.token_ids and second.text
+    assert second.context_tokens == eng.prompt_ids(ex.question, docs).numel() + 5 * 5
+
+
+def test_engine_bad_input(tmp_path):
+    eng = real_engine(tmp_path)
+    with pytest.raises(ValueError, match="at least one document"):
+        eng.answer("what?", [])
+    with pytest.raises(ValueError, match="document text is empty"):
+        eng.answer("what?", [Document("   ")])
+    with pytest.raises(ValueError, match="question is empty"):
+        eng.answer(" ", [Document("text")])
+    with pytest.raises(ValueError, match="exceeds the model's context of 8192"):
+        eng.encode(Document("word " * 9000))

@@ -1,0 +1,58 @@
+"""encode_document: shapes, dtypes, fingerprints and bad input."""
+
+import pytest
+import torch
+
+from factories import random_ids, tiny_model
+from kvlink_rag.precompute import encode_document, encode_prefix, encoding_fingerprint
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_shapes_and_dtypes(dtype):
+    lm = tiny_model("qwen3")
+    name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+    kv = encode_document(lm, random_ids(19, 0), kv_dtype=name)
+    assert kv.keys.shape == (2, 2, 19, 64) and kv.values.shape == (2, 2, 19, 64)
+    assert kv.keys.dtype == dtype and kv.values.dtype == dtype
+    assert kv.token_ids.tolist() == random_ids(19, 0).tolist()
+    assert kv.encoding == "isolated" and kv.nbytes == 2 * 2 * 2 * 19 * 64 * kv.keys.element_size()
+    ref = encode_document(lm, random_ids(19, 0), kv_dtype="float32")
+    assert (kv.keys.float() - ref.keys).abs().max() < 0.05  # rounding only
+
+
+def test_same_ids_give_the_same_kv_bitwise():
+    lm = tiny_model("llama")
+    a = encode_document(lm, random_ids(31, 4), kv_dtype="float32")
+    b = encode_document(lm, random_ids(31, 4), kv_dtype="float32")
+    assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_fingerprint_depends_on_encoding_prefix_and_dtype():
+    lm = tiny_model("llama")
+    p1, p2 = encode_prefix(lm, random_ids(5, 1)), encode_prefix(lm, random_ids(5, 2))
+    fps = {
+        encoding_fingerprint("m", "isolated", None, "bfloat16"),
+        encoding_fingerprint("m", "isolated", None, "float16"),
+        encoding_fingerprint("m", "anchored", p1, "bfloat16"),
+        encoding_fingerprint("m", "anchored", p2, "bfloat16"),
+        encoding_fingerprint("other", "isolated", None, "bfloat16"),
+    }
+    assert len(fps) == 5
+    assert encoding_fingerprint("m", "isolated", p1, "bfloat16") == encoding_fingerprint("m", "isolated", p2, "bfloat16")
+
+
+def test_bad_input_gives_clear_errors():
+    lm = tiny_model("llama")
+    with pytest.raises(ValueError, match="empty"):
+        encode_document(lm, torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match="exceeds the model's context of 2048"):
+        encode_document(lm, random_ids(2049, 0))
+    prefix = encode_prefix(lm, random_ids(10, 0))
+    with pytest.raises(ValueError, match="10-token prefix"):
+        encode_document(lm, random_ids(2040, 0), prefix=prefix)
+    with pytest.raises(ValueError, match="unknown dtype 'int4'"):
+        encode_document(lm, random_ids(5, 0), kv_dtype="int4")
+    with pytest.raises(ValueError, match="unknown encoding"):
+        encoding_fingerprint("m", "shuffled", None, "float32")
+    with pytest.raises(ValueError, match="anchor prefix is empty"):
+        encode_prefix(lm, torch.zeros(0, dtype=torch.long))
