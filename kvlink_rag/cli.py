@@ -16,8 +16,8 @@ from .settings import Settings, get_settings
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
 model_app = typer.Typer(no_args_is_help=True, help="Model management.")
 app.add_typer(model_app, name="model")
-console = Console(stderr=True)
-out = Console()
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 KOpt = Annotated[Optional[int], typer.Option("--k", help="Link tokens per document (0 = naive reuse).")]
 EncOpt = Annotated[Optional[str], typer.Option("--encoding", help="anchored | isolated")]
@@ -191,6 +191,71 @@ def demo(
     out.print(table)
     n = len(sets)
     out.print(f"accuracy over {n}: full prefill {score['full'] / n:.2f}, linked {score['linked'] / n:.2f}")
+
+
+@app.command("eval")
+def eval_cmd(
+    data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+    n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
+    docs: Annotated[int, typer.Option("--docs")] = 10,
+    gold_position: Annotated[str, typer.Option(help="first | middle | last | random")] = "random",
+    modes: Annotated[str, typer.Option(help="Comma list of full,naive,linked,linked-untrained.")] = "full,naive,linked-untrained",
+    k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
+    links: Annotated[Optional[Path], typer.Option(help="Trained link tokens for mode 'linked'.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results JSON here.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Accuracy (best_subspan_em, 95% CI), answer NLL and TTFT per mode on multi-document NQ."""
+    from rich.progress import Progress
+
+    from training.eval import MODES, evaluate
+
+    from .engine import Engine, MemoryCache
+    from .nq import DataFormatError, load_nq
+
+    wanted = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in wanted if m not in MODES]
+    if bad or not wanted:
+        fail(f"unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+    if "linked" in wanted and links is None:
+        fail("mode 'linked' needs --links FILE (trained link tokens)")
+    try:
+        examples = load_nq(data)
+    except DataFormatError as e:
+        fail(str(e))
+    n = min(n, len(examples))
+    settings = make_settings(k, encoding, kv_dtype)
+    base = make_engine(settings)
+    cache = MemoryCache()
+    base.cache = cache
+    engines = {}
+    for m in wanted:
+        if m == "linked":
+            try:
+                engines[m] = Engine(settings.model_copy(update={"link_tokens_path": links}), lm=base.lm, cache=cache)
+            except (ValueError, FileNotFoundError) as e:
+                fail(str(e))
+        else:
+            engines[m] = base
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"evaluating {n} questions", total=n)
+        results = evaluate(engines, examples, n, docs, gold_position, seed,
+                           progress=lambda: progress.advance(task))
+    summary = {m: r.summary(seed) for m, r in results.items()}
+    table = Table(title=f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
+                        f"{settings.encoding}, K={settings.link_k}")
+    for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)"):
+        table.add_column(col)
+    for m, s in summary.items():
+        table.add_row(m, f"{s['accuracy']:.3f}", f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
+                      f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}")
+    out.print(table)
+    if json_out is not None:
+        payload = {"modes": summary, "settings": {"n": n, "docs": docs, "gold_position": gold_position,
+                   "encoding": settings.encoding, "link_k": settings.link_k, "kv_dtype": settings.kv_dtype,
+                   "seed": seed, "data": str(data), "links": str(links) if links else None},
+                   "answers": {m: r.answers for m, r in results.items()}}
+        json_out.write_text(json.dumps(payload, indent=2))
 
 
 def main() -> None:  # pragma: no cover

@@ -1,0 +1,69 @@
+"""The kvlink-rag CLI: clear errors and the machine-readable answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from factories import NQ_PATH, default_model_path
+from kvlink_rag.cli import app
+
+runner = CliRunner()
+
+
+def _run(args, monkeypatch=None, **env):
+    result = runner.invoke(app, args, env=env or None)
+    return result.exit_code, result.output
+
+
+def test_question_alone_without_documents_is_an_error():
+    code, output = _run(["ask", "what is it?"])
+    assert code == 2 and "at least one --doc" in output
+
+
+def test_missing_and_empty_document_files(tmp_path):
+    code, output = _run(["ask", "--doc", str(tmp_path / "nope.txt"), "q?"])
+    assert code == 2 and "does not exist" in output
+    (tmp_path / "empty.txt").write_text("  \n")
+    code, output = _run(["ask", "--doc", str(tmp_path / "empty.txt"), "q?"])
+    assert code == 2 and "is empty" in output
+
+
+def test_unknown_dtype_and_bad_mode(tmp_path):
+    (tmp_path / "d.txt").write_text("some text")
+    code, output = _run(["ask", "--doc", str(tmp_path / "d.txt"), "--kv-dtype", "int4", "q?"])
+    assert code == 2 and "unknown kv_dtype 'int4'" in output
+    code, output = _run(["eval", "--modes", "full,bogus"])
+    assert code == 2 and "unknown mode" in output
+    code, output = _run(["ask", "--nq", str(tmp_path / "none.jsonl"), "--json"])
+    assert code == 2 and "does not exist" in output
+
+
+@pytest.mark.e2e
+def test_ask_nq_json_has_the_documented_keys(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_MAX_NEW_TOKENS": "12"}
+    code, output = _run(["ask", "--nq", str(NQ_PATH), "--index", "1", "--docs", "3", "--json"], **env)
+    assert code == 0, output
+    res = json.loads(output[output.index("{"):])
+    for key in ("answer", "gold_answers", "match", "ttft_full_s", "ttft_linked_s", "cache_hits"):
+        assert key in res
+    assert res["gold_answers"] and res["match"] in (0.0, 1.0) and res["documents"] == 3
+    assert res["ttft_full_s"] > 0 and res["ttft_linked_s"] > 0 and isinstance(res["answer"], str)
+
+
+@pytest.mark.e2e
+def test_ask_over_document_files(tmp_path):
+    (tmp_path / "paris.txt").write_text("Paris is the capital and largest city of France.")
+    (tmp_path / "rome.txt").write_text("Rome is the capital city of Italy.")
+    env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path())}
+    code, output = _run(["ask", "--doc", str(tmp_path / "paris.txt"), "--doc", str(tmp_path / "rome.txt"),
+                         "--k", "0", "--json", "What is the capital of France?"], **env)
+    assert code == 0, output
+    res = json.loads(output[output.index("{"):])
+    assert "paris" in res["answer"].lower() and "paris" in res["answer_full"].lower()
+    assert res["documents"] == 2 and res["link_k"] == 0 and res["cache_hits"] == 0

@@ -1,0 +1,1 @@
+"""Link-token training and the answer-quality evaluation harness."""
