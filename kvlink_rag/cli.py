@@ -258,6 +258,65 @@ def eval_cmd(
         json_out.write_text(json.dumps(payload, indent=2))
 
 
+@app.command("train-links")
+def train_links(
+    data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+    out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
+    steps: Annotated[int, typer.Option()] = 150,
+    k: Annotated[int, typer.Option("--k")] = 5,
+    docs: Annotated[int, typer.Option("--docs")] = 10,
+    lr: Annotated[float, typer.Option(help="LoRA learning rate.")] = 3e-4,
+    link_lr: Annotated[float, typer.Option(help="Link-embedding learning rate.")] = 1e-3,
+    accumulate: Annotated[int, typer.Option()] = 4,
+    adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
+    lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
+    rank: Annotated[int, typer.Option()] = 16,
+    exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
+    val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
+    seed: Annotated[int, typer.Option()] = 0,
+    encoding: EncOpt = None,
+) -> None:
+    """Train link tokens (and a query-side LoRA adapter) on multi-document QA; resumable."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from training.data import split_examples
+    from training.loop import TrainConfig, Trainer
+    from training.report import plot_losses, validation_accuracy
+
+    from .nq import DataFormatError
+
+    if adapter not in ("query-lora", "none"):
+        fail(f"unknown adapter {adapter!r}; choose query-lora or none")
+    if steps < 1 or k < 1 or docs < 1 or accumulate < 1:
+        fail("--steps, --k, --docs and --accumulate must be >= 1")
+    try:
+        split = split_examples(data, exclude_first, val_n)
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    settings = make_settings(k, encoding)
+    engine = make_engine(settings)
+    from .engine import MemoryCache
+
+    engine.cache = MemoryCache()  # training memoises document encodings in memory
+    cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
+                      lora=lora or adapter == "query-lora", rank=rank, seed=seed)
+    work = out.with_suffix(".ckpt")
+    try:
+        trainer = Trainer(engine, split, cfg, work)
+    except ValueError as e:
+        fail(str(e))
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn(), console=console) as progress:
+        task = progress.add_task("training link tokens", total=steps, completed=trainer.state.step, loss=0.0)
+        trainer.run(lambda step, loss: progress.update(task, completed=step, loss=loss))
+    acc = validation_accuracy(engine, trainer, split)
+    artifact = trainer.artifact({"val_accuracy": acc, "val_n": len(split.val), "encoding": settings.encoding})
+    artifact.save(out)
+    plot_losses(trainer.state, out.with_suffix(".png"))
+    console.print(f"saved {out} (K={k}, adapter={'query-lora' if cfg.lora else 'none'}), validation accuracy "
+                  f"{acc:.3f} on {len(split.val)} held-out questions; loss curve {out.with_suffix('.png')}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

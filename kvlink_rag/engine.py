@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+from .adapters import adapter_scope, add_lora
 from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
 from .linker import link
 from .links import LinkTokens, initial_link_tokens, load_link_tokens
@@ -91,6 +92,7 @@ class Engine:
         self.fingerprint = encoding_fingerprint(self.lm.fingerprint, settings.encoding, self.prefix,
                                                 settings.kv_dtype)
         self.link_tokens = self._load_link_tokens()
+        self.adapter = self._load_adapter()
         self.stop_ids = stop_token_ids(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
 
@@ -100,6 +102,18 @@ class Engine:
         if self.settings.link_tokens_path is not None:
             return load_link_tokens(self.settings.link_tokens_path, self.lm)
         return initial_link_tokens(self.lm, self.settings.link_k)
+
+    def _load_adapter(self) -> str | None:
+        """Inject the link tokens' query-side LoRA (if any) into the shared model; returns its name."""
+        lt = self.link_tokens
+        if lt is None or not lt.lora:
+            return None
+        name = "q" + lt.identity()
+        if name not in self.lm.adapters:
+            cfg = lt.lora_config or {}
+            add_lora(self.lm, name, rank=int(cfg.get("rank", 16)), alpha=int(cfg.get("alpha", 32)),
+                     targets=tuple(cfg.get("targets", ("q_proj", "k_proj", "v_proj", "o_proj"))), state=lt.lora)
+        return name
 
     # -- documents -------------------------------------------------------------------------------
     def document_ids(self, doc: Document) -> torch.Tensor:
@@ -112,9 +126,11 @@ class Engine:
         return hashlib.sha256(f"{self.fingerprint}|{text}".encode()).hexdigest()
 
     def encode(self, doc: Document) -> DocumentKV:
-        """Precompute ``doc``'s position-free KV. Raises ValueError (empty, too long)."""
-        with torch.inference_mode():
-            return encode_document(self.lm, self.document_ids(doc), kv_dtype=self.settings.kv_dtype,
+        """Precompute ``doc``'s position-free KV. Raises ValueError (empty, too long).
+
+        Runs under no_grad (not inference mode) so that training can attend to the result.
+        """
+        return encode_document(self.lm, self.document_ids(doc), kv_dtype=self.settings.kv_dtype,
                                    prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint)
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
@@ -162,7 +178,7 @@ class Engine:
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):
             embeds = self.link_tokens.embeds[: (k or self.link_tokens.k)]
-        with torch.inference_mode():
+        with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
             ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored)
         ctx.timings.load_s = load_s
         return ctx, hits
@@ -170,10 +186,11 @@ class Engine:
     def _finish(self, ctx: LinkedContext, t0: float, params: SamplingParams, hits: int) -> Answer:
         ids: list[int] = []
         ttft = None
-        for tok in decode(self.lm, ctx, params):
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            ids.append(tok)
+        with adapter_scope(self.lm, self.adapter):
+            for tok in decode(self.lm, ctx, params):
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                ids.append(tok)
         total = time.perf_counter() - t0
         t = ctx.timings
         return Answer(text=self.lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
@@ -191,11 +208,12 @@ class Engine:
         """Answer with ordinary full prefill of the same prompt ids (the baseline)."""
         t0 = time.perf_counter()
         ids = self.prompt_ids(question, docs)
-        with torch.inference_mode():
+        with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
             ctx = full_prefill(self.lm, ids)
         return self._finish(ctx, t0, self.sampling(**sampling), 0)
 
     def stream(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Iterator[str]:
         """Text pieces of the linked answer as they are generated."""
         ctx, _ = self.link_context(question, docs, k)
-        yield from stream_text(self.lm.tokenizer, decode(self.lm, ctx, self.sampling(**sampling)))
+        with adapter_scope(self.lm, self.adapter):
+            yield from stream_text(self.lm.tokenizer, decode(self.lm, ctx, self.sampling(**sampling)))

@@ -88,6 +88,7 @@ def link(
     question_ids: torch.Tensor,
     *,
     anchored: bool,
+    logits_to_keep: int = 1,
 ) -> LinkedContext:
     """Build the linked KV cache and the logits after the question.
 
@@ -100,6 +101,8 @@ def link(
         question_ids: ``[question_tokens]`` int64.
         anchored: documents were encoded after the prefix (affects only the reference mask semantics;
             link and question rows are the same).
+        logits_to_keep: return logits for this many last new tokens in ``ctx.logits`` (training passes
+            question + answer ids and keeps the answer's logits).
     Returns:
         ``LinkedContext`` whose cache holds ``[prefix][docs][links][question]`` in storage order.
     Raises:
@@ -129,10 +132,11 @@ def link(
     embeds = torch.cat(parts + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
     out = lm.model(
         inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
-        cache=cache, use_cache=True, logits_to_keep=1,
+        cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
     )
     timings.link_forward_s = time.perf_counter() - t0
     return LinkedContext(
         cache=out.cache, segments=segments, storage_positions=storage_pos,
         next_position=segments[-1].end, last_logits=out.logits[0, -1].float(), timings=timings,
+        logits=out.logits[0] if logits_to_keep > 1 else None,
     )

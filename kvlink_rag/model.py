@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -34,6 +34,7 @@ class LoadedModel:
         fingerprint: hex digest identifying config, weights and tokenizer.
         device: where the model runs.
         dtype: compute dtype.
+        adapters: names of the query-side LoRA adapters injected into ``model``.
     """
 
     model: torch.nn.Module
@@ -41,6 +42,7 @@ class LoadedModel:
     fingerprint: str
     device: torch.device
     dtype: torch.dtype
+    adapters: set[str] = field(default_factory=set)
 
     @property
     def config(self):

@@ -11,6 +11,7 @@ import hashlib
 
 import torch
 
+from .adapters import adapter_scope
 from .kvcache import build_cache, cache_tensors
 from .model import LoadedModel
 from .rope import remove_rope, rope_cos_sin
@@ -56,7 +57,8 @@ def encode_prefix(lm: LoadedModel, ids: torch.Tensor) -> PrefixKV:
     if ids.numel() == 0:
         raise ValueError("anchor prefix is empty")
     pos = torch.arange(ids.numel(), device=lm.device)[None]
-    out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos, use_cache=True)
+    with adapter_scope(lm, None):
+        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos, use_cache=True)
     k, v = cache_tensors(out.cache)
     return PrefixKV(keys=k, values=v, token_ids=ids.cpu(), text_hash=ids_hash(ids))
 
@@ -101,7 +103,8 @@ def encode_document(
     cache = None
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
-    out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
+    with adapter_scope(lm, None):  # documents are always encoded by the base model
+        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
     k, v = cache_tensors(out.cache)
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     k, v = k[:, :, start:], v[:, :, start:]

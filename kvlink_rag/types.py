@@ -140,6 +140,7 @@ class LinkedContext:
         next_position: position id of the first generated token.
         last_logits: ``[vocab]`` float32 logits after the last question token.
         timings: stage timings in seconds.
+        logits: ``[kept, vocab]`` logits of the last ``logits_to_keep`` new tokens (training), else None.
     """
 
     cache: object
@@ -148,3 +149,4 @@ class LinkedContext:
     next_position: int
     last_logits: torch.Tensor
     timings: Timings
+    logits: torch.Tensor | None = None

@@ -76,3 +76,21 @@ def real_engine(home: Path, cache=None, **overrides) -> Engine:
 
 
 NQ_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nq-open-oracle-dev.jsonl.gz"
+
+
+@functools.lru_cache(maxsize=1)
+def real_tokenizer():
+    """The default model's tokenizer (for tiny models that need real text framing)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_path())
+
+
+def tiny_text_engine(home: Path, seed: int = 0, **overrides) -> Engine:
+    """An engine over a tiny random Llama (head_dim 16) with the real tokenizer: fast training tests."""
+    tok = real_tokenizer()
+    torch.manual_seed(seed)
+    config = tiny_config("llama", head_dim=16, vocab_size=len(tok), num_hidden_layers=2)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lm = wrap_model(model, tokenizer=tok, fingerprint=f"tiny-text-{seed}")
+    return Engine(Settings(home=home, model="unused", device="cpu", **overrides), lm=lm)

@@ -1,0 +1,74 @@
+"""Link-token training on a tiny random model: loss goes down, seeds reproduce, checkpoints resume."""
+
+from __future__ import annotations
+
+import torch
+
+from factories import tiny_text_engine
+from kvlink_rag.engine import Document
+from kvlink_rag.nq import NQExample
+from training.data import Split
+from training.loop import TrainConfig, Trainer
+
+
+def _split(n=12) -> Split:
+    colours = ["red", "blue", "green", "black", "white", "pink", "gold", "grey", "brown", "cyan", "lime", "teal"]
+    ex = [NQExample(f"what colour is thing {i}?", (colours[i % len(colours)],),
+                    Document(f"Thing {i} is painted {colours[i % len(colours)]} all over.", f"Thing {i}"))
+          for i in range(n)]
+    return Split(train=ex[:-2], val=ex[-2:], data_hash="test")
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(steps=6, accumulate=2, k=2, docs=3, lr=1e-2, link_lr=5e-2, lora=True, rank=4, alpha=8,
+                checkpoint_every=3, seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _overfit_loss(trainer: Trainer) -> float:
+    ex, docs = trainer.example(0)
+    from training.loop import example_loss
+    from kvlink_rag.adapters import adapter_scope
+
+    with torch.no_grad(), adapter_scope(trainer.engine.lm, trainer.adapter):
+        return float(example_loss(trainer.engine, trainer.link_embeds, ex, docs, trainer.cfg))
+
+
+def test_training_lowers_the_loss(tmp_path):
+    trainer = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=12, accumulate=1), tmp_path / "ck")
+    trainer.order = [0]  # one example over and over: the loss must fall
+    before = _overfit_loss(trainer)
+    trainer.run(val_every=0)
+    after = _overfit_loss(trainer)
+    assert after < before - 0.5, (before, after)
+
+
+def test_link_only_training_changes_only_the_link_embeddings(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    weights = {n: p.clone() for n, p in engine.lm.model.named_parameters()}
+    trainer = Trainer(engine, _split(), _cfg(lora=False, steps=2), tmp_path / "ck")
+    start = trainer.link_embeds.detach().clone()
+    trainer.run(val_every=0)
+    assert not torch.equal(start, trainer.link_embeds.detach())
+    assert all(torch.equal(p, weights[n]) for n, p in engine.lm.model.named_parameters())
+
+
+def test_same_seed_same_result_and_resume_reaches_the_same_state(tmp_path):
+    full = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(), tmp_path / "a")
+    full.run(val_every=0)
+    again = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(), tmp_path / "b")
+    again.run(val_every=0)
+    assert full.state.losses == again.state.losses
+    assert torch.equal(full.link_embeds, again.link_embeds)
+
+    # stop after 3 steps (a checkpoint), then resume in a fresh trainer with a fresh model
+    part = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=3), tmp_path / "c")
+    part.run(val_every=0)
+    resumed = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(), tmp_path / "c")
+    assert resumed.state.step == 3
+    resumed.run(val_every=0)
+    assert resumed.state.losses == full.state.losses
+    assert torch.allclose(resumed.link_embeds, full.link_embeds)
+    for p, q in zip(resumed.params, full.params):
+        assert torch.allclose(p, q)

@@ -1,0 +1,198 @@
+"""Training of link-token embeddings ``[K, hidden]`` (optionally with a query-side LoRA adapter).
+
+Loss: cross-entropy on the answer tokens under the linked layout (KVLink, arXiv 2502.16002, section 3.2),
+documents encoded apart by the frozen base model (their caches are precomputed and detached), link
+tokens attending across documents, question and answer attending to all. Gradients reach the link
+embeddings and, with LoRA, the adapter that is active for link, question and answer tokens only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kvlink_rag.adapters import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from kvlink_rag.engine import Engine
+from kvlink_rag.linker import link
+from kvlink_rag.links import LinkTokens, initial_link_tokens
+from kvlink_rag.nq import NQExample, build_documents
+
+from .data import Split
+
+TRAIN_ADAPTER = "train_links"
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters (defaults picked by the evaluation in EVALUATION.md).
+
+    steps: optimiser steps; accumulate: examples per step; docs: documents per example;
+    lr: LoRA learning rate; link_lr: link-embedding learning rate; lora: train a query-side adapter.
+    """
+
+    steps: int = 150
+    accumulate: int = 4
+    k: int = 5
+    docs: int = 10
+    lr: float = 3e-4
+    link_lr: float = 1e-3
+    lora: bool = True
+    rank: int = 16
+    alpha: int = 32
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    seed: int = 0
+    checkpoint_every: int = 25
+    max_answer_tokens: int = 16
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint holds besides tensors."""
+
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    val_losses: list[tuple[int, float]] = field(default_factory=list)
+
+
+def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
+    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
+    ids = engine.lm.tokenizer(answer, add_special_tokens=False)["input_ids"][:max_tokens]
+    end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
+    return torch.tensor(ids + [end], dtype=torch.long)
+
+
+def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig) -> torch.Tensor:
+    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout."""
+    kvs = [engine.get_or_encode(d)[0] for d in docs]
+    q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
+    a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
+    ctx = link(engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
+               anchored=engine.anchored, logits_to_keep=len(a_ids))
+    return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
+
+
+def _comparable(config: dict) -> dict:
+    """Settings that must match to resume (steps and checkpoint cadence may change)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()
+            if k not in ("steps", "checkpoint_every")}
+
+
+class Trainer:
+    """Owns the trainable tensors, the optimiser and checkpoints for one training run.
+
+    Args:
+        engine: engine over the base model (its cache memoises document encodings).
+        split: training / validation examples.
+        cfg: hyper-parameters.
+        out_dir: checkpoint folder (``checkpoint.pt``); an existing checkpoint is resumed.
+    """
+
+    def __init__(self, engine: Engine, split: Split, cfg: TrainConfig, out_dir: Path):
+        self.engine, self.split, self.cfg, self.out_dir = engine, split, cfg, Path(out_dir)
+        torch.manual_seed(cfg.seed)
+        init = initial_link_tokens(engine.lm, cfg.k)
+        self.link_embeds = torch.nn.Parameter(init.embeds.clone().to(engine.lm.device))
+        groups = [{"params": [self.link_embeds], "lr": cfg.link_lr}]
+        self.adapter = None
+        if cfg.lora:
+            if TRAIN_ADAPTER not in engine.lm.adapters:
+                add_lora(engine.lm, TRAIN_ADAPTER, cfg.rank, cfg.alpha, cfg.targets)
+            self.adapter = TRAIN_ADAPTER
+            with adapter_scope(engine.lm, TRAIN_ADAPTER):
+                lora_params = [p for n, p in engine.lm.model.named_parameters() if f".{TRAIN_ADAPTER}." in n]
+            for p in lora_params:
+                p.requires_grad_(True)
+            groups.append({"params": lora_params, "lr": cfg.lr})
+        self.params = [p for g in groups for p in g["params"]]
+        self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
+        self.state = TrainState()
+        order = list(range(len(split.train)))
+        random.Random(cfg.seed).shuffle(order)
+        self.order = order
+        self._resume()
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / "checkpoint.pt"
+
+    def _resume(self) -> None:
+        if not self.checkpoint_path.exists():
+            return
+        ck = torch.load(self.checkpoint_path, weights_only=False)
+        if _comparable(ck["config"]) != _comparable(asdict(self.cfg)):
+            raise ValueError(f"checkpoint {self.checkpoint_path} was made with other settings; use another --out")
+        with torch.no_grad():
+            for p, saved in zip(self.params, ck["params"]):
+                p.copy_(saved)
+        self.opt.load_state_dict(ck["optimizer"])
+        self.state = TrainState(**ck["state"])
+
+    def save_checkpoint(self) -> None:
+        """Atomically write params, optimiser and state."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint_path.with_suffix(".part")
+        torch.save({"config": asdict(self.cfg),
+                    "params": [p.detach().cpu() for p in self.params], "optimizer": self.opt.state_dict(),
+                    "state": asdict(self.state)}, tmp)
+        tmp.replace(self.checkpoint_path)
+
+    # -- steps -----------------------------------------------------------------------------------
+    def example(self, i: int) -> tuple[NQExample, list]:
+        """The ``i``-th training example of the run (deterministic from the seed) and its documents."""
+        idx = self.order[i % len(self.order)]
+        docs, _ = build_documents(self.split.train, idx, self.cfg.docs, "random", seed=self.cfg.seed + i)
+        return self.split.train[idx], docs
+
+    def step(self) -> float:
+        """One optimiser step over ``accumulate`` examples; returns the mean loss."""
+        total = 0.0
+        self.opt.zero_grad(set_to_none=True)
+        with adapter_scope(self.engine.lm, self.adapter):
+            for j in range(self.cfg.accumulate):
+                ex, docs = self.example(self.state.step * self.cfg.accumulate + j)
+                loss = example_loss(self.engine, self.link_embeds, ex, docs, self.cfg) / self.cfg.accumulate
+                loss.backward()
+                total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.state.step += 1
+        self.state.losses.append(total)
+        return total
+
+    @torch.no_grad()
+    def validation_loss(self, n: int | None = None) -> float:
+        """Mean answer NLL (nats/token) over the validation examples (gold at a random slot)."""
+        val = self.split.val[:n] if n else self.split.val
+        losses = []
+        with adapter_scope(self.engine.lm, self.adapter):
+            for i, ex in enumerate(val):
+                docs, _ = build_documents(self.split.val + self.split.train, i, self.cfg.docs, "random", seed=1)
+                losses.append(float(example_loss(self.engine, self.link_embeds, ex, docs, self.cfg)))
+        return sum(losses) / len(losses)
+
+    def run(self, on_step: Callable[[int, float], None] | None = None, val_every: int = 50) -> TrainState:
+        """Train until ``cfg.steps``, checkpointing every ``checkpoint_every`` steps."""
+        while self.state.step < self.cfg.steps:
+            loss = self.step()
+            if val_every and self.state.step % val_every == 0:
+                self.state.val_losses.append((self.state.step, self.validation_loss(20)))
+            if self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps:
+                self.save_checkpoint()
+            if on_step is not None:
+                on_step(self.state.step, loss)
+        return self.state
+
+    def artifact(self, metadata: dict) -> LinkTokens:
+        """The trained link tokens (and adapter) as a shippable artifact."""
+        lora = lora_state(self.engine.lm, TRAIN_ADAPTER) if self.adapter else None
+        cfg = {"rank": self.cfg.rank, "alpha": self.cfg.alpha, "targets": list(self.cfg.targets)} if lora else None
+        meta = {"k": self.cfg.k, "steps": self.state.step, "data_hash": self.split.data_hash,
+                "train_config": json.loads(json.dumps(asdict(self.cfg))), "trained": True, **metadata}
+        return LinkTokens(self.link_embeds.detach().cpu().float(), self.engine.lm.fingerprint, meta, lora, cfg)
