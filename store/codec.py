@@ -1,0 +1,191 @@
+"""Byte layout of one stored document: a JSON meta record, token ids and one safetensors blob per layer.
+
+Layer payload (safetensors bytes), for a document of ``H`` kv heads, ``T`` tokens, head dim ``D``:
+
+- float formats: ``k``, ``v``: ``[H, T, D]`` in the stored dtype (float32, bfloat16 or float16).
+- ``int8``: ``k`` int8 ``[H, T, D]`` with ``k_scale``/``k_zero`` float16 ``[H, 1, D]`` (per channel,
+  KIVI-style: pre-RoPE keys have stable outlier channels), ``v`` int8 ``[H, T, D]`` with
+  ``v_scale``/``v_zero`` float16 ``[H, T, 1]`` (per token). See :mod:`store.quant`.
+
+Decoding reads straight from an LMDB ``buffers=True`` memoryview and copies each tensor once into its
+destination.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import safetensors.torch
+import torch
+import xxhash
+
+from kvlink_rag.types import DTYPES, DocumentKV, dtype_name, parse_dtype
+from store.quant import QuantizedTensor, dequantize, quantize_int8
+
+FORMAT_VERSION = 1
+KEY_AXIS = "channel"
+VALUE_AXIS = "token"
+
+_ST_DTYPES: dict[str, torch.dtype] = {
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "I8": torch.int8,
+    "I64": torch.int64,
+}
+
+
+class CorruptRecordError(Exception):
+    """A stored record failed its checksum or could not be parsed."""
+
+
+def checksum(buf) -> str:
+    """xxh64 of a bytes-like object (no copy for memoryviews), as 16 hex digits."""
+    return xxhash.xxh64_hexdigest(buf)
+
+
+def validate(kv: DocumentKV) -> None:
+    """Check a :class:`DocumentKV` before it is stored.
+
+    Raises:
+        ValueError: shapes or dtypes inconsistent, or a dtype other than float32/bfloat16/float16.
+    """
+    if kv.keys.dim() != 4 or kv.keys.shape != kv.values.shape:
+        raise ValueError(f"keys/values must share a 4-D shape, got {tuple(kv.keys.shape)} / {tuple(kv.values.shape)}")
+    if kv.keys.dtype != kv.values.dtype or kv.keys.dtype not in DTYPES.values():
+        raise ValueError(f"unsupported KV dtypes {kv.keys.dtype} / {kv.values.dtype}")
+    if kv.token_ids.dim() != 1 or kv.token_ids.numel() != kv.num_tokens:
+        raise ValueError(f"token_ids must be [tokens={kv.num_tokens}], got {tuple(kv.token_ids.shape)}")
+
+
+def encode_layer(k: torch.Tensor, v: torch.Tensor, int8: bool) -> bytes:
+    """Safetensors bytes of one layer; ``k``/``v`` are ``[kv_heads, tokens, head_dim]``."""
+    k = k.detach().cpu().contiguous()
+    v = v.detach().cpu().contiguous()
+    if not int8:
+        return safetensors.torch.save({"k": k, "v": v})
+    qk = quantize_int8(k, axis=KEY_AXIS)
+    qv = quantize_int8(v, axis=VALUE_AXIS)
+    return safetensors.torch.save(
+        {"k": qk.q, "k_scale": qk.scale, "k_zero": qk.zero, "v": qv.q, "v_scale": qv.scale, "v_zero": qv.zero}
+    )
+
+
+def encode_ids(token_ids: torch.Tensor) -> bytes:
+    """Little-endian int64 bytes of ``token_ids`` ``[tokens]``."""
+    return token_ids.detach().cpu().to(torch.int64).contiguous().numpy().tobytes()
+
+
+def build_meta(kv: DocumentKV, layers: list[bytes], ids: bytes, int8: bool) -> dict:
+    """The JSON-able meta record of a document whose payloads are ``layers`` and ``ids``."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "dtype": "int8" if int8 else dtype_name(kv.dtype),
+        "source_dtype": dtype_name(kv.dtype),
+        "key_axis": KEY_AXIS if int8 else None,
+        "shape": list(kv.keys.shape),
+        "fingerprint": kv.fingerprint,
+        "encoding": kv.encoding,
+        "num_tokens": kv.num_tokens,
+        "nbytes": sum(len(b) for b in layers) + len(ids),
+        "checksum": {"ids": checksum(ids), "layers": [checksum(b) for b in layers]},
+        "created": time.time(),
+    }
+
+
+def parse_meta(buf) -> dict:
+    """Parse a meta record.
+
+    Raises:
+        CorruptRecordError: not JSON, or fields missing.
+    """
+    try:
+        meta = json.loads(bytes(buf))
+        n_layers = meta["shape"][0]
+        if len(meta["checksum"]["layers"]) != n_layers or len(meta["shape"]) != 4:
+            raise ValueError("checksum count does not match the shape")
+        return meta
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise CorruptRecordError(f"bad meta record: {e}") from None
+
+
+def target_dtype(meta: dict, dtype: torch.dtype | str | None) -> torch.dtype:
+    """Dtype a reader gets: ``dtype`` if given, else the stored (or, for int8, the source) dtype."""
+    if dtype is None:
+        return parse_dtype(meta["source_dtype"] if meta["dtype"] == "int8" else meta["dtype"])
+    return parse_dtype(dtype) if isinstance(dtype, str) else dtype
+
+
+def decode_ids(buf, expected: str, tokens: int) -> torch.Tensor:
+    """``[tokens]`` int64 ids from a verified buffer (one copy).
+
+    Raises:
+        CorruptRecordError: checksum or length mismatch.
+    """
+    if buf is None or checksum(buf) != expected or len(buf) != tokens * 8:
+        raise CorruptRecordError("token ids failed their checksum")
+    return torch.from_numpy(np.frombuffer(buf, dtype="<i8").copy())
+
+
+def _views(buf) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
+    """Name -> (dtype, shape, read-only uint8 numpy view into ``buf``) for every tensor of a
+    safetensors buffer. (numpy, not ``torch.frombuffer``: plain memcpy, no read-only warning, and
+    torch's multi-threaded ``copy_`` can be pathologically slow on small machines.)"""
+    n = int.from_bytes(bytes(buf[:8]), "little")
+    header = json.loads(bytes(buf[8 : 8 + n]))
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=8 + n + start)
+        out[name] = (_ST_DTYPES[info["dtype"]], info["shape"], raw)
+    return out
+
+
+def _materialise(dtype: torch.dtype, shape: list[int], raw: np.ndarray) -> torch.Tensor:
+    """Aligned tensor of ``dtype``/``shape`` from a uint8 view (one copy)."""
+    return torch.from_numpy(raw.copy()).view(dtype).view(shape)
+
+
+def _fill(dst: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarray) -> None:
+    if list(dst.shape) != list(shape):
+        raise CorruptRecordError(f"layer shape {shape} does not match the meta shape {list(dst.shape)}")
+    if dst.dtype == dtype and dst.is_contiguous() and dst.device.type == "cpu":
+        if raw.nbytes != dst.numel() * dst.element_size():
+            raise CorruptRecordError("layer payload size does not match its shape")
+        dst.view(torch.uint8).view(-1).numpy()[:] = raw  # the one copy, byte for byte
+    else:
+        dst.copy_(_materialise(dtype, shape, raw))
+
+
+def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    """Verify and decode layer ``layer`` of a record into ``k_out``/``v_out`` ``[H, T, D]``.
+
+    Raises:
+        CorruptRecordError: missing buffer, checksum mismatch or unparsable payload.
+    """
+    if buf is None or checksum(buf) != meta["checksum"]["layers"][layer]:
+        raise CorruptRecordError(f"layer {layer} failed its checksum")
+    try:
+        views = _views(buf)
+        if meta["dtype"] != "int8":
+            _fill(k_out, *views["k"])
+            _fill(v_out, *views["v"])
+            return
+        src = parse_dtype(meta["source_dtype"])
+        for name, out, axis in (("k", k_out, meta.get("key_axis") or KEY_AXIS), ("v", v_out, VALUE_AXIS)):
+            qt = QuantizedTensor(
+                q=_materialise(*views[name]),
+                scale=_materialise(*views[f"{name}_scale"]),
+                zero=_materialise(*views[f"{name}_zero"]),
+                axis=axis,
+                source_dtype=src,
+            )
+            if list(qt.q.shape) != list(out.shape):
+                raise CorruptRecordError(f"layer shape {list(qt.q.shape)} does not match {list(out.shape)}")
+            out.copy_(dequantize(qt, torch.float32))
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None

@@ -1,0 +1,304 @@
+"""One LMDB environment per store folder, shared by the blob store and the embedded index.
+
+LMDB forbids opening the same environment twice in one process, so :func:`open_env` keeps one
+:class:`LmdbEnv` per ``(process id, real path)``. Open it *after* forking (Celery prefork workers,
+``multiprocessing``): a handle inherited across ``fork`` must not be used.
+
+The map starts at ``map_size`` bytes and doubles on ``lmdb.MapFullError`` up to ``max_map_size``
+(and never past the free disk space). When it cannot grow, the registered *reclaimers* (the blob
+store's eviction) are asked to free space before :class:`StoreFullError` is raised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import lmdb
+
+MiB = 1 << 20
+GiB = 1 << 30
+DEFAULT_MAP_SIZE = 64 * MiB
+DEFAULT_MAX_MAP_SIZE = 16 * GiB
+DEFAULT_MAX_DBS = 16
+_DISK_RESERVE = 64 * MiB  # bytes of free disk never claimed by map growth
+_ENV_DB = b"env"  # bookkeeping of this module
+
+T = TypeVar("T")
+Reclaimer = Callable[[int], int]
+"""``reclaim(bytes_wanted) -> bytes_freed``; must run its own write transactions."""
+
+
+class StoreFullError(lmdb.MapFullError):
+    """The map is at ``max_map_size`` (or the disk is full) and nothing more could be reclaimed."""
+
+
+class _RWLock:
+    """Many holders of ``shared``; ``exclusive`` waits until they leave (writer-preferring)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    def acquire_shared(self) -> None:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        self.acquire_shared()
+        try:
+            yield
+        finally:
+            self.release_shared()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class LmdbEnv:
+    """An LMDB environment with named sub-databases and a growable map.
+
+    Transactions must be short and must not be held across a call that may write (the map can only
+    be resized while no transaction of this process is open; :meth:`read` and :meth:`write` hold a
+    shared lock that resizing waits for).
+
+    Args:
+        path: folder of the environment (created if missing).
+        map_size: initial map size in bytes (an existing larger map is kept).
+        max_map_size: upper bound in bytes for growth.
+        max_dbs: number of named sub-databases allowed.
+        sync: fsync on every commit (crash-safe against power loss; process kills are safe either way).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
+        max_dbs: int = DEFAULT_MAX_DBS,
+        sync: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.max_map_size = max(int(max_map_size), int(map_size))
+        self.env = lmdb.open(
+            str(self.path), map_size=int(map_size), max_dbs=max_dbs, sync=sync, readahead=False, lock=True
+        )
+        self._dbs: dict[bytes, object] = {}
+        self._lock = _RWLock()
+        self._write_mutex = threading.Lock()
+        self._reclaimers: list[Reclaimer] = []
+        self._reclaim_guard = threading.local()
+        self.grow_count = 0
+        self.db(_ENV_DB)  # created now, not when the map is full
+
+    # -- sub-databases -----------------------------------------------------------------------------
+    def db(self, name: bytes):
+        """Handle of the named sub-database ``name`` (created on first use)."""
+        handle = self._dbs.get(name)
+        if handle is None:
+            with self._write_mutex, self._lock.shared():  # open_db writes
+                handle = self.env.open_db(name, create=True)
+            self._dbs[name] = handle
+        return handle
+
+    # -- transactions ------------------------------------------------------------------------------
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read-only transaction; buffers returned with ``buffers=True`` die with it.
+
+        Do not call :meth:`write` (or anything that writes) while it is open in the same thread.
+        """
+        while True:
+            with self._lock.shared():
+                try:
+                    txn = self.env.begin(write=False, buffers=True)
+                except lmdb.MapResizedError:
+                    txn = None
+                if txn is not None:
+                    try:
+                        yield txn
+                    finally:
+                        txn.abort()
+                    return
+            self._adopt_foreign_resize()
+
+    def write(self, fn: Callable[[lmdb.Transaction], T], reclaim: bool = True) -> T:
+        """Run ``fn(txn)`` in one write transaction and commit it; atomic.
+
+        ``fn`` may be re-run (after the map grew or space was reclaimed), so it must not have side
+        effects outside ``txn``, and must not itself call :meth:`write`.
+
+        Raises:
+            StoreFullError: the write does not fit even at ``max_map_size`` after reclaiming.
+        """
+        while True:
+            with self._write_mutex:  # one writer per process: nobody waits on LMDB's lock while sharing
+                outcome, result = self._write_once(fn)
+            if outcome == "done":
+                return result
+            if outcome == "resized":
+                self._adopt_foreign_resize()
+                continue
+            if outcome == "grown":
+                continue
+            if reclaim and self._reclaim(self.map_size // 16):
+                continue
+            raise StoreFullError(f"LMDB map at {self.path} is full ({self.map_size} bytes, max {self.max_map_size})")
+
+    def _write_once(self, fn):
+        """One attempt: ``('done', result) | ('resized', None) | ('grown', None) | ('full', None)``."""
+        self._lock.acquire_shared()
+        shared = True
+        try:
+            try:
+                txn = self.env.begin(write=True)
+            except lmdb.MapResizedError:
+                return "resized", None
+            try:
+                result = fn(txn)
+                txn.commit()
+                return "done", result
+            except lmdb.MapFullError:
+                # Abort with this process's readers drained: py-lmdb 3 waits for in-flight operations
+                # on this path, which overlapping readers would otherwise starve.
+                self._lock.release_shared()
+                shared = False
+                with self._lock.exclusive():
+                    txn.abort()
+                    return ("grown" if self._grow_locked() else "full"), None
+            except BaseException:
+                txn.abort()
+                raise
+        finally:
+            if shared:
+                self._lock.release_shared()
+
+    # -- size management ---------------------------------------------------------------------------
+    @property
+    def map_size(self) -> int:
+        """Current map size in bytes."""
+        return int(self.env.info()["map_size"])
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the map in use (high-water mark of pages, free pages included)."""
+        return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
+
+    def grow(self) -> bool:
+        """Double the map (capped by ``max_map_size`` and free disk); False when it cannot grow."""
+        with self._write_mutex, self._lock.exclusive():
+            return self._grow_locked()
+
+    def _grow_locked(self) -> bool:
+        """:meth:`grow` for a caller holding the exclusive lock."""
+        current = self.map_size
+        target = min(current * 2, self.max_map_size)
+        data_file = self.path / "data.mdb"
+        on_disk = data_file.stat().st_size if data_file.exists() else 0
+        free = shutil.disk_usage(self.path).free - _DISK_RESERVE
+        target = min(target, on_disk + max(free, 0))
+        if target <= current:
+            return False
+        self.env.set_mapsize(target)
+        self.grow_count += 1
+        return True
+
+    def add_reclaimer(self, fn: Reclaimer) -> None:
+        """Register ``fn(bytes_wanted) -> bytes_freed``, called when the map is full and at its max."""
+        self._reclaimers.append(fn)
+
+    def remove_reclaimer(self, fn: Reclaimer) -> None:
+        """Undo :meth:`add_reclaimer` (no error if ``fn`` was not registered)."""
+        if fn in self._reclaimers:
+            self._reclaimers.remove(fn)
+
+    def _reclaim(self, wanted: int) -> bool:
+        if getattr(self._reclaim_guard, "active", False):
+            return False  # a reclaimer's own write ran out of space: do not recurse
+        self._reclaim_guard.active = True
+        try:
+            freed = any(fn(wanted) > 0 for fn in list(self._reclaimers))
+        finally:
+            self._reclaim_guard.active = False
+        if freed:
+            self.settle()
+        return freed
+
+    def settle(self) -> None:
+        """Commit a tiny transaction so that pages freed by the last one become reusable.
+
+        LMDB keeps the previous snapshot's pages until one more transaction commits, so a write right
+        after a deleting transaction cannot use the space it freed. Best effort: a full map is ignored.
+        """
+        db = self.db(_ENV_DB)
+
+        def tick(txn) -> None:
+            n = txn.get(b"settle", db=db)
+            txn.put(b"settle", str(int(bytes(n)) + 1 if n is not None else 1).encode(), db=db)
+
+        with self._write_mutex:
+            self._write_once(tick)
+
+    def _adopt_foreign_resize(self) -> None:
+        """Another process grew the map: take over its size."""
+        with self._lock.exclusive():
+            self.env.set_mapsize(0)
+
+    def close(self) -> None:
+        """Close the environment and forget it in the process registry."""
+        with _registry_lock:
+            for k, v in list(_registry.items()):
+                if v is self:
+                    del _registry[k]
+        self.env.close()
+
+
+_registry: dict[tuple[int, str], LmdbEnv] = {}
+_registry_lock = threading.Lock()
+
+
+def open_env(path: str | os.PathLike, **kwargs) -> LmdbEnv:
+    """The process-wide :class:`LmdbEnv` for ``path``, opened with ``kwargs`` on first use.
+
+    Later calls for the same folder return the same object; their ``kwargs`` are ignored except
+    that a larger ``max_map_size`` raises the limit.
+    """
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    key = (os.getpid(), str(p.resolve()))
+    with _registry_lock:
+        env = _registry.get(key)
+        if env is None:
+            env = _registry[key] = LmdbEnv(p, **kwargs)
+        elif kwargs.get("max_map_size", 0) > env.max_map_size:
+            env.max_map_size = int(kwargs["max_map_size"])
+        return env
