@@ -53,8 +53,13 @@ def make_engine(settings: Settings):
 
 
 def open_cache(settings: Settings):
-    """The persistent document cache under ``settings.home`` (LMDB store when installed)."""
-    return None
+    """The persistent document cache under ``settings.home``: memory tiers over the LMDB store."""
+    from store.factory import open_store
+
+    try:
+        return open_store(settings).cache
+    except Exception as e:  # noqa: BLE001 - any store failure becomes one clear message
+        fail(f"cannot open the store under {settings.store_dir}: {e}")
 
 
 @model_app.command("fetch")

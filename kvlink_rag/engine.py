@@ -34,7 +34,9 @@ class Document:
 
 
 class DocumentCache(Protocol):
-    """Where encoded documents are kept between queries (the store package implements it on LMDB)."""
+    """Where encoded documents are kept between queries (``store.doc_cache.StoreCache`` on LMDB)."""
+
+    def key(self, fingerprint: str, text: str) -> str: ...
 
     def get(self, key: str) -> DocumentKV | None: ...
 
@@ -43,6 +45,10 @@ class DocumentCache(Protocol):
 
 class MemoryCache(dict):
     """A plain in-process :class:`DocumentCache`."""
+
+    def key(self, fingerprint: str, text: str) -> str:
+        """sha256 of the encoding fingerprint and the document's exact prompt text."""
+        return hashlib.sha256(f"{fingerprint}|{text}".encode()).hexdigest()
 
     def put(self, key: str, kv: DocumentKV) -> None:
         self[key] = kv
@@ -121,9 +127,8 @@ class Engine:
         return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
 
     def cache_key(self, doc: Document) -> str:
-        """Exact key of a document's cache: encoding fingerprint and the sha256 of its prompt text."""
-        text = self.template.document_text(doc.text, doc.title)
-        return hashlib.sha256(f"{self.fingerprint}|{text}".encode()).hexdigest()
+        """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text."""
+        return self.cache.key(self.fingerprint, self.template.document_text(doc.text, doc.title))
 
     def encode(self, doc: Document) -> DocumentKV:
         """Precompute ``doc``'s position-free KV. Raises ValueError (empty, too long).

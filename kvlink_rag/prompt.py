@@ -7,11 +7,21 @@ has the same ids alone and inside any layout, and full prefill and linked reuse 
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 import torch
 
 _SENTINEL = "\u2063KVLINK_USER_CONTENT\u2063"
+
+
+def normalize_text(text: str) -> str:
+    """NFC-normalise, turn CRLF/CR into LF, strip the ends.
+
+    Only changes that keep the meaning: the normalised text is exactly what is tokenised and what the
+    content hash covers, so equal hashes mean equal token ids.
+    """
+    return unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
 def _encode(tokenizer, text: str) -> torch.Tensor:
@@ -51,8 +61,10 @@ class PromptTemplate:
     @staticmethod
     def document_text(text: str, title: str | None = None) -> str:
         """How a document appears in the prompt (no slot number: the text must not depend on its slot)."""
-        body = text.strip()
-        return f"Document (Title: {title.strip()}) {body}\n\n" if title else f"Document: {body}\n\n"
+        body = normalize_text(text)
+        if title and title.strip():
+            return f"Document (Title: {normalize_text(title)}) {body}\n\n"
+        return f"Document: {body}\n\n"
 
     def document_ids(self, tokenizer, text: str, title: str | None = None) -> torch.Tensor:
         """``[doc_tokens]`` int64 ids of one document, tokenised alone.

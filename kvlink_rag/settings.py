@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         "Reply with a short answer only.",
         description="Anchor prefix text; part of the cache key in anchored mode.",
     )
+    index_url: str = Field("", description="Document index: '' = embedded in the LMDB store, or redis://host:port/db.")
+    store_max_bytes: int = Field(8 << 30, ge=1 << 20, description="LMDB map size limit (bytes); past it caches are evicted.")
+    store_int8: bool = Field(False, description="Store K and V as int8 (keys per channel, values per token).")
+    host_cache_bytes: int = Field(1 << 30, ge=0, description="Host-memory tier budget (bytes).")
+    device_cache_bytes: int = Field(0, ge=0, description="Accelerator tier budget (bytes); 0 = no device tier.")
+    fair_eviction: bool = Field(True, description="Fair per-tenant eviction in the memory tiers (else LRU).")
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

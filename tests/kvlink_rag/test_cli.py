@@ -67,3 +67,27 @@ def test_ask_over_document_files(tmp_path):
     res = json.loads(output[output.index("{"):])
     assert "paris" in res["answer"].lower() and "paris" in res["answer_full"].lower()
     assert res["documents"] == 2 and res["link_k"] == 0 and res["cache_hits"] == 0
+
+
+@pytest.mark.e2e
+def test_second_process_answers_from_caches_on_disk(tmp_path):
+    """Cold start: a new process finds the documents' KV in LMDB and recomputes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    for name, text in (("a.txt", "The Orinoco river flows through Venezuela and Colombia."),
+                       ("b.txt", "Lake Titicaca lies on the border of Peru and Bolivia.")):
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_MAX_NEW_TOKENS": "8"}
+    cmd = [sys.executable, "-m", "kvlink_rag.cli", "ask", "--doc", str(tmp_path / "a.txt"), "--doc",
+           str(tmp_path / "b.txt"), "--json", "Which countries does the Orinoco flow through?"]
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout[done.stdout.index("{"):]))
+    assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits"] == 2
+    assert runs[0]["answer"] == runs[1]["answer"]
+    assert (tmp_path / "home" / "store" / "data.mdb").exists()

@@ -10,8 +10,9 @@ from store.keys import cache_key, content_hash, hamming, normalize_text, parse_c
 
 
 def test_normalisation_is_nfc_strip_and_whitespace_collapse():
-    assert normalize_text("  Cafe\u0301 \n\t au   lait ") == "Caf\u00e9 au lait"
-    assert content_hash("  Cafe\u0301 \n\t au   lait ") == content_hash("Café au lait")
+    assert normalize_text("  Cafe\u0301 au lait\r\nnoir \n") == "Caf\u00e9 au lait\nnoir"
+    assert content_hash("  Cafe\u0301 au lait \n") == content_hash("Café au lait")
+    assert content_hash("Café  au lait") != content_hash("Café au lait")  # inner whitespace changes the ids
     assert content_hash("Café au lait") == hashlib.sha256("Café au lait".encode()).hexdigest()
     assert content_hash("Café au lait") != content_hash("café au lait")  # case is content
 
