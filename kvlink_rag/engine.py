@@ -173,20 +173,50 @@ class Engine:
         if not docs:
             raise ValueError("at least one document is required")
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
-        t0 = time.perf_counter()
-        kvs, hits = [], 0
-        for d in docs:
-            kv, hit = self.get_or_encode(d)
-            kvs.append(kv)
-            hits += hit
-        load_s = time.perf_counter() - t0
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):
             embeds = self.link_tokens.embeds[: (k or self.link_tokens.k)]
-        with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-            ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored)
-        ctx.timings.load_s = load_s
+        t0 = time.perf_counter()
+        source, hits = self._resolve(docs)
+        lookup_s = time.perf_counter() - t0
+        try:
+            with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
+                ctx = link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored)
+        except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
+            kvs = [self.get_or_encode(d)[0] for d in docs]
+            with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
+                ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored)
+            hits = 0
+        ctx.timings.load_s += lookup_s
         return ctx, hits
+
+    def _resolve(self, docs: list[Document]):
+        """Documents as a link source and the number of cache hits.
+
+        With a store cache, documents in the memory tiers are used in place, those only in LMDB are
+        streamed layer by layer (prefetch overlapping the linker), and missing ones are encoded now.
+        """
+        resolve = getattr(self.cache, "resolve", None)
+        if resolve is None:
+            kvs, hits = [], 0
+            for d in docs:
+                kv, hit = self.get_or_encode(d)
+                kvs.append(kv)
+                hits += hit
+            return kvs, hits
+        keys = [self.cache_key(d) for d in docs]
+        items = resolve(keys)
+        hits = sum(it is not None for it in items)
+        for i, (d, it) in enumerate(zip(docs, items)):
+            if it is None:
+                items[i] = self.encode(d)
+                self.cache.put(keys[i], items[i])
+        if any(isinstance(it, str) for it in items):
+            try:
+                return self.cache.stream(items), hits
+            except LookupError:
+                return [self.get_or_encode(d)[0] for d in docs], 0
+        return items, hits
 
     def _finish(self, ctx: LinkedContext, t0: float, params: SamplingParams, hits: int) -> Answer:
         ids: list[int] = []

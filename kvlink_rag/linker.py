@@ -16,7 +16,7 @@ from .kvcache import build_cache
 from .mask import additive, allowed
 from .model import LoadedModel
 from .rope import apply_rope, rope_cos_sin
-from .types import DocumentKV, LinkedContext, PrefixKV, Segment, Timings
+from .types import DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings
 
 
 def plan_layout(prefix_len: int, doc_lens: list[int], k: int, question_len: int) -> list[Segment]:
@@ -41,49 +41,59 @@ def _positions(segments: list[Segment], kinds: tuple[str, ...]) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
-def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: list[DocumentKV], link_embeds: torch.Tensor | None,
-                      question_ids: torch.Tensor) -> int:
+def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDocuments,
+                      link_embeds: torch.Tensor | None, question_ids: torch.Tensor) -> int:
     """Validate inputs; returns K (0 without link tokens).
 
     Raises:
-        ValueError: no documents, empty question, mixed encodings, shape mismatch, or context overflow.
+        ValueError: no documents, empty question, shape mismatch, or context overflow.
     """
-    if not docs:
+    if not docs.num_tokens:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
     if question_ids.numel() == 0:
         raise ValueError("question is empty")
-    if len({d.fingerprint for d in docs}) != 1:
-        raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
     k = 0 if link_embeds is None else int(link_embeds.shape[0])
     if link_embeds is not None and link_embeds.shape[-1] != lm.config.hidden_size:
         raise ValueError(f"link embeddings have width {link_embeds.shape[-1]}, model hidden size is "
                          f"{lm.config.hidden_size}")
-    total = (prefix.num_tokens if prefix is not None else 0) + sum(d.num_tokens for d in docs) + k * len(docs) + question_ids.numel()
+    n_docs = len(docs.num_tokens)
+    total = (prefix.num_tokens if prefix is not None else 0) + sum(docs.num_tokens) + k * n_docs + question_ids.numel()
     if total > lm.max_positions:
         raise ValueError(f"linked context of {total} tokens exceeds the model's {lm.max_positions}")
     return k
 
 
 @torch.no_grad()
-def rotate_documents(lm: LoadedModel, docs: list[DocumentKV], segments: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Re-apply RoPE to every document's keys at its layout offset.
+def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment],
+                     prefix: PrefixKV | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Re-apply RoPE to every document's keys at its layout offset, layer by layer as layers arrive.
 
     Returns:
-        ``(keys, values)``, each ``[layers, kv_heads, doc_tokens_total, head_dim]`` in the compute dtype,
-        documents concatenated in slot order.
+        per-layer ``(keys, values)`` lists, each ``[kv_heads, prefix + doc_tokens_total, head_dim]`` in the
+        compute dtype: the prefix, then the documents in slot order.
     """
     pos = _positions(segments, ("document",)).to(lm.device)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
-    # k_raw: [layers, kv_heads, doc_tokens_total, head_dim]
-    k_raw = torch.cat([d.keys.to(lm.device, non_blocking=True) for d in docs], dim=2)
-    v = torch.cat([d.values.to(lm.device, non_blocking=True) for d in docs], dim=2)
-    return apply_rope(k_raw.float(), cos, sin).to(lm.dtype), v.to(lm.dtype)
+    keys, values = [], []
+    it = iter(docs.layers)
+    for i in range(lm.num_layers):
+        t0 = time.perf_counter()
+        k_raw, v = next(it)  # k_raw, v: [kv_heads, doc_tokens_total, head_dim]
+        docs.wait_s += time.perf_counter() - t0
+        k = apply_rope(k_raw.to(lm.device, non_blocking=True).float(), cos, sin).to(lm.dtype)
+        v = v.to(lm.device, lm.dtype, non_blocking=True)
+        if prefix is not None:
+            k = torch.cat([prefix.keys[i].to(lm.device, lm.dtype), k], dim=1)
+            v = torch.cat([prefix.values[i].to(lm.device, lm.dtype), v], dim=1)
+        keys.append(k)
+        values.append(v)
+    return keys, values
 
 
 def link(
     lm: LoadedModel,
     prefix: PrefixKV | None,
-    docs: list[DocumentKV],
+    docs: list[DocumentKV] | LayeredDocuments,
     link_embeds: torch.Tensor | None,
     question_ids: torch.Tensor,
     *,
@@ -95,7 +105,7 @@ def link(
     Args:
         lm: the model.
         prefix: anchor prefix KV (positions ``0..P-1``), or None for no prefix.
-        docs: stored document caches in slot order (keys before RoPE).
+        docs: stored document caches in slot order (keys before RoPE), in memory or streamed by layer.
         link_embeds: ``[K, hidden]`` link-token embeddings shared by every slot, or None for K=0.
             May require grad (training); the forward then keeps the graph.
         question_ids: ``[question_tokens]`` int64.
@@ -108,18 +118,20 @@ def link(
     Raises:
         ValueError: see :func:`check_link_inputs`.
     """
+    if not isinstance(docs, LayeredDocuments):
+        if not docs:
+            raise ValueError("at least one document is required to link (a question alone has no documents)")
+        docs = LayeredDocuments.from_documents(docs)
     k = check_link_inputs(lm, prefix, docs, link_embeds, question_ids)
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, [d.num_tokens for d in docs], k, int(question_ids.numel()))
+    segments = plan_layout(p_len, docs.num_tokens, k, int(question_ids.numel()))
 
     t0 = time.perf_counter()
-    doc_k, doc_v = rotate_documents(lm, docs, segments)
-    if prefix is not None:
-        doc_k = torch.cat([prefix.keys.to(lm.device, lm.dtype), doc_k], dim=2)
-        doc_v = torch.cat([prefix.values.to(lm.device, lm.dtype), doc_v], dim=2)
-    cache = build_cache(list(doc_k), list(doc_v))
-    timings.rope_s = time.perf_counter() - t0
+    doc_k, doc_v = rotate_documents(lm, docs, segments, prefix)
+    cache = build_cache(doc_k, doc_v)
+    timings.load_s = docs.wait_s
+    timings.rope_s = time.perf_counter() - t0 - docs.wait_s
 
     t0 = time.perf_counter()
     cached_pos = torch.cat([torch.arange(p_len), _positions(segments, ("document",))])
@@ -128,7 +140,7 @@ def link(
     mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
 
     q_embeds = lm.embed_tokens(question_ids.to(lm.device))
-    parts = [link_embeds.to(lm.device, lm.dtype)] * len(docs) if k else []
+    parts = [link_embeds.to(lm.device, lm.dtype)] * len(docs.num_tokens) if k else []
     embeds = torch.cat(parts + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
     out = lm.model(
         inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,

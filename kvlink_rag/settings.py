@@ -59,6 +59,38 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    torch_threads: int = Field(0, ge=0, le=1024, description="torch CPU threads of serve/worker (0 = torch's default).")
+
+    # -- service (api/, workers/) -----------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address `kvlink-rag serve` binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `kvlink-rag serve` listens on.")
+    api_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description="API key -> tenant, as JSON ('{\"key-a\": \"tenant-a\"}'); empty = single tenant 'default', no auth.",
+    )
+    broker_url: str = Field(
+        "", description="Celery broker (redis://host:port/db); '' = precompute in a thread pool of the server."
+    )
+    result_backend: str = Field("", description="Celery result backend; '' = the broker URL.")
+    task_queue: str = Field("kvlink", description="Celery queue of precompute tasks.")
+    task_max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed precompute task.")
+    broker_visibility_timeout_s: int = Field(
+        3600, ge=1, description="Seconds before an unacknowledged task (its worker died) is redelivered."
+    )
+    precompute_threads: int = Field(1, ge=0, le=64, description="Embedded precompute threads (0 = only on query).")
+    max_document_chars: int = Field(100_000, ge=1, description="Largest document text (characters).")
+    max_document_tokens: int = Field(4096, ge=1, description="Largest document (tokens, title included).")
+    max_batch_documents: int = Field(256, ge=1, description="Documents per ingest request.")
+    max_metadata_bytes: int = Field(16_384, ge=0, description="Largest document metadata (JSON bytes).")
+    max_question_chars: int = Field(2_000, ge=1, description="Longest question (characters).")
+    max_top_k: int = Field(20, ge=1, description="Largest top_k of a query (retrieved documents).")
+    default_top_k: int = Field(3, ge=1, description="top_k of a query that names neither documents nor top_k.")
+    max_query_documents: int = Field(20, ge=1, description="Most document ids one query may name.")
+    max_new_tokens_limit: int = Field(512, ge=1, description="Largest max_new_tokens a request may ask for.")
+    bm25_refresh_s: float = Field(
+        30.0, ge=0.0, description="Seconds after which a tenant's BM25 index is rebuilt from the index anyway "
+        "(picks up documents ingested by other processes)."
+    )
 
     @field_validator("kv_dtype")
     @classmethod
@@ -66,6 +98,11 @@ class Settings(BaseSettings):
         if v not in KV_DTYPES:
             raise ValueError(f"unknown kv_dtype {v!r}; choose one of {', '.join(KV_DTYPES)}")
         return v
+
+    @property
+    def distributed(self) -> bool:
+        """Precompute runs on Celery workers (a broker is configured) rather than in the server."""
+        return bool(self.broker_url)
 
     @property
     def models_dir(self) -> Path:

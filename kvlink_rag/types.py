@@ -5,6 +5,7 @@ Shapes follow the convention ``[layers, kv_heads, tokens, head_dim]`` for KV ten
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -72,6 +73,33 @@ class DocumentKV:
     def nbytes(self) -> int:
         """Bytes of K and V together."""
         return self.keys.numel() * self.keys.element_size() * 2
+
+
+@dataclass
+class LayeredDocuments:
+    """Several documents' KV arriving layer by layer (prefetched from the store while layers are linked).
+
+    Attributes:
+        num_tokens: tokens of each document, in slot order.
+        fingerprint: the common encoding fingerprint.
+        layers: iterator over layers of ``(k_raw, v)``, each ``[kv_heads, sum(num_tokens), head_dim]``,
+            documents concatenated in slot order; keys before RoPE.
+        wait_s: seconds the consumer spent blocked waiting for layers (load time not hidden by compute).
+    """
+
+    num_tokens: list[int]
+    fingerprint: str
+    layers: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    wait_s: float = 0.0
+
+    @classmethod
+    def from_documents(cls, docs: list[DocumentKV]) -> "LayeredDocuments":
+        """In-memory documents as a layer stream (no copy beyond the per-layer concatenation)."""
+        if len({d.fingerprint for d in docs}) > 1:
+            raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
+        layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
+                  for i in range(docs[0].num_layers))
+        return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,25 @@ class BlobStore:
             yield k, v
         self.access.touch(key.encode())
 
+    def get_ids(self, key: str) -> torch.Tensor | None:
+        """``[tokens]`` int64 token ids of ``key`` (checksummed), or None when absent.
+
+        Raises:
+            CorruptRecordError: the ids failed their checksum (the record is deleted and reported).
+        """
+        _check_key(key)
+        try:
+            with self.env.read() as txn:
+                meta_buf = txn.get(_rkey(key, "meta"), db=self._db)
+                if meta_buf is None:
+                    return None
+                meta = codec.parse_meta(meta_buf)
+                return codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta["checksum"]["ids"],
+                                        meta["shape"][2])
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            raise
+
     def meta(self, key: str) -> dict | None:
         """The parsed meta record of ``key`` (no payload check), or None."""
         with self.env.read() as txn:

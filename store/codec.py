@@ -37,7 +37,7 @@ _ST_DTYPES: dict[str, torch.dtype] = {
 }
 
 
-class CorruptRecordError(Exception):
+class CorruptRecordError(LookupError):
     """A stored record failed its checksum or could not be parsed."""
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from kvlink_rag.types import DocumentKV
+from kvlink_rag.types import DocumentKV, LayeredDocuments
 from store.blobs import BlobStore
 from store.keys import text_key
+from store.prefetch import prefetch_layers
 from store.tiers import TieredCache
 
 
@@ -38,6 +39,30 @@ class StoreCache:
     def get(self, key: str) -> DocumentKV | None:
         """From the fastest tier holding it, else LMDB (checksummed), else None."""
         return self.tiered.get(key, self.tenant)
+
+    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
+        """Per key: the document if a memory tier holds it, the key itself if only LMDB has it (to be
+        streamed with :meth:`stream`), or None if it is nowhere."""
+        out: list[DocumentKV | str | None] = []
+        for key in keys:
+            kv = None
+            for tier in self.tiered.tiers:
+                kv = tier.get(key, self.tenant)
+                if kv is not None:
+                    break
+            if kv is None and self.blobs is not None and self.blobs.contains(key):
+                out.append(key)
+            else:
+                out.append(kv)
+        return out
+
+    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
+        """Layer stream over in-memory and LMDB documents; LMDB ones fill the tiers once read.
+
+        Raises:
+            KeyError: a keyed document disappeared.
+        """
+        return prefetch_layers(self.blobs, items, on_loaded=lambda key, kv: self.tiered.put(key, kv, self.tenant))
 
     def put(self, key: str, kv: DocumentKV) -> None:
         """Write to LMDB (atomic) and the memory tiers."""
