@@ -203,27 +203,34 @@ def eval_cmd(
     data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
     docs: Annotated[int, typer.Option("--docs")] = 10,
-    gold_position: Annotated[str, typer.Option(help="first | middle | last | random")] = "random",
-    modes: Annotated[str, typer.Option(help="Comma list of full,naive,linked,linked-untrained.")] = "full,naive,linked-untrained",
+    gold_position: Annotated[str, typer.Option(help="Comma list of first, middle, last, random.")] = "random",
+    modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")) + ".")] = "full,naive,linked-untrained",
     k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
-    links: Annotated[Optional[Path], typer.Option(help="Trained link tokens for mode 'linked'.")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results JSON here.")] = None,
+    links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
+    adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA (modes full-adapted, linked-query-lora).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+    max_new_tokens: Annotated[int, typer.Option()] = 24,
+    int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Accuracy (best_subspan_em, 95% CI), answer NLL and TTFT per mode on multi-document NQ."""
     from rich.progress import Progress
 
-    from training.eval import MODES, evaluate
+    from training.eval import MODES, evaluate, plot_by_position, summarise
 
     from .engine import Engine, MemoryCache
-    from .nq import DataFormatError, load_nq
+    from .nq import GOLD_POSITIONS, DataFormatError, load_nq
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
-    bad = [m for m in wanted if m not in MODES]
-    if bad or not wanted:
-        fail(f"unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+    positions = [p.strip() for p in gold_position.split(",") if p.strip()]
+    bad = [m for m in wanted if m not in MODES] + [p for p in positions if p not in GOLD_POSITIONS]
+    if bad or not wanted or not positions:
+        fail(f"unknown mode(s) or position(s) {bad}; modes: {', '.join(MODES)}; positions: {', '.join(GOLD_POSITIONS)}")
     if "linked" in wanted and links is None:
         fail("mode 'linked' needs --links FILE (trained link tokens)")
+    if {"full-adapted", "linked-query-lora"} & set(wanted) and adapter is None:
+        fail("modes full-adapted and linked-query-lora need --adapter FILE")
     try:
         examples = load_nq(data)
     except DataFormatError as e:
@@ -231,36 +238,50 @@ def eval_cmd(
     n = min(n, len(examples))
     settings = make_settings(k, encoding, kv_dtype)
     base = make_engine(settings)
-    cache = MemoryCache()
-    base.cache = cache
-    engines = {}
-    for m in wanted:
-        if m == "linked":
+    base.cache = cache = MemoryCache()
+    if int8:  # a throw-away int8 store: caches are served as the int8 round trip
+        import tempfile
+
+        from store.factory import open_store
+
+        tmp_home = Path(tempfile.mkdtemp(prefix="kvlink-eval-int8-"))
+        base.cache = cache = open_store(settings.model_copy(update={"home": tmp_home, "store_int8": True})).cache
+    trained: dict[Path, Engine] = {}
+
+    def engine_for(path: Path) -> Engine:
+        if path not in trained:
             try:
-                engines[m] = Engine(settings.model_copy(update={"link_tokens_path": links}), lm=base.lm, cache=cache)
+                trained[path] = Engine(settings.model_copy(update={"link_tokens_path": path}), lm=base.lm, cache=cache)
             except (ValueError, FileNotFoundError) as e:
                 fail(str(e))
-        else:
-            engines[m] = base
+        return trained[path]
+
+    engines = {m: engine_for(links) if m == "linked" else engine_for(adapter) if m in ("full-adapted", "linked-query-lora")
+               else base for m in wanted}
+    rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with Progress(console=console) as progress:
-        task = progress.add_task(f"evaluating {n} questions", total=n)
-        results = evaluate(engines, examples, n, docs, gold_position, seed,
-                           progress=lambda: progress.advance(task))
-    summary = {m: r.summary(seed) for m, r in results.items()}
+        task = progress.add_task(f"evaluating {n} questions x {len(positions)} positions", total=n * len(positions))
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
+                        progress=lambda: progress.advance(task))
+    rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in positions]
+    summary = summarise(rows, seed)
     table = Table(title=f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
                         f"{settings.encoding}, K={settings.link_k}")
-    for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)"):
+    for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)", "n"):
         table.add_column(col)
-    for m, s in summary.items():
+    for m, s in summary["modes"].items():
         table.add_row(m, f"{s['accuracy']:.3f}", f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
-                      f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}")
+                      f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}", str(s["n"]))
     out.print(table)
     if json_out is not None:
-        payload = {"modes": summary, "settings": {"n": n, "docs": docs, "gold_position": gold_position,
+        payload = {**summary, "settings": {"n": n, "docs": docs, "gold_positions": positions,
                    "encoding": settings.encoding, "link_k": settings.link_k, "kv_dtype": settings.kv_dtype,
-                   "seed": seed, "data": str(data), "links": str(links) if links else None},
-                   "answers": {m: r.answers for m, r in results.items()}}
+                   "seed": seed, "data": str(data), "links": str(links) if links else None,
+                   "adapter": str(adapter) if adapter else None, "max_new_tokens": max_new_tokens,
+                   "int8": int8}}
         json_out.write_text(json.dumps(payload, indent=2))
+    if plot is not None:
+        plot_by_position(summary, plot)
 
 
 @app.command("train-links")
@@ -320,6 +341,11 @@ def train_links(
     plot_losses(trainer.state, out.with_suffix(".png"))
     console.print(f"saved {out} (K={k}, adapter={'query-lora' if cfg.lora else 'none'}), validation accuracy "
                   f"{acc:.3f} on {len(split.val)} held-out questions; loss curve {out.with_suffix('.png')}")
+
+
+from .service_cli import register as _register_service_commands  # noqa: E402 - needs the helpers above
+
+_register_service_commands(app)  # serve, worker, ingest, query
 
 
 def main() -> None:  # pragma: no cover

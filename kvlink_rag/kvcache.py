@@ -16,3 +16,10 @@ def cache_tensors(cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
     keys = torch.stack([layer.keys[0] for layer in cache.layers])
     values = torch.stack([layer.values[0] for layer in cache.layers])
     return keys, values
+
+
+def truncate_cache(cache: DynamicCache, tokens: int) -> None:
+    """Drop every slot after the first ``tokens`` in every layer (undo a scoring forward), in place."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, :tokens]
+        layer.values = layer.values[:, :, :tokens]

@@ -65,7 +65,13 @@ class StoreCache:
         return prefetch_layers(self.blobs, items, on_loaded=lambda key, kv: self.tiered.put(key, kv, self.tenant))
 
     def put(self, key: str, kv: DocumentKV) -> None:
-        """Write to LMDB (atomic) and the memory tiers."""
+        """Write to LMDB (atomic) and the memory tiers.
+
+        With int8 storage the tiers get the dequantised copy read back, so a document is served the same
+        before and after a restart.
+        """
         if self.blobs is not None:
             self.blobs.put(key, kv, int8=self.int8)
+            if self.int8:
+                kv = self.blobs.get(key, kv.dtype) or kv
         self.tiered.put(key, kv, self.tenant)

@@ -1,22 +1,29 @@
-"""Answer-quality evaluation: full prefill vs reused caches (naive, linked) on multi-document NQ.
+"""Answer-quality evaluation: full prefill vs reused caches (naive, linked, adapted) on multi-document NQ.
 
 Metric: best_subspan_em (Liu et al., 2023; KVLink, arXiv 2502.16002, section 4) with a 95% bootstrap
-interval, plus the mean negative log-likelihood (nats/token) of the first gold answer given the context.
+interval, the mean negative log-likelihood (nats/token) of the first gold answer given the context, and
+the median TTFT. Rows are appended to a JSONL file as they are computed, so a long run can resume.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from kvlink_rag.adapters import adapter_scope
 from kvlink_rag.engine import Document, Engine
-from kvlink_rag.generate import full_prefill
+from kvlink_rag.generate import SamplingParams, decode, full_prefill
+from kvlink_rag.kvcache import truncate_cache
 from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
 
-MODES = ("full", "naive", "linked", "linked-untrained")
+MODES = ("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")
+FULL_MODES = ("full", "full-adapted")
 
 
 @dataclass
@@ -26,7 +33,6 @@ class ModeResult:
     em: list[float] = field(default_factory=list)
     nll: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
-    answers: list[str] = field(default_factory=list)
 
     def summary(self, seed: int = 0) -> dict:
         """``{"accuracy", "ci95", "answer_nll", "ttft_s", "n"}`` (means; ttft median)."""
@@ -48,45 +54,109 @@ def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[
 
 
 @torch.inference_mode()
-def answer_nll(engine: Engine, question: str, docs: list[Document], answer: str, mode: str) -> float:
-    """Mean NLL in nats per token of ``answer`` after the prompt, under ``mode`` ('full' or a reuse mode)."""
-    lm = engine.lm
-    ans = torch.tensor(lm.tokenizer(answer, add_special_tokens=False)["input_ids"], dtype=torch.long)
-    if mode == "full":
-        ctx = full_prefill(lm, engine.prompt_ids(question, docs))
-    else:
-        ctx, _ = engine.link_context(question, docs, k=0 if mode == "naive" else None)
-    pos = torch.arange(ctx.next_position, ctx.next_position + len(ans))
-    out = lm.model(input_ids=ans[None].to(lm.device), position_ids=pos[None].to(lm.device), cache=ctx.cache,
-                   use_cache=True)
-    logits = torch.cat([ctx.last_logits[None], out.logits[0, :-1].float()])
-    return float(F.cross_entropy(logits.cpu(), ans))
+def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], answer: str,
+               max_new_tokens: int) -> dict:
+    """One question under one mode: ``{"answer", "ttft_s", "nll"}``.
 
-
-def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_position: str,
-             seed: int = 0, max_new_tokens: int = 32, progress=None) -> dict[str, ModeResult]:
-    """Run every mode in ``engines`` (mode name -> engine) over the first ``n`` questions.
-
-    Documents are precomputed before timing (as at ingest), so TTFT measures reuse.
+    TTFT covers cache lookup/load, linking (or full prefill) and the first token; the answer NLL is
+    scored on the same cache, which is then truncated back before greedy decoding.
     """
-    results = {m: ModeResult() for m in engines}
-    for i in range(n):
-        ex = examples[i]
-        docs, _ = build_documents(examples, i, n_docs, gold_position, seed)
-        for mode, eng in engines.items():
-            if mode != "full":
-                for d in docs:
-                    eng.get_or_encode(d)
-            if mode == "full":
-                a = eng.answer_full(ex.question, docs, max_new_tokens=max_new_tokens, temperature=0.0)
-            else:
-                a = eng.answer(ex.question, docs, k=0 if mode == "naive" else None,
-                               max_new_tokens=max_new_tokens, temperature=0.0)
-            r = results[mode]
-            r.em.append(best_subspan_em(a.text, ex.answers))
-            r.ttft.append(a.ttft_s)
-            r.answers.append(a.text)
-            r.nll.append(answer_nll(eng, ex.question, docs, ex.answers[0], mode))
-        if progress is not None:
-            progress()
-    return results
+    lm = engine.lm
+    with adapter_scope(lm, engine.adapter):
+        t0 = time.perf_counter()
+        if mode in FULL_MODES:
+            ctx = full_prefill(lm, engine.prompt_ids(question, docs))
+        else:
+            ctx, _ = engine.link_context(question, docs, k=0 if mode == "naive" else None)
+        first = int(torch.argmax(ctx.last_logits))
+        ttft = time.perf_counter() - t0
+        ans = torch.tensor(lm.tokenizer(answer, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        n_cached = ctx.storage_positions.numel()
+        pos = torch.arange(ctx.next_position, ctx.next_position + len(ans))
+        out = lm.model(input_ids=ans[None].to(lm.device), position_ids=pos[None].to(lm.device), cache=ctx.cache,
+                       use_cache=True)
+        logits = torch.cat([ctx.last_logits[None], out.logits[0, :-1].float()])
+        nll = float(F.cross_entropy(logits.cpu(), ans))
+        truncate_cache(ctx.cache, n_cached)
+        params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=engine.stop_ids)
+        ids = list(decode(lm, ctx, params))
+    assert not ids or ids[0] == first
+    return {"answer": lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), "ttft_s": ttft, "nll": nll}
+
+
+def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
+             seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None) -> list[dict]:
+    """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position.
+
+    Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
+    ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
+    """
+    rows: list[dict] = []
+    done: set[tuple] = set()
+    if rows_path is not None and rows_path.exists():
+        rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+        done = {(r["index"], r["gold_position"], r["mode"]) for r in rows}
+    sink = open(rows_path, "a") if rows_path is not None else None
+    try:
+        for pos in gold_positions:
+            for i in range(n):
+                ex = examples[i]
+                docs, slot = build_documents(examples, i, n_docs, pos, seed)
+                for mode, eng in engines.items():
+                    if (i, pos, mode) in done:
+                        continue
+                    if mode not in FULL_MODES:
+                        for d in docs:
+                            eng.get_or_encode(d)
+                    r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens)
+                    row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,
+                           "em": best_subspan_em(r["answer"], ex.answers), **r}
+                    rows.append(row)
+                    if sink is not None:
+                        sink.write(json.dumps(row) + "\n")
+                        sink.flush()
+                if progress is not None:
+                    progress()
+    finally:
+        if sink is not None:
+            sink.close()
+    return rows
+
+
+def summarise(rows: list[dict], seed: int = 0) -> dict:
+    """``{"modes": {mode: summary}, "by_position": {position: {mode: summary}}}``."""
+    def collect(selected):
+        out: dict[str, ModeResult] = {}
+        for r in selected:
+            m = out.setdefault(r["mode"], ModeResult())
+            m.em.append(r["em"])
+            m.nll.append(r["nll"])
+            m.ttft.append(r["ttft_s"])
+        return {k: v.summary(seed) for k, v in out.items()}
+
+    positions = sorted({r["gold_position"] for r in rows})
+    return {"modes": collect(rows), "by_position": {p: collect([r for r in rows if r["gold_position"] == p])
+                                                    for p in positions}}
+
+
+def plot_by_position(summary: dict, path: Path) -> None:
+    """PNG: accuracy (with 95% CI) by gold position, one line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = [p for p in ("first", "middle", "last", "random") if p in summary["by_position"]]
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    modes = list(summary["modes"])
+    for m in modes:
+        ys = [summary["by_position"][p].get(m, {}).get("accuracy", float("nan")) for p in order]
+        lo = [y - summary["by_position"][p][m]["ci95"][0] for y, p in zip(ys, order)]
+        hi = [summary["by_position"][p][m]["ci95"][1] - y for y, p in zip(ys, order)]
+        ax.errorbar(order, ys, yerr=[lo, hi], marker="o", capsize=3, label=m)
+    ax.set_xlabel("gold passage position")
+    ax.set_ylabel("accuracy (best_subspan_em)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

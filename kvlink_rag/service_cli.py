@@ -1,0 +1,258 @@
+"""Service commands of the ``kvlink-rag`` CLI: serve, worker, ingest, query.
+
+``ingest`` and ``query`` talk to a running server with ``--url`` (API key from ``--api-key`` or
+``KVLINK_RAG_API_KEY``), or else work on the store under ``KVLINK_RAG_HOME`` directly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli import console, fail, make_settings, out
+
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="A running server, e.g. http://127.0.0.1:8000 "
+                                               "(default: work on the store directly).")]
+KeyOpt = Annotated[Optional[str], typer.Option("--api-key", envvar="KVLINK_RAG_API_KEY",
+                                               help="API key for --url.")]
+TenantOpt = Annotated[str, typer.Option(help="Tenant (direct mode; with --url the API key decides).")]
+
+
+def read_documents(paths: list[Path]) -> list[dict]:
+    """Documents from text files (one each: id = file name, title = stem) and JSONL(.gz) files (one
+    object per line with ``text`` and optional ``id``, ``title``, ``metadata``). Exits on bad input."""
+    docs: list[dict] = []
+    for p in paths:
+        if not p.exists():
+            fail(f"{p} does not exist")
+        if p.is_dir():
+            fail(f"{p} is a folder; pass the files")
+        name = p.name.lower()
+        if name.endswith((".jsonl", ".jsonl.gz")):
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(p, "rt", encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        fail(f"{p}:{n}: not JSON ({e.msg})")
+                    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
+                        fail(f"{p}:{n}: each line needs a non-empty string 'text'")
+                    docs.append({"id": str(obj["id"]) if obj.get("id") is not None else f"{p.stem}-{n}",
+                                 "text": obj["text"], "title": str(obj.get("title") or ""),
+                                 "metadata": obj.get("metadata") or {}})
+            continue
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            fail(f"{p} is not UTF-8 text")
+        if not text.strip():
+            fail(f"{p} is empty")
+        docs.append({"id": p.name, "text": text, "title": p.stem, "metadata": {}})
+    if not docs:
+        fail("no documents found in the given files")
+    return docs
+
+
+def _client(url: str, api_key: str | None):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=httpx.Timeout(600.0, connect=5.0))
+
+
+def _check(resp) -> dict:
+    """The JSON body, or exit with the server's error message."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {}
+    if resp.status_code >= 400:
+        err = body.get("error", {}) if isinstance(body, dict) else {}
+        fail(f"server answered {resp.status_code}: {err.get('message') or resp.text[:300]}")
+    return body
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service commands to ``app``."""
+
+    @app.command()
+    def serve(host: Annotated[Optional[str], typer.Option(help="Bind address (KVLINK_RAG_HOST).")] = None,
+              port: Annotated[Optional[int], typer.Option(help="Port (KVLINK_RAG_PORT).")] = None,
+              log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info") -> None:
+        """Run the HTTP API (uvicorn). Without KVLINK_RAG_BROKER_URL precompute runs in this process."""
+        import logging
+
+        import uvicorn
+
+        from api.main import create_app
+
+        settings = make_settings(host=host, port=port)
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+
+    @app.command()
+    def worker(pool: Annotated[str, typer.Option(help="Celery pool: solo (one task at a time) or threads.")] = "solo",
+               loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO") -> None:
+        """Run one Celery precompute worker (needs KVLINK_RAG_BROKER_URL); the model loads on the first task."""
+        from workers.celery_app import make_celery
+
+        settings = make_settings()
+        try:
+            celery = make_celery(settings)
+        except ValueError as e:
+            fail(str(e))
+        celery.worker_main(["worker", "-P", pool, "-l", loglevel, "-Q", settings.task_queue, "-c", "1",
+                            "--without-gossip", "--without-mingle"])
+
+    @app.command()
+    def ingest(paths: Annotated[list[Path], typer.Argument(help="Text files (one document each) or JSONL(.gz).")],
+               url: UrlOpt = None, api_key: KeyOpt = None, tenant: TenantOpt = "default",
+               batch_size: Annotated[int, typer.Option(help="Documents per request (--url).")] = 64,
+               precompute: Annotated[bool, typer.Option(help="Direct mode: precompute now (else at first query "
+                                                        "or by the workers).")] = True) -> None:
+        """Add or update documents, with a progress bar; prints a summary."""
+        docs = read_documents(paths)
+        if batch_size < 1:
+            fail("--batch-size must be >= 1")
+        results = _ingest_remote(docs, url, api_key, batch_size) if url else _ingest_direct(docs, tenant, precompute)
+        changed = sum(r["queued"] for r in results)
+        dups = sum(bool(r["near_duplicates"]) for r in results)
+        out.print(f"{len(results)} documents: {changed} new or changed, {len(results) - changed} unchanged, "
+                  f"{dups} with near-duplicates")
+
+    @app.command()
+    def query(question: Annotated[str, typer.Argument(help="The question.")],
+              top_k: Annotated[Optional[int], typer.Option("--top-k", help="Retrieve this many documents (BM25).")] = None,
+              doc_id: Annotated[list[str], typer.Option("--doc-id", help="Use this document; repeat for several.")] = [],
+              url: UrlOpt = None, api_key: KeyOpt = None, tenant: TenantOpt = "default",
+              max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+              as_json: Annotated[bool, typer.Option("--json", help="Print the response JSON.")] = False) -> None:
+        """Answer a question over the tenant's documents (cached KV, re-linked)."""
+        if top_k is not None and doc_id:
+            fail("give either --top-k or --doc-id, not both")
+        body = {"question": question, "top_k": top_k, "document_ids": doc_id or None, "max_new_tokens": max_new_tokens}
+        body = {k: v for k, v in body.items() if v is not None}
+        res = _query_remote(body, url, api_key) if url else _query_direct(body, tenant)
+        if as_json:
+            out.print_json(json.dumps(res))
+            return
+        out.print(f"[bold]A:[/bold] {res['answer']}")
+        for d in res["documents"]:
+            out.print(f"  {d['id']}  {d['title'][:50]!r}  {'cache hit' if d['cache_hit'] else 'encoded now'}")
+        t = res["timings"]
+        out.print("  " + ", ".join(f"{k[:-2]} {v * 1000:.0f} ms" for k, v in t.items()))
+
+
+def _ingest_remote(docs: list[dict], url: str, api_key: str | None, batch_size: int) -> list[dict]:
+    import httpx
+
+    results: list[dict] = []
+    try:
+        with _client(url, api_key) as client, _progress() as progress:
+            task = progress.add_task(f"ingesting into {url}", total=len(docs))
+            for i in range(0, len(docs), batch_size):
+                batch = docs[i:i + batch_size]
+                results += _check(client.post("/v1/documents", json={"documents": batch}))["documents"]
+                progress.advance(task, len(batch))
+    except httpx.HTTPError as e:
+        fail(f"cannot reach {url}: {e}")
+    return results
+
+
+def _open_direct(settings):
+    from store.factory import open_store
+
+    queue = None
+    if settings.distributed:
+        from api.precompute import CeleryQueue
+
+        queue = CeleryQueue(settings)
+    try:
+        return open_store(settings, enqueue=queue), queue
+    except Exception as e:  # noqa: BLE001
+        fail(f"cannot open the store under {settings.store_dir}: {e}")
+
+
+def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict]:
+    from .cli import make_engine
+
+    settings = make_settings()
+    store, queue = _open_direct(settings)
+    results, todo = [], []
+    try:
+        with _progress() as progress:
+            task = progress.add_task(f"ingesting into {settings.store_dir}", total=len(docs))
+            for d in docs:
+                res = store.catalog.ingest(tenant, d["id"], d["text"], d["title"], d["metadata"])
+                results.append({"id": d["id"], "queued": res.queued, "near_duplicates": res.near_duplicates})
+                if res.queued:
+                    todo.append(res.record)
+                progress.advance(task)
+        if todo and precompute and queue is None:
+            engine = make_engine(settings)
+            with _progress() as progress:
+                task = progress.add_task("precomputing", total=len(todo))
+                for rec in todo:
+                    try:
+                        store.catalog.precompute(tenant, rec.doc_id, rec.version, engine)
+                    except ValueError as e:
+                        store.catalog.fail(tenant, rec.doc_id, rec.version, str(e))
+                        console.print(f"[yellow]{rec.doc_id}: {e}[/yellow]")
+                    progress.advance(task)
+    except Exception as e:  # noqa: BLE001 - invalid ids, Redis or broker down
+        fail(f"ingest failed: {e}")
+    finally:
+        store.blobs.close()
+    return results
+
+
+def _query_remote(body: dict, url: str, api_key: str | None) -> dict:
+    import httpx
+
+    try:
+        with _client(url, api_key) as client:
+            return _check(client.post("/v1/query", json=body))
+    except httpx.HTTPError as e:
+        fail(f"cannot reach {url}: {e}")
+
+
+def _query_direct(body: dict, tenant: str) -> dict:
+    import threading
+
+    from api.answering import QueryService
+    from api.errors import ApiError
+    from api.retrieval import Retrieval
+    from api.routes.query import query_out
+
+    from .cli import make_engine
+
+    settings = make_settings()
+    store, _ = _open_direct(settings)
+    engine = make_engine(settings)
+    engine.cache = store.cache
+    service = QueryService(engine, store, Retrieval(store.index, store.texts), threading.Lock(), settings)
+    try:
+        plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
+                            max_new_tokens=body.get("max_new_tokens"))
+        return query_out(service.answer(plan))
+    except ApiError as e:
+        fail(e.message)
+    except Exception as e:  # noqa: BLE001 - e.g. Redis index down
+        fail(f"query failed: {e}")
+    finally:
+        store.blobs.close()
+

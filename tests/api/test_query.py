@@ -1,0 +1,111 @@
+"""POST /v1/query on the embedded default: answers from the cache, encoding on the spot, updates, SSE,
+BM25 retrieval kept current, limits."""
+
+from __future__ import annotations
+
+import json
+
+from api_helpers import parse_sse, wait_ready
+from store.keys import content_hash
+
+TIMINGS = {"retrieval_s", "queue_wait_s", "cache_load_s", "link_s", "ttft_s", "total_s"}
+
+
+def test_ingest_then_query_answers_from_the_cache(client, fixture_docs):
+    client.post("/v1/documents", json={"documents": fixture_docs})
+    for d in fixture_docs:
+        wait_ready(client, d["id"])
+    r = client.post("/v1/query", json={"question": "Who kept the lighthouse lamp burning?",
+                                       "document_ids": ["lighthouse", "paris"]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [d["id"] for d in body["documents"]] == ["lighthouse", "paris"]
+    assert all(d["cache_hit"] for d in body["documents"]) and body["documents"][0]["title"] == "Skerry Point lighthouse"
+    assert isinstance(body["answer"], str) and 1 <= body["completion_tokens"] <= 4
+    t = body["timings"]
+    assert set(t) == TIMINGS and all(v >= 0 for v in t.values())
+    assert t["retrieval_s"] <= t["ttft_s"] <= t["total_s"] and t["link_s"] > 0
+    assert body["context_tokens"] > sum(wait_ready(client, i)["num_tokens"] for i in ("lighthouse", "paris"))
+
+    retrieved = client.post("/v1/query", json={"question": "Which river flows through the capital of France?",
+                                               "top_k": 2}).json()
+    assert retrieved["documents"][0]["id"] == "paris" and retrieved["documents"][0]["score"] > 0
+    assert all(d["cache_hit"] for d in retrieved["documents"])
+
+
+def test_missing_caches_are_encoded_on_the_spot_and_updates_serve_the_new_text(make_client, fixture_docs):
+    with make_client(precompute_threads=0) as c:  # no background precompute: only queries encode
+        store = c.app_state.store
+        c.post("/v1/documents", json=fixture_docs[1])
+        assert c.get("/v1/documents/paris").json()["status"] == "queued"
+        ask = {"question": "What is the capital of France?", "document_ids": ["paris"]}
+
+        first = c.post("/v1/query", json=ask).json()["documents"][0]
+        assert first["cache_hit"] is False and first["version"] == 1
+        detail = c.get("/v1/documents/paris").json()  # encoded now, stored, and the record says so
+        assert detail["status"] == "ready" and detail["cache_key"] in store.blobs
+        assert c.post("/v1/query", json=ask).json()["documents"][0]["cache_hit"] is True
+
+        new_text = "Paris, on the Seine, is the capital of France and hosted the 2024 Summer Olympics."
+        c.put("/v1/documents/paris", json={"text": new_text})
+        after = c.post("/v1/query", json=ask).json()["documents"][0]
+        assert after["version"] == 2 and after["content_hash"] == content_hash(new_text)
+        assert after["cache_hit"] is False
+        assert c.post("/v1/query", json=ask).json()["documents"][0]["cache_hit"] is True
+        now = c.get("/v1/documents/paris").json()
+        assert now["content_hash"] == content_hash(new_text) and now["version"] == 2 and now["status"] == "ready"
+        assert now["cache_key"] != detail["cache_key"] and detail["cache_key"] not in store.blobs
+
+
+def test_stream_sends_token_events_then_the_result(client, fixture_docs):
+    client.post("/v1/documents", json=fixture_docs[2])
+    wait_ready(client, "photosynthesis")
+    ask = {"question": "What does photosynthesis release?", "document_ids": ["photosynthesis"]}
+    whole = client.post("/v1/query", json=ask).json()
+    r = client.post("/v1/query", json={**ask, "stream": True})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(r.text)
+    kinds = [e for e, _ in events]
+    assert kinds[-1] == "done" and set(kinds[:-1]) == {"token"}
+    done = json.loads(events[-1][1])
+    pieces = "".join(json.loads(d)["text"] for e, d in events if e == "token")
+    assert pieces.strip() == done["answer"] == whole["answer"]  # greedy: same answer either way
+    assert done["documents"][0]["cache_hit"] is True and set(done["timings"]) == TIMINGS
+
+
+def test_retrieval_follows_ingest_update_and_delete(client):
+    ask = {"question": "Where does the emperor penguin breed?", "top_k": 3}
+    assert client.post("/v1/query", json=ask).json()["error"]["code"] == "no_matching_documents"
+    client.post("/v1/documents", json={"documents": [
+        {"id": "birds", "text": "The emperor penguin breeds in the Antarctic winter on the sea ice."},
+        {"id": "cars", "text": "Electric cars store energy in lithium batteries."}]})
+    assert [d["id"] for d in client.post("/v1/query", json=ask).json()["documents"]] == ["birds"]
+    client.put("/v1/documents/cars", json={"text": "The emperor penguin is the tallest penguin; it breeds inland."})
+    assert {d["id"] for d in client.post("/v1/query", json=ask).json()["documents"]} == {"birds", "cars"}
+    client.delete("/v1/documents/birds")
+    assert [d["id"] for d in client.post("/v1/query", json=ask).json()["documents"]] == ["cars"]
+
+
+def test_query_limits_are_clear_4xx(make_client, fixture_docs):
+    with make_client(max_question_chars=50, max_top_k=3, max_new_tokens_limit=8, max_query_documents=2) as c:
+        c.post("/v1/documents", json=fixture_docs[1])
+
+        def err(body, status):
+            r = c.post("/v1/query", json=body)
+            assert r.status_code == status, r.text
+            return r.json()["error"]["message"]
+
+        q = "capital of France?"
+        assert "60 characters; the limit is 50" in err({"question": "x" * 60, "top_k": 1}, 422)
+        assert "top_k must be within 1..3" in err({"question": q, "top_k": 4}, 422)
+        assert "either document_ids or top_k" in err({"question": q, "top_k": 1, "document_ids": ["paris"]}, 422)
+        assert "max_new_tokens must be within 1..8" in err({"question": q, "top_k": 1, "max_new_tokens": 9}, 422)
+        assert "3 document ids; the limit is 2" in err({"question": q, "document_ids": ["a", "b", "c"]}, 422)
+        assert "unknown document id(s): nope, gone" in err({"question": q, "document_ids": ["nope", "gone"]}, 404)
+        assert "k (link tokens per document) must be within 0..5" in err({"question": q, "top_k": 1, "k": 6}, 422)
+        assert "unknown adapter 'lora-x'" in err({"question": q, "top_k": 1, "adapter": "lora-x"}, 400)
+        assert "question: String should have at least 1 character" in err({"question": ""}, 422)
+        assert "body.question: Field required" in err({"top_k": 1}, 422)
+        assert "body.topk: Extra inputs are not permitted" in err({"question": q, "topk": 1}, 422)
+        ok = c.post("/v1/query", json={"question": q, "top_k": 1, "k": 0, "adapter": "none", "max_new_tokens": 2})
+        assert ok.status_code == 200 and ok.json()["completion_tokens"] <= 2

@@ -1,0 +1,99 @@
+"""The service commands: ingest and query (directly on the store and against a server), worker and errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvlink_rag.cli import app
+from kvlink_rag.settings import Settings
+from service_support import LiveServer, free_port, save_tiny_checkpoint
+
+FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+@pytest.fixture
+def env(tmp_path, tiny_checkpoint) -> dict:
+    return {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(tiny_checkpoint),
+            "KVLINK_RAG_DEVICE": "cpu", "KVLINK_RAG_MAX_NEW_TOKENS": "3", "KVLINK_RAG_BROKER_URL": "",
+            "KVLINK_RAG_INDEX_URL": "", "KVLINK_RAG_API_KEY": ""}
+
+
+def _run(args, env):
+    result = runner.invoke(app, args, env=env)
+    return result.exit_code, result.output
+
+
+def test_ingest_files_and_jsonl_into_the_store_then_query(tmp_path, env):
+    docs = shutil.copy(FIXTURE, tmp_path / "documents.jsonl")
+    note = tmp_path / "note.txt"
+    note.write_text("The harbour master's office opens at seven in the morning.")
+    code, output = _run(["ingest", str(docs), str(note)], env)
+    assert code == 0, output
+    assert "5 documents: 5 new or changed, 0 unchanged" in output
+    from store.factory import open_store
+
+    store = open_store(Settings(home=tmp_path / "home"))
+    recs = {r.doc_id: r for r in store.index.list("default")}
+    assert set(recs) == {"lighthouse", "paris", "photosynthesis", "volcano", "note.txt"}
+    assert all(r.status == "ready" and r.cache_key in store.blobs for r in recs.values())  # precomputed now
+    assert recs["note.txt"].title == "note" and recs["lighthouse"].metadata == {"source": "fixture"}
+
+    code, output = _run(["ingest", str(docs)], env)
+    assert code == 0 and "4 documents: 0 new or changed, 4 unchanged" in output
+
+    code, output = _run(["query", "When does the harbour master open?", "--top-k", "1", "--json"], env)
+    assert code == 0, output
+    res = json.loads(output[output.index("{"):])
+    assert [d["id"] for d in res["documents"]] == ["note.txt"] and res["documents"][0]["cache_hit"] is True
+    code, output = _run(["query", "Which volcano?", "--doc-id", "volcano"], env)
+    assert code == 0 and "cache hit" in output and "ttft" in output
+
+
+def test_ingest_and_query_against_a_running_server(tmp_path, env, tiny_checkpoint):
+    from api.main import create_app
+
+    settings = Settings(home=tmp_path / "server", model=str(tiny_checkpoint), device="cpu", max_new_tokens=3,
+                        api_keys={"k1": "t1"})
+    with LiveServer(create_app(settings)) as srv:
+        docs = shutil.copy(FIXTURE, tmp_path / "documents.jsonl")
+        code, output = _run(["ingest", str(docs), "--url", srv.url, "--api-key", "k1", "--batch-size", "3"], env)
+        assert code == 0 and "4 documents: 4 new or changed" in output, output
+        code, output = _run(["query", "Mount Erebus lava lake", "--top-k", "1", "--url", srv.url, "--json"],
+                            {**env, "KVLINK_RAG_API_KEY": "k1"})
+        assert code == 0, output
+        assert json.loads(output[output.index("{"):])["documents"][0]["id"] == "volcano"
+        code, output = _run(["query", "anything", "--top-k", "1", "--url", srv.url, "--api-key", "bad"], env)
+        assert code == 2 and "server answered 401: unknown API key" in output
+
+
+def test_clear_errors_and_non_zero_exit(tmp_path, env):
+    code, output = _run(["ingest", str(tmp_path / "missing.txt")], env)
+    assert code == 2 and "does not exist" in output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{not json\n')
+    code, output = _run(["ingest", str(bad)], env)
+    assert code == 2 and "bad.jsonl:2: not JSON" in output
+    bad.write_text('{"title": "no text"}\n')
+    code, output = _run(["ingest", str(bad)], env)
+    assert code == 2 and "needs a non-empty string 'text'" in output
+    code, output = _run(["query", "q?", "--top-k", "1", "--doc-id", "a"], env)
+    assert code == 2 and "either --top-k or --doc-id" in output
+    code, output = _run(["query", "q?", "--top-k", "1", "--url", f"http://127.0.0.1:{free_port()}"], env)
+    assert code == 2 and "cannot reach" in output
+    code, output = _run(["query", "q?", "--doc-id", "nope"], env)
+    assert code == 2 and "unknown document id(s): nope" in output
+    code, output = _run(["worker"], env)
+    assert code == 2 and "KVLINK_RAG_BROKER_URL" in output
+    code, output = _run(["serve", "--port", "0"], env)
+    assert code == 2 and "port" in output

@@ -1,0 +1,30 @@
+"""A real Celery worker (solo pool) that stops mid-precompute to be killed: after the model encoded the
+document and before the cache is written, it writes the file ``$KVLINK_TEST_PAUSE_MARKER`` and sleeps.
+
+Run as ``python tests/workers/paused_worker.py`` with the usual worker environment (fault injection for
+the SIGKILL test; everything else is the production worker).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from store.blobs import BlobStore
+from workers.celery_app import app
+
+_put = BlobStore.put
+
+
+def _paused_put(self, key, kv, int8=False):
+    Path(os.environ["KVLINK_TEST_PAUSE_MARKER"]).write_text(key)
+    time.sleep(3600)
+    return _put(self, key, kv, int8)
+
+
+if __name__ == "__main__":
+    BlobStore.put = _paused_put
+    sys.exit(app.worker_main(["worker", "-P", "solo", "-l", "INFO", "-n", "paused@%h", "--without-gossip",
+                              "--without-mingle", "--without-heartbeat"]))
