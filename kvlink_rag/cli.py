@@ -348,6 +348,46 @@ from .service_cli import register as _register_service_commands  # noqa: E402 - 
 _register_service_commands(app)  # serve, worker, ingest, query
 
 
+@app.command()
+def bench(
+    nq: Annotated[Path, typer.Option(help="NQ-open oracle JSONL(.gz) for real documents.")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+    lengths: Annotated[str, typer.Option(help="Context lengths in tokens (10 documents).")] = "1000,2000,4000,8000",
+    doc_counts: Annotated[str, typer.Option(help="Document counts for TTFT scaling.")] = "1,5,10,20",
+    store_sizes: Annotated[str, typer.Option(help="Synthetic entry counts for store scaling.")] = "100,1000,10000",
+    repeats: Annotated[int, typer.Option()] = 3,
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Folder for PNG plots.")] = None,
+    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables here (e.g. BENCHMARKS.md).")] = None,
+) -> None:
+    """TTFT (full vs linked vs floor), load bandwidth, precompute throughput and scaling, side by side."""
+    from bench.report import markdown, plots as make_plots
+    from bench.run import run_suite
+
+    try:
+        ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+        lens, counts, sizes = ints(lengths), ints(doc_counts), ints(store_sizes)
+    except ValueError:
+        fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--device cuda: no CUDA device is available on this machine")
+    engine = make_engine(make_settings(device=device))
+    results = run_suite(engine, nq, lens, repeats, counts, sizes, log=lambda m: console.print(m))
+    command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
+    text = markdown(results, command)
+    out.print(text)
+    if json_out is not None:
+        json_out.write_text(json.dumps(results, indent=2))
+    if plots is not None:
+        for p in make_plots(results, plots):
+            console.print(f"plot: {p}")
+    if markdown_out is not None:
+        markdown_out.write_text("# Benchmarks\n\n" + text)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -7,6 +7,7 @@ middle merely groups near-duplicates for the index and never selects a cache by 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -53,12 +54,23 @@ def simhash64(text: str) -> int:
     """
     from collections import Counter
 
-    from simhash import Simhash
-
     feats = Counter(shingles(text, SHINGLE))
     if not feats:
         return 0
-    return int(Simhash(feats, f=64).value)
+    return int(_simhash_class()(feats, f=64).value)
+
+
+@functools.lru_cache(maxsize=1)
+def _simhash_class():
+    """``simhash.Simhash`` summing every weight in its batched path: its per-feature path multiplies a
+    uint8 bit array by the weight, which overflows (OverflowError under numpy 2) for a word occurring more
+    than 255 times. The sums, hence the hashes, are the same as the package's wherever it did not fail."""
+    from simhash import Simhash
+
+    class _Simhash(Simhash):
+        large_weight_cutoff = 1 << 62
+
+    return _Simhash
 
 
 def hamming(a: int, b: int) -> int:

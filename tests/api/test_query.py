@@ -4,6 +4,7 @@ BM25 retrieval kept current, limits."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 from api_helpers import parse_sse, wait_ready
 from store.keys import content_hash
@@ -109,3 +110,25 @@ def test_query_limits_are_clear_4xx(make_client, fixture_docs):
         assert "body.topk: Extra inputs are not permitted" in err({"question": q, "topk": 1}, 422)
         ok = c.post("/v1/query", json={"question": q, "top_k": 1, "k": 0, "adapter": "none", "max_new_tokens": 2})
         assert ok.status_code == 200 and ok.json()["completion_tokens"] <= 2
+
+
+def test_concurrent_queries_and_ingests_share_the_engine_safely(client, fixture_docs):
+    client.post("/v1/documents", json={"documents": fixture_docs})
+    for d in fixture_docs:
+        wait_ready(client, d["id"])
+    asks = [{"question": f"Tell me about {d['title']}", "document_ids": [d["id"]]} for d in fixture_docs] * 3
+
+    def ask(body):
+        return client.post("/v1/query", json=body).json()
+
+    def ingest(i):
+        return client.post("/v1/documents", json={"id": f"extra-{i}", "text": f"Extra note number {i}."}).status_code
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(ask, asks))
+        codes = list(pool.map(ingest, range(6)))
+    assert codes == [202] * 6
+    for body, res in zip(asks, answers, strict=True):
+        assert [d["id"] for d in res["documents"]] == body["document_ids"] and res["documents"][0]["cache_hit"]
+    texts = [a["answer"] for a in answers]
+    assert texts[:4] == texts[4:8] == texts[8:]  # greedy: the same answer however requests interleave

@@ -1,0 +1,93 @@
+"""Errors as JSON: ``{"error": {"code", "message", "type"}}`` (the OpenAI error shape) with a 4xx/5xx status.
+
+Handlers turn request validation errors (malformed JSON, wrong types, unknown fields) into 422 with
+one readable message, an unreachable Redis (index or broker) into 503, :class:`ApiError` into its own
+status, and anything else into 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.precompute import QueueUnavailable
+
+log = logging.getLogger(__name__)
+
+REDIS_DOWN = ("Redis is unreachable: the document index and the task queue are unavailable, so documents "
+              "cannot be ingested, listed, updated or deleted; queries that name cached documents by id "
+              "still answer. Retry when Redis is back.")
+
+
+class ApiError(Exception):
+    """An error with an HTTP status, a stable machine code and a human message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_body(status: int, code: str, message: str, **extra) -> dict:
+    """``{"error": {"code", "message", "type"}}``; ``type`` is ``invalid_request_error`` for 4xx."""
+    kind = "invalid_request_error" if status < 500 else "service_unavailable" if status == 503 else "server_error"
+    return {"error": {"code": code, "message": message, "type": kind, **extra}}
+
+
+def error_response(status: int, code: str, message: str, **extra) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message, **extra), status_code=status)
+
+
+def describe_validation(errors) -> str:
+    """One line per problem: ``body.question: Field required``; malformed JSON says so."""
+    parts = []
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            ctx = e.get("ctx", {}).get("error", "")
+            parts.append(f"malformed JSON body: {ctx}".rstrip(": "))
+            continue
+        loc = ".".join(str(x) for x in e.get("loc", ()))
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def redis_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "Redis (index or broker) is unreachable"."""
+    import redis
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        code = "malformed_json" if any(e.get("type") == "json_invalid" for e in errors) else "invalid_request"
+        return error_response(422, code, describe_validation(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    async def _redis_down(request: Request, exc: Exception):
+        log.warning("Redis unreachable during %s %s: %s", request.method, request.url.path, exc)
+        return error_response(503, "redis_unavailable", f"{REDIS_DOWN} ({exc})")
+
+    for exc_type in redis_errors():
+        app.add_exception_handler(exc_type, _redis_down)
+
+    async def _unexpected(request: Request, exc: Exception):
+        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}: {exc}")
+
+    app.add_exception_handler(Exception, _unexpected)  # JSON 500 (Starlette still re-raises it to the server)

@@ -1,0 +1,125 @@
+"""Where the API sends precompute work: a thread pool in the server (embedded) or Celery workers.
+
+Both are ``store.catalog.Enqueue`` callables ``(tenant, doc_id, version) -> None`` with a queue depth.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger(__name__)
+
+
+class QueueUnavailable(RuntimeError):
+    """The task queue (the Redis broker) cannot be reached."""
+
+
+class EmbeddedQueue:
+    """Precompute in ``threads`` background threads of this process, one model call at a time.
+
+    Args:
+        engine: the shared engine (its cache must be the store's ``StoreCache``).
+        model_lock: serialises model calls with queries.
+        threads: pool size; 0 runs nothing (documents are then encoded when first queried).
+    The catalog is attached after the store is opened (:attr:`catalog`), since it needs this queue.
+    """
+
+    def __init__(self, engine, model_lock: threading.Lock, threads: int = 1):
+        self.engine, self.model_lock, self.catalog = engine, model_lock, None
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompute") if threads else None
+        self._pending = 0
+        self._count_lock = threading.Lock()
+
+    def __call__(self, tenant: str, doc_id: str, version: int) -> None:
+        """Schedule ``catalog.precompute(tenant, doc_id, version, engine)``; returns at once."""
+        if self._pool is None:
+            return
+        with self._count_lock:
+            self._pending += 1
+        self._pool.submit(self._run, tenant, doc_id, version)
+
+    def _run(self, tenant: str, doc_id: str, version: int) -> None:
+        try:
+            with self.model_lock:
+                self.catalog.precompute(tenant, doc_id, version, self.engine)
+        except ValueError as e:  # permanent (e.g. too long for the model)
+            self.catalog.fail(tenant, doc_id, version, str(e))
+        except Exception as e:  # noqa: BLE001 - keep the pool alive; the document can be re-ingested
+            log.exception("precompute of %s/%s v%d failed", tenant, doc_id, version)
+            try:
+                self.catalog.fail(tenant, doc_id, version, f"{type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001
+                log.exception("could not mark %s/%s failed", tenant, doc_id)
+        finally:
+            with self._count_lock:
+                self._pending -= 1
+
+    def depth(self) -> int:
+        """Tasks queued or running."""
+        return self._pending
+
+    def ping(self) -> None:
+        """Always reachable."""
+
+    def close(self) -> None:
+        """Finish queued work and stop the threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+class CeleryQueue:
+    """Send ``kvlink.precompute`` by name to Celery workers over the Redis broker.
+
+    Args:
+        settings: broker URL, queue name (the web process never imports the task code).
+    """
+
+    def __init__(self, settings):
+        import redis
+
+        from workers.celery_app import PRECOMPUTE_TASK, make_celery
+
+        self.app = make_celery(settings)
+        self.task_name = PRECOMPUTE_TASK
+        self.queue = settings.task_queue
+        self.url = settings.broker_url
+        self._redis = redis.Redis.from_url(settings.broker_url, socket_connect_timeout=2, socket_timeout=5)
+
+    def __call__(self, tenant: str, doc_id: str, version: int) -> None:
+        """Publish the task (no retry on a dead broker).
+
+        Raises:
+            QueueUnavailable: the broker is unreachable.
+        """
+        try:
+            self.app.send_task(self.task_name, args=[tenant, doc_id, version], queue=self.queue, retry=False,
+                               ignore_result=True)
+        except Exception as e:  # kombu OperationalError, redis ConnectionError
+            raise QueueUnavailable(f"task queue at {redact(self.url)} is unreachable: {e}") from e
+
+    def depth(self) -> int:
+        """Messages waiting in the queue (not those being worked on).
+
+        Raises:
+            redis.exceptions.ConnectionError: the broker is unreachable.
+        """
+        return int(self._redis.llen(self.queue))
+
+    def ping(self) -> None:
+        """Raises redis.exceptions.ConnectionError when the broker is unreachable."""
+        self._redis.ping()
+
+    def close(self) -> None:
+        """Release connections."""
+        self._redis.close()
+        self.app.close()
+
+
+def redact(url: str) -> str:
+    """``url`` without its password."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"

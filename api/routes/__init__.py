@@ -1,0 +1,1 @@
+"""Routes, one module per resource: documents, query, openai (chat completions), health (and metrics)."""

@@ -1,0 +1,146 @@
+"""``/v1/documents``: ingest (one or a batch), read, list, update (invalidates the cache), delete.
+
+Ingest and update answer 202: the record is stored and a precompute queued (embedded thread pool or
+Celery worker); queries encode a document on the spot if its precompute has not finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+
+from api.deps import StateDep, TenantDep
+from api.errors import ApiError
+from api.precompute import QueueUnavailable
+from api.schemas import (Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
+                         IngestBatchOut, IngestIn, IngestOut, NearDuplicate)
+from api.state import ServiceState
+from kvlink_rag.engine import Document
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/documents", tags=["documents"])
+MAX_PAGE = 1000
+
+
+def check_limits(state: ServiceState, doc_id: str, text: str, title: str, metadata: dict | None) -> None:
+    """Size limits of one document.
+
+    Raises:
+        ApiError: 413 over the character, token or metadata limit; 422 for metadata that is not JSON.
+    """
+    s = state.settings
+    if len(text) > s.max_document_chars:
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {len(text)} characters; the limit is "
+                       f"{s.max_document_chars} (KVLINK_RAG_MAX_DOCUMENT_CHARS)")
+    if metadata:
+        try:
+            size = len(json.dumps(metadata).encode())
+        except (TypeError, ValueError) as e:
+            raise ApiError(422, "invalid_metadata", f"metadata of {doc_id!r} is not JSON: {e}") from e
+        if size > s.max_metadata_bytes:
+            raise ApiError(413, "metadata_too_large", f"metadata of {doc_id!r} has {size} bytes; the limit is "
+                           f"{s.max_metadata_bytes} (KVLINK_RAG_MAX_METADATA_BYTES)")
+    if not text.strip():
+        raise ApiError(422, "empty_document", f"document {doc_id!r} is empty")
+    try:
+        n = int(state.engine.document_ids(Document(text.strip(), title or None)).numel())
+    except ValueError as e:
+        raise ApiError(422, "invalid_document", f"document {doc_id!r}: {e}") from e
+    limit = min(s.max_document_tokens, state.engine.lm.max_positions)
+    if n > limit:
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is {limit} "
+                       "(KVLINK_RAG_MAX_DOCUMENT_TOKENS, and the model's context)")
+
+
+def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str, metadata) -> IngestOut:
+    try:
+        res = state.store.catalog.ingest(tenant, doc_id, text, title, metadata)
+    except QueueUnavailable:
+        rec = state.store.index.get(tenant, doc_id)  # stored but not queued: a re-ingest must retry it
+        if rec is not None:
+            state.store.catalog.fail(tenant, doc_id, rec.version, "precompute could not be queued")
+        state.retrieval.invalidate(tenant)
+        raise
+    except ValueError as e:
+        raise ApiError(422, "invalid_document", f"document {doc_id!r}: {e}") from e
+    state.retrieval.invalidate(tenant)
+    r = res.record
+    return IngestOut(id=r.doc_id, status=r.status, version=r.version, queued=res.queued, content_hash=r.content_hash,
+                     simhash=f"{r.simhash:016x}",
+                     near_duplicates=[NearDuplicate(id=d, distance=n) for d, n in res.near_duplicates])
+
+
+def document_out(rec, text: str | None = None) -> DocumentOut:
+    """The API view of a ``store.index.DocumentRecord``."""
+    return DocumentOut(id=rec.doc_id, title=rec.title, status=rec.status, version=rec.version,
+                       content_hash=rec.content_hash, simhash=f"{rec.simhash:016x}", cache_key=rec.cache_key,
+                       num_tokens=rec.num_tokens, nbytes=rec.nbytes, hits=rec.hits, created=rec.created,
+                       updated=rec.updated, metadata=rec.metadata, text=text)
+
+
+@router.post("", status_code=202, response_model=IngestOut | IngestBatchOut,
+             responses={413: {"description": "document or batch too large"}, 503: {"description": "Redis down"}})
+def ingest(state: StateDep, tenant: TenantDep, body: Annotated[IngestIn, Body()]):
+    """Ingest one document, or ``{"documents": [...]}``; all are checked before any is stored."""
+    docs = body.documents if isinstance(body, DocumentBatch) else [body]
+    if len(docs) > state.settings.max_batch_documents:
+        raise ApiError(413, "batch_too_large", f"{len(docs)} documents in one request; the limit is "
+                       f"{state.settings.max_batch_documents} (KVLINK_RAG_MAX_BATCH_DOCUMENTS)")
+    ids = [d.id or uuid.uuid4().hex for d in docs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ApiError(422, "duplicate_ids", f"document ids repeated in the batch: {', '.join(dup)}")
+    for doc_id, d in zip(ids, docs, strict=True):
+        check_limits(state, doc_id, d.text, d.title, d.metadata)
+    out = [_ingest(state, tenant, doc_id, d.text, d.title, d.metadata) for doc_id, d in zip(ids, docs, strict=True)]
+    return IngestBatchOut(documents=out) if isinstance(body, DocumentBatch) else out[0]
+
+
+@router.get("", response_model=DocumentPage)
+def list_documents(state: StateDep, tenant: TenantDep, offset: Annotated[int, Query(ge=0)] = 0,
+                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> DocumentPage:
+    """The tenant's documents ordered by id, ``limit`` from ``offset``."""
+    recs = state.store.index.list(tenant, offset=offset, limit=limit)
+    return DocumentPage(total=state.store.index.count(tenant), offset=offset, limit=limit,
+                        documents=[document_out(r) for r in recs])
+
+
+def _record(state: ServiceState, tenant: str, doc_id: str):
+    rec = state.store.index.get(tenant, doc_id)
+    if rec is None:
+        raise ApiError(404, "document_not_found", f"unknown document id: {doc_id}")
+    return rec
+
+
+@router.get("/{doc_id}", response_model=DocumentOut)
+def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
+                 include_text: Annotated[bool, Query(description="Also return the text.")] = False) -> DocumentOut:
+    """One document of the caller's tenant (404 for unknown ids and other tenants' documents)."""
+    rec = _record(state, tenant, doc_id)
+    text = None
+    if include_text:
+        stored = state.store.texts.get(tenant, doc_id)
+        text = stored["text"] if stored else None
+    return document_out(rec, text)
+
+
+@router.put("/{doc_id}", status_code=202, response_model=IngestOut)
+def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: DocumentUpdate) -> IngestOut:
+    """Replace the text: the old cache is never served again and is deleted once the new one is ready."""
+    rec = _record(state, tenant, doc_id)
+    title = rec.title if body.title is None else body.title
+    check_limits(state, doc_id, body.text, title, body.metadata)
+    return _ingest(state, tenant, doc_id, body.text, title, body.metadata)
+
+
+@router.delete("/{doc_id}", response_model=Deleted)
+def delete_document(state: StateDep, tenant: TenantDep, doc_id: str) -> Deleted:
+    """Remove the record, the text and the cache (unless another document has the same text)."""
+    _record(state, tenant, doc_id)
+    state.store.catalog.delete(tenant, doc_id)
+    state.retrieval.invalidate(tenant)
+    return Deleted(id=doc_id, deleted=True)

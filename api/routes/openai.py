@@ -1,0 +1,84 @@
+"""OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+The last user message is the question (earlier turns are ignored: every answer is grounded in the
+documents). Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
+``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The response carries the usual
+fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is ``chat.completion.chunk``
+events ending with ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from fastapi import APIRouter
+from sse_starlette import EventSourceResponse
+
+from api.answering import QueryResult
+from api.deps import QueriesDep, StateDep, TenantDep
+from api.errors import ApiError, error_body
+from api.schemas import ChatIn
+from api.streaming import iterate_in_thread
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+MODEL_ID = "kvlink-rag"
+
+
+def _question(body: ChatIn) -> str:
+    users = [m for m in body.messages if m.role == "user"]
+    if not users or not users[-1].text().strip():
+        raise ApiError(422, "invalid_messages", "messages must contain a non-empty user message (the question)")
+    return users[-1].text()
+
+
+def _usage(r: QueryResult) -> dict:
+    return {"prompt_tokens": r.context_tokens, "completion_tokens": len(r.token_ids),
+            "total_tokens": r.context_tokens + len(r.token_ids)}
+
+
+def _extras(r: QueryResult) -> dict:
+    return {"documents": r.documents(), "timings": r.timings}
+
+
+def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None = None, **extra) -> str:
+    return json.dumps({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+
+async def _stream(queries, plan, cid: str, created: int, model: str):
+    yield {"data": _chunk(cid, created, model, {"role": "assistant", "content": ""})}
+    try:
+        async for kind, value in iterate_in_thread(lambda: queries.stream(plan)):
+            if kind == "token":
+                yield {"data": _chunk(cid, created, model, {"content": value})}
+            else:
+                yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
+                                      kvlink=_extras(value))}
+    except ApiError as e:
+        yield {"data": json.dumps(error_body(e.status, e.code, e.message))}
+    yield {"data": "[DONE]"}
+
+
+@router.post("/chat/completions")
+def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep):
+    """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
+    plan = queries.plan(tenant, _question(body), body.document_ids, body.top_k, body.k,
+                        max_new_tokens=body.max_completion_tokens or body.max_tokens, temperature=body.temperature,
+                        top_p=body.top_p, seed=body.seed)
+    cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID
+    if body.stream:
+        return EventSourceResponse(_stream(queries, plan, cid, created, model))
+    r = queries.answer(plan)
+    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
+                         "finish_reason": r.finish_reason, "logprobs": None}],
+            "usage": _usage(r), "kvlink": _extras(r)}
+
+
+@router.get("/models")
+def models(state: StateDep, tenant: TenantDep) -> dict:
+    """The one served model (OpenAI ``models.list``)."""
+    return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": int(state.started),
+                                        "owned_by": "kvlink-rag", "root": state.settings.model}]}

@@ -1,0 +1,59 @@
+"""Run a blocking generator in its own thread and consume it asynchronously (for server-sent events).
+
+The generator runs entirely in one thread (so locks it takes are released by that thread), items are
+handed to the event loop as they come, and when the consumer stops early (client disconnected) the
+generator is closed before its next item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+
+_END = object()
+
+
+class _Raised:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
+    """Yield the items of ``make()`` (called in a new thread); its exceptions are re-raised here."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+
+    def emit(item) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is gone
+            stop.set()
+
+    def run() -> None:
+        gen = None
+        try:
+            gen = make()
+            for item in gen:
+                if stop.is_set():
+                    break
+                emit(item)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            emit(_Raised(e))
+        finally:
+            if gen is not None and hasattr(gen, "close"):
+                gen.close()
+            emit(_END)
+
+    threading.Thread(target=run, name="stream", daemon=True).start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,1 @@
+"""``kvlink-rag bench``: TTFT, load bandwidth, precompute throughput, scaling — side by side in one run."""

@@ -1,0 +1,29 @@
+"""Benchmark inputs: 10 NQ documents whose context totals a target number of tokens."""
+
+from __future__ import annotations
+
+from kvlink_rag.engine import Document, Engine
+from kvlink_rag.nq import NQExample
+
+
+def documents_for_budget(engine: Engine, examples: list[NQExample], n_docs: int, total_tokens: int,
+                         start: int = 0) -> list[Document]:
+    """``n_docs`` documents, each joining consecutive NQ passages until it holds about
+    ``total_tokens / n_docs`` tokens (passages are ~130 tokens), so the context totals ~``total_tokens``.
+
+    Raises:
+        ValueError: not enough passages in ``examples``.
+    """
+    per_doc = max(1, total_tokens // n_docs)
+    docs, i = [], start
+    for _ in range(n_docs):
+        parts, tokens = [], 0
+        while tokens < per_doc:
+            if i >= len(examples):
+                raise ValueError("not enough passages for the requested context length")
+            text = examples[i].gold.text
+            parts.append(text)
+            tokens += engine.document_ids(Document(text)).numel()
+            i += 1
+        docs.append(Document(" ".join(parts), examples[i - 1].gold.title))
+    return docs

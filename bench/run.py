@@ -1,0 +1,82 @@
+"""Run the benchmark suite and write JSON, plots and BENCHMARKS.md tables (issue 6)."""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from kvlink_rag.engine import Engine
+from kvlink_rag.nq import load_nq
+from store.factory import open_store
+
+from .bandwidth import bytes_per_token, load_bandwidth
+from .contexts import documents_for_budget
+from .precompute import precompute_throughput
+from .scaling import store_scaling, ttft_by_documents
+from .ttft import drop_page_cache, first_decode_step, physical_floor, ttft_full, ttft_linked
+
+
+def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
+              store_sizes: list[int], log=print) -> dict:
+    """Everything side by side in one process; returns the results dict."""
+    examples = load_nq(nq_path)
+    question = examples[0].question
+    results: dict = {"machine": {"platform": platform.platform(), "threads": torch.get_num_threads(),
+                                 "device": str(engine.lm.device), "model": engine.settings.model,
+                                 "kv_dtype": engine.settings.kv_dtype, "link_k": engine.settings.link_k,
+                                 "encoding": engine.settings.encoding},
+                     "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with tempfile.TemporaryDirectory(prefix="kvlink-bench-") as tmp:
+        st = open_store(engine.settings.model_copy(update={"home": Path(tmp), "store_max_bytes": 16 << 30,
+                                                           "host_cache_bytes": 8 << 30}))
+        engine.cache = st.cache
+        ttft_rows, start = [], 100
+        for total in lengths:
+            docs = documents_for_budget(engine, examples, 10, total, start=start)
+            start += 80
+            for d in docs:
+                engine.get_or_encode(d)
+            keys = [engine.cache_key(d) for d in docs]
+            log(f"TTFT at ~{total} tokens")
+            full = ttft_full(engine, question, docs, repeats)
+            host = ttft_linked(engine, question, docs, repeats)
+            warm = ttft_linked(engine, question, docs, repeats, before=lambda: [st.tiered.invalidate(k) for k in keys])
+            cold_ok = drop_page_cache()
+            cold = ttft_linked(engine, question, docs, repeats,
+                               before=lambda: ([st.tiered.invalidate(k) for k in keys], drop_page_cache())) if cold_ok else None
+            floor = physical_floor(engine, question, docs, repeats)
+            step = first_decode_step(engine, question, docs, repeats)
+            ctx_tokens = int(engine.prompt_ids(question, docs).numel())
+            ttft_rows.append({"target_tokens": total, "context_tokens": ctx_tokens, "full": full.as_dict(),
+                              "linked_host": host, "linked_lmdb_warm": warm, "linked_lmdb_cold": cold,
+                              "floor": floor, "first_decode_step": step.as_dict(),
+                              "speedup_host": full.median / host["total"]["median_s"],
+                              "speedup_lmdb_warm": full.median / warm["total"]["median_s"],
+                              "linked_over_floor": host["total"]["median_s"] / floor["floor_s"]})
+        results["ttft"] = ttft_rows
+        log("load bandwidth")
+        docs = documents_for_budget(engine, examples, 10, 4000, start=1000)
+        bw = {}
+        for int8 in (False, True):
+            items = {}
+            for i, d in enumerate(docs):
+                kv = engine.encode(d)
+                key = f"bench-bw-{int8}-{i}"
+                st.blobs.put(key, kv, int8=int8)
+                items[key] = kv
+            bw["int8" if int8 else engine.settings.kv_dtype] = {
+                **load_bandwidth(st.blobs, items, repeats=max(3, repeats)),
+                "bytes_per_token": bytes_per_token(st.blobs, list(items))}
+        results["bandwidth"] = bw
+        log("precompute throughput")
+        results["precompute"] = precompute_throughput(engine, st.blobs, docs)
+        log("scaling with documents")
+        pool = documents_for_budget(engine, examples, max(doc_counts), 130 * max(doc_counts), start=1200)
+        results["scaling_documents"] = ttft_by_documents(engine, question, pool, doc_counts, repeats)
+        log("scaling with stored entries")
+        results["scaling_store"] = store_scaling(Path(tmp), store_sizes)
+    return results

@@ -1,0 +1,1 @@
+"""Celery precompute workers: ``celery_app`` (configuration, no torch) and ``tasks`` (the precompute task)."""
