@@ -76,20 +76,11 @@ def model_fetch() -> None:
 
 
 def _read_docs(paths: list[Path]):
+    """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
     from .engine import Document
+    from .service_cli import read_documents
 
-    docs = []
-    for p in paths:
-        if not p.exists():
-            fail(f"document file {p} does not exist")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            fail(f"document file {p} is not UTF-8 text")
-        if not text.strip():
-            fail(f"document file {p} is empty")
-        docs.append(Document(text=text, title=p.stem))
-    return docs
+    return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]
 
 
 @app.command()

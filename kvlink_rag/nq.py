@@ -14,6 +14,7 @@ import json
 import random
 import re
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,24 @@ def best_subspan_em(prediction: str, answers: list[str] | tuple[str, ...]) -> fl
     return float(any(normalize_answer(a) and normalize_answer(a) in pred for a in answers))
 
 
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, object]]:
+    """``(line number, parsed JSON)`` for each non-blank line of a JSONL file (``.gz`` or plain).
+
+    Raises:
+        DataFormatError: a line is not JSON.
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{path}:{n}: not JSON ({e.msg})") from None
+
+
 def load_nq(path: str | Path, limit: int | None = None) -> list[NQExample]:
     """Read the NQ-open oracle JSONL (``.gz`` or plain).
 
@@ -58,25 +77,17 @@ def load_nq(path: str | Path, limit: int | None = None) -> list[NQExample]:
     path = Path(path)
     if not path.exists():
         raise DataFormatError(f"data file {path} does not exist")
-    opener = gzip.open if path.suffix == ".gz" else open
     out: list[NQExample] = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(f"{path}:{n}: not JSON ({e.msg})") from None
-            for key in ("question", "answers", "ctxs"):
-                if key not in obj:
-                    raise DataFormatError(f"{path}:{n}: missing field {key!r}")
-            if not obj["ctxs"] or "text" not in obj["ctxs"][0]:
-                raise DataFormatError(f"{path}:{n}: ctxs holds no passage with 'text'")
-            ctx = obj["ctxs"][0]
-            out.append(NQExample(obj["question"], tuple(obj["answers"]), Document(ctx["text"], ctx.get("title"))))
-            if limit is not None and len(out) >= limit:
-                break
+    for n, obj in iter_jsonl(path):
+        for key in ("question", "answers", "ctxs"):
+            if not isinstance(obj, dict) or key not in obj:
+                raise DataFormatError(f"{path}:{n}: missing field {key!r}")
+        if not obj["ctxs"] or "text" not in obj["ctxs"][0]:
+            raise DataFormatError(f"{path}:{n}: ctxs holds no passage with 'text'")
+        ctx = obj["ctxs"][0]
+        out.append(NQExample(obj["question"], tuple(obj["answers"]), Document(ctx["text"], ctx.get("title"))))
+        if limit is not None and len(out) >= limit:
+            break
     return out
 
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from .cli import console, fail, make_settings, out
+from .nq import DataFormatError, iter_jsonl
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="A running server, e.g. http://127.0.0.1:8000 "
                                                "(default: work on the store directly).")]
@@ -33,20 +33,15 @@ def read_documents(paths: list[Path]) -> list[dict]:
             fail(f"{p} is a folder; pass the files")
         name = p.name.lower()
         if name.endswith((".jsonl", ".jsonl.gz")):
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(p, "rt", encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        fail(f"{p}:{n}: not JSON ({e.msg})")
+            try:
+                for n, obj in iter_jsonl(p):
                     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
                         fail(f"{p}:{n}: each line needs a non-empty string 'text'")
                     docs.append({"id": str(obj["id"]) if obj.get("id") is not None else f"{p.stem}-{n}",
                                  "text": obj["text"], "title": str(obj.get("title") or ""),
                                  "metadata": obj.get("metadata") or {}})
+            except DataFormatError as e:
+                fail(str(e))
             continue
         try:
             text = p.read_text(encoding="utf-8")
