@@ -55,6 +55,15 @@ def markdown(results: dict, command: str) -> str:
     for r in results["scaling_store"]:
         lines.append(f"| {r['entries']} | {r['store_bytes'] / 1e6:.1f} | {r['index_get_us']:.0f} "
                      f"| {r['near_duplicates_us']:.0f} | {r['blob_get_us']:.0f} |")
+    if results.get("concurrency"):
+        lines += ["", "## Concurrency through the HTTP API (60% short / 30% medium / 10% long; 2, 5, 10 documents)", "",
+                  "| clients | requests | throughput req/s | p50 s | p99 s | hit rate | p50 short s | p50 long s | long / short |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in results["concurrency"]:
+            f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+            lines.append(f"| {r['clients']} | {r['requests']} | {r['throughput_rps']:.2f} | {r['p50_s']:.2f} "
+                         f"| {r['p99_s']:.2f} | {r['hit_rate']:.2f} | {f(r['p50_short_s'])} | {f(r['p50_long_s'])} "
+                         f"| {f(r['long_over_short'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ from .ttft import drop_page_cache, first_decode_step, physical_floor, ttft_full,
 
 
 def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
-              store_sizes: list[int], log=print) -> dict:
+              store_sizes: list[int], clients: list[int] | None = None, log=print) -> dict:
     """Everything side by side in one process; returns the results dict."""
     examples = load_nq(nq_path)
     question = examples[0].question
@@ -79,4 +79,10 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
         results["scaling_documents"] = ttft_by_documents(engine, question, pool, doc_counts, repeats)
         log("scaling with stored entries")
         results["scaling_store"] = store_scaling(Path(tmp), store_sizes)
+    if clients:
+        from .concurrency import concurrency
+
+        log("concurrency through the HTTP API")
+        engine.cache = None  # the app gives each request its tenant's store cache
+        results["concurrency"] = concurrency(engine, examples, clients)
     return results

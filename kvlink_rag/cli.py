@@ -345,6 +345,7 @@ def bench(
     lengths: Annotated[str, typer.Option(help="Context lengths in tokens (10 documents).")] = "1000,2000,4000,8000",
     doc_counts: Annotated[str, typer.Option(help="Document counts for TTFT scaling.")] = "1,5,10,20",
     store_sizes: Annotated[str, typer.Option(help="Synthetic entry counts for store scaling.")] = "100,1000,10000",
+    clients: Annotated[str, typer.Option(help="Concurrent HTTP clients ('' to skip).")] = "1,4,16",
     repeats: Annotated[int, typer.Option()] = 3,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
@@ -357,7 +358,7 @@ def bench(
 
     try:
         ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
-        lens, counts, sizes = ints(lengths), ints(doc_counts), ints(store_sizes)
+        lens, counts, sizes, n_clients = ints(lengths), ints(doc_counts), ints(store_sizes), ints(clients)
     except ValueError:
         fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
     if device == "cuda":
@@ -366,7 +367,7 @@ def bench(
         if not torch.cuda.is_available():
             fail("--device cuda: no CUDA device is available on this machine")
     engine = make_engine(make_settings(device=device))
-    results = run_suite(engine, nq, lens, repeats, counts, sizes, log=lambda m: console.print(m))
+    results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m))
     command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
     text = markdown(results, command)
     out.print(text)

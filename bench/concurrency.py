@@ -1,0 +1,88 @@
+"""Concurrent clients through the HTTP API with a mixed workload (60% short, 30% medium, 10% long queries
+by context size): throughput, p50/p99 latency, hit rate, and short-vs-long latency spread (fairness)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kvlink_rag.engine import Engine
+from kvlink_rag.nq import NQExample
+
+CLASSES = (("short", 0.6, 2), ("medium", 0.3, 5), ("long", 0.1, 10))  # name, share, documents
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+def concurrency(engine: Engine, examples: list[NQExample], clients: list[int], requests_per_client: int = 2,
+                max_new_tokens: int = 8, seed: int = 0) -> list[dict]:
+    """For each client count: that many threads, each sending ``requests_per_client`` queries to one app.
+
+    The documents (the gold passages of 40 questions) are ingested and precomputed first, so queries
+    measure reuse; latency is what each client observes end to end (HTTP, queueing on the model, answer).
+    """
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    home = Path(tempfile.mkdtemp(prefix="kvlink-bench-http-"))
+    app = create_app(engine.settings.model_copy(update={"home": home}), engine)
+    pool = examples[:40]
+    rows = []
+    with TestClient(app) as c:
+        c.post("/v1/documents", json={"documents": [{"id": f"d{i}", "title": ex.gold.title or "", "text": ex.gold.text}
+                                                    for i, ex in enumerate(pool)]})
+        deadline = time.monotonic() + 1800
+        while any(c.get(f"/v1/documents/d{i}").json().get("status") != "ready" for i in range(len(pool))):
+            if time.monotonic() > deadline:
+                raise TimeoutError("documents were not precomputed in time")
+            time.sleep(0.2)
+        for n_clients in clients:
+            rng = random.Random(seed + n_clients)
+            plan = []
+            for _ in range(n_clients * requests_per_client):
+                r, acc = rng.random(), 0.0
+                for name, share, n_docs in CLASSES:
+                    acc += share
+                    if r <= acc:
+                        break
+                q = rng.randrange(len(pool))
+                ids = [f"d{q}"] + [f"d{j}" for j in rng.sample([j for j in range(len(pool)) if j != q], n_docs - 1)]
+                plan.append((name, {"question": pool[q].question, "document_ids": ids, "max_new_tokens": max_new_tokens}))
+            results: list[tuple[str, float, int, int]] = []
+            lock = threading.Lock()
+
+            def client(k: int) -> None:
+                for name, body in plan[k::n_clients]:
+                    t0 = time.perf_counter()
+                    resp = c.post("/v1/query", json=body).json()
+                    lat = time.perf_counter() - t0
+                    hits = sum(d["cache_hit"] for d in resp["documents"])
+                    with lock:
+                        results.append((name, lat, hits, len(resp["documents"])))
+
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            lat = [r[1] for r in results]
+            by = {name: [r[1] for r in results if r[0] == name] for name, _, _ in CLASSES}
+            short, long_ = by["short"], by["long"]
+            rows.append({"clients": n_clients, "requests": len(results), "throughput_rps": len(results) / wall,
+                         "p50_s": statistics.median(lat), "p99_s": _pct(lat, 0.99),
+                         "hit_rate": sum(r[2] for r in results) / sum(r[3] for r in results),
+                         "p50_short_s": statistics.median(short) if short else None,
+                         "p50_long_s": statistics.median(long_) if long_ else None,
+                         "long_over_short": (statistics.median(long_) / statistics.median(short))
+                         if short and long_ else None})
+    return rows

@@ -1,0 +1,29 @@
+"""The benchmark suite end to end on a tiny model: every table is filled with sane values."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.report import markdown
+from bench.run import run_suite
+from factories import NQ_PATH, tiny_text_engine
+
+
+def test_suite_runs_and_reports(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    engine = tiny_text_engine(tmp_path)
+    res = run_suite(engine, NQ_PATH, lengths=[300], repeats=1, doc_counts=[1, 2], store_sizes=[20], clients=[1, 2],
+                    log=lambda m: None)
+    [row] = res["ttft"]
+    assert row["context_tokens"] > 300 and row["full"]["median_s"] > 0 and row["linked_host"]["total"]["median_s"] > 0
+    assert row["floor"]["kv_bytes"] > 0 and row["linked_over_floor"] > 0
+    bw = res["bandwidth"]
+    assert set(bw) == {"bfloat16", "int8"} and bw["int8"]["bytes_per_token"] < bw["bfloat16"]["bytes_per_token"]
+    assert 0.9 < res["precompute"]["tokens"] / 4000 < 1.5
+    assert [r["documents"] for r in res["scaling_documents"]] == [1, 2]
+    assert res["scaling_store"][0]["entries"] == 20 and res["scaling_store"][0]["store_bytes"] > 0
+    assert [r["clients"] for r in res["concurrency"]] == [1, 2] and res["concurrency"][1]["requests"] == 4
+    assert res["concurrency"][0]["hit_rate"] == 1.0
+    text = markdown(res, "kvlink-rag bench (test)")
+    assert "## Concurrency" in text and "| 20 |" in text
