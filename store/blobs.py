@@ -174,12 +174,9 @@ class BlobStore:
         _check_key(key)
         try:
             with self.env.read() as txn:
-                meta_buf = txn.get(_rkey(key, "meta"), db=self._db)
-                if meta_buf is None:
+                meta = self._meta_in(txn, key)
+                if meta is None:
                     return None
-                meta = codec.parse_meta(meta_buf)
-                if meta["format_version"] > codec.FORMAT_VERSION:
-                    return None  # written by a newer release; leave it alone
                 L, H, T, D = meta["shape"]
                 ids = codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta["checksum"]["ids"], T)
                 out_dtype = codec.target_dtype(meta, dtype)
@@ -234,6 +231,18 @@ class BlobStore:
             yield k, v
         self.access.touch(key.encode())
 
+    def _meta_in(self, txn, key: str) -> dict | None:
+        """Parsed meta of ``key`` inside ``txn``; None when absent or written by a newer format version.
+
+        Raises:
+            CorruptRecordError: the meta record cannot be parsed.
+        """
+        buf = txn.get(_rkey(key, "meta"), db=self._db)
+        if buf is None:
+            return None
+        meta = codec.parse_meta(buf)
+        return None if meta["format_version"] > codec.FORMAT_VERSION else meta  # newer release: leave it
+
     def get_ids(self, key: str) -> torch.Tensor | None:
         """``[tokens]`` int64 token ids of ``key`` (checksummed), or None when absent.
 
@@ -243,10 +252,9 @@ class BlobStore:
         _check_key(key)
         try:
             with self.env.read() as txn:
-                meta_buf = txn.get(_rkey(key, "meta"), db=self._db)
-                if meta_buf is None:
+                meta = self._meta_in(txn, key)
+                if meta is None:
                     return None
-                meta = codec.parse_meta(meta_buf)
                 return codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta["checksum"]["ids"],
                                         meta["shape"][2])
         except CorruptRecordError as e:
