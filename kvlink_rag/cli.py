@@ -383,6 +383,3 @@ def bench(
 def main() -> None:  # pragma: no cover
     app()
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -81,7 +81,7 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
         (tmp_path / name).write_text(text)
     env = {**os.environ, "KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
            "KVLINK_RAG_MAX_NEW_TOKENS": "8"}
-    cmd = [sys.executable, "-m", "kvlink_rag.cli", "ask", "--doc", str(tmp_path / "a.txt"), "--doc",
+    cmd = [sys.executable, "-m", "kvlink_rag", "ask", "--doc", str(tmp_path / "a.txt"), "--doc",
            str(tmp_path / "b.txt"), "--json", "Which countries does the Orinoco flow through?"]
     runs = []
     for _ in range(2):
