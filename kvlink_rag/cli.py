@@ -169,10 +169,11 @@ def demo(
     for d in track(list(unique.values()), description="precomputing documents", console=console):
         hits += engine.get_or_encode(d)[1]
     console.print(f"{len(unique)} documents: {hits} already cached, {len(unique) - hits} precomputed now")
-    table = Table(title=f"NQ-open, {docs} documents each, K={engine.settings.link_k}, {engine.settings.encoding}")
-    for col in ("question", "gold", "full prefill", "linked", "TTFT full ms", "TTFT linked ms", "speed-up"):
-        table.add_column(col)
+    out.print(f"[bold]NQ-open, {docs} documents per question (gold among distractors), K={engine.settings.link_k} "
+              f"link tokens, {engine.settings.encoding} encoding[/bold]")
     score = {"full": 0.0, "linked": 0.0}
+    speedups = []
+    mark = lambda m: "[green]✓[/green]" if m else "[red]✗[/red]"  # noqa: E731
     for i, documents in enumerate(sets):
         ex = examples[i]
         full = engine.answer_full(ex.question, documents)
@@ -180,13 +181,15 @@ def demo(
         mf, ml = best_subspan_em(full.text, ex.answers), best_subspan_em(linked.text, ex.answers)
         score["full"] += mf
         score["linked"] += ml
-        mark = lambda m: "[green]✓[/green]" if m else "[red]✗[/red]"  # noqa: E731
-        table.add_row(ex.question, ex.answers[0], f"{mark(mf)} {full.text[:40]}", f"{mark(ml)} {linked.text[:40]}",
-                      f"{full.ttft_s * 1000:.0f}", f"{linked.ttft_s * 1000:.0f}",
-                      f"{full.ttft_s / max(linked.ttft_s, 1e-9):.1f}x")
-    out.print(table)
+        speedups.append(full.ttft_s / max(linked.ttft_s, 1e-9))
+        out.print(f"\n[bold]Q{i + 1}:[/bold] {ex.question}?  [dim]gold: {' | '.join(ex.answers[:3])}[/dim]")
+        out.print(f"  full prefill {mark(mf)} TTFT {full.ttft_s * 1000:6.0f} ms  {full.text[:100]}")
+        out.print(f"  linked       {mark(ml)} TTFT {linked.ttft_s * 1000:6.0f} ms  {linked.text[:100]}  "
+                  f"[dim]({linked.cache_hits}/{len(documents)} cached, {linked.context_tokens} context tokens)[/dim]")
     n = len(sets)
-    out.print(f"accuracy over {n}: full prefill {score['full'] / n:.2f}, linked {score['linked'] / n:.2f}")
+    speedups.sort()
+    out.print(f"\naccuracy over {n} questions: full prefill {score['full'] / n:.2f}, linked {score['linked'] / n:.2f}; "
+              f"median TTFT speed-up of linked caches over full prefill {speedups[n // 2]:.1f}x")
 
 
 @app.command("eval")
