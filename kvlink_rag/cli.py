@@ -46,6 +46,10 @@ def make_engine(settings: Settings):
     """Load the engine (model, prefix, link tokens, document store); errors exit with a message."""
     from .engine import Engine
 
+    if settings.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
     try:
         return Engine(settings, cache=open_cache(settings))
     except (ValueError, FileNotFoundError, RuntimeError) as e:

@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
         results = _ingest_remote(docs, url, api_key, batch_size) if url else _ingest_direct(docs, tenant, precompute)
         changed = sum(r["queued"] for r in results)
         dups = sum(bool(r["near_duplicates"]) for r in results)
-        out.print(f"{len(results)} documents: {changed} new or changed, {len(results) - changed} unchanged, "
+        out.print(f"{len(results)} document{'s' if len(results) != 1 else ''}: {changed} new or changed, {len(results) - changed} unchanged, "
                   f"{dups} with near-duplicates")
 
     @app.command()

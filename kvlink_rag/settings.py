@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    torch_threads: int = Field(0, ge=0, le=1024, description="torch CPU threads of serve/worker (0 = torch's default).")
+    torch_threads: int = Field(0, ge=0, le=1024, description="torch CPU threads of every command (0 = torch's default).")
 
     # -- service (api/, workers/) -----------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address `kvlink-rag serve` binds.")
