@@ -234,7 +234,7 @@ def eval_cmd(
     except DataFormatError as e:
         fail(str(e))
     n = min(n, len(examples))
-    settings = make_settings(k, encoding, kv_dtype)
+    settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     base = make_engine(settings)
     base.cache = cache = MemoryCache()
     if int8:  # a throw-away int8 store: caches are served as the int8 round trip
@@ -317,7 +317,7 @@ def train_links(
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
         fail(str(e))
-    settings = make_settings(k, encoding)
+    settings = make_settings(k, encoding, shipped_links=False)  # train from the untrained initialisation
     engine = make_engine(settings)
     from .engine import MemoryCache
 

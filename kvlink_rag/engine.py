@@ -17,7 +17,7 @@ import torch
 from .adapters import adapter_scope, add_lora
 from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
 from .linker import link
-from .links import LinkTokens, initial_link_tokens, load_link_tokens
+from .links import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
 from .model import LoadedModel, load_model
 from .precompute import encode_document, encode_prefix, encoding_fingerprint
 from .prompt import PromptTemplate
@@ -107,6 +107,10 @@ class Engine:
             return None
         if self.settings.link_tokens_path is not None:
             return load_link_tokens(self.settings.link_tokens_path, self.lm)
+        if self.settings.shipped_links:
+            shipped = shipped_link_tokens(self.lm)
+            if shipped is not None:
+                return shipped
         return initial_link_tokens(self.lm, self.settings.link_k)
 
     def _load_adapter(self) -> str | None:

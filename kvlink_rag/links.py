@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from .model import LoadedModel
 
 LORA_PREFIX = "lora."
+ASSETS = Path(__file__).parent / "assets"
 
 
 class LinkTokensMismatch(ValueError):
@@ -105,3 +106,16 @@ def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
                                  f"{lm.config.hidden_size}]")
     return LinkTokens(embeds=embeds, model_fingerprint=fp, metadata=json.loads(meta.get("metadata", "{}")),
                       lora=lora or None, lora_config=json.loads(meta.get("lora_config", "{}")) or None)
+
+
+def shipped_link_tokens(lm: LoadedModel) -> LinkTokens | None:
+    """The trained artifact shipped in ``kvlink_rag/assets`` for this model's fingerprint, or None.
+
+    A shipped file made for another model (or another conversion of it) is skipped, not an error:
+    the engine then uses the untrained initialisation.
+    """
+    for path in sorted(ASSETS.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            if (f.metadata() or {}).get("model_fingerprint") == lm.fingerprint:
+                return load_link_tokens(path, lm)
+    return None

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     )
     link_k: int = Field(5, ge=0, le=64, description="Link tokens appended after each document (0 = naive reuse).")
     link_tokens_path: Path | None = Field(None, description="safetensors file of link-token embeddings [K, hidden].")
+    shipped_links: bool = Field(
+        True, description="Without link_tokens_path: use the trained link tokens (and query-side adapter) shipped "
+        "for the default model when its fingerprint matches; else the untrained initialisation.")
     system_prompt: str = Field(
         "You are a helpful assistant. Answer the question using the documents. "
         "Reply with a short answer only.",

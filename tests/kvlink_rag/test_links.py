@@ -21,3 +21,16 @@ def test_round_trip_and_fingerprint_check(tmp_path):
         load_link_tokens(tmp_path / "narrow.safetensors", lm)
     with pytest.raises(FileNotFoundError):
         load_link_tokens(tmp_path / "missing.safetensors", lm)
+
+
+def test_shipped_artifact_for_another_model_is_skipped(tmp_path, monkeypatch):
+    import kvlink_rag.links as links
+
+    lm = tiny_model("llama")
+    monkeypatch.setattr(links, "ASSETS", tmp_path)
+    LinkTokens(torch.randn(5, lm.config.hidden_size), "some-other-model").save(tmp_path / "other.safetensors")
+    assert links.shipped_link_tokens(lm) is None
+    mine = LinkTokens(torch.randn(4, lm.config.hidden_size), lm.fingerprint, {"trained": True})
+    mine.save(tmp_path / "mine.safetensors")
+    got = links.shipped_link_tokens(lm)
+    assert got is not None and got.k == 4 and torch.equal(got.embeds, mine.embeds)
