@@ -331,7 +331,8 @@ def train_links(
         fail(str(e))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn(), console=console) as progress:
-        task = progress.add_task("training link tokens", total=steps, completed=trainer.state.step, loss=0.0)
+        last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
+        task = progress.add_task("training link tokens", total=steps, completed=trainer.state.step, loss=last)
         trainer.run(lambda step, loss: progress.update(task, completed=step, loss=loss))
     acc = validation_accuracy(engine, trainer, split)
     artifact = trainer.artifact({"val_accuracy": acc, "val_n": len(split.val), "encoding": settings.encoding})
