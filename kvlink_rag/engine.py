@@ -109,7 +109,7 @@ class Engine:
             return load_link_tokens(self.settings.link_tokens_path, self.lm)
         if self.settings.shipped_links:
             shipped = shipped_link_tokens(self.lm)
-            if shipped is not None:
+            if shipped is not None and shipped.k == self.settings.link_k:
                 return shipped
         return initial_link_tokens(self.lm, self.settings.link_k)
 

@@ -73,19 +73,30 @@ def resolve_device(name: str) -> torch.device:
 
 
 def model_fingerprint(path: Path, config: dict, tokenizer) -> str:
-    """sha256 over the config, the weight files' names, sizes and first/last MiB, and the vocabulary.
+    """sha256 over the config (less library-version and path fields), the weight files' names, sizes,
+    tensor headers and first/last MiB of tensor data, and the vocabulary.
 
-    Reading 2 MiB per file keeps this fast for large checkpoints while any re-conversion or
-    fine-tune changes it.
+    Reading 2 MiB per file keeps this fast for large checkpoints while any fine-tune changes it; two
+    conversions of the same GGUF on different machines give the same fingerprint.
     """
     h = hashlib.sha256()
-    h.update(json.dumps(config, sort_keys=True, default=str).encode())
+    volatile = ("transformers_version", "_name_or_path", "_model_name_or_path", "dtype", "torch_dtype")
+    stable = {k: v for k, v in config.items() if k not in volatile}  # same weights, any library version
+    h.update(json.dumps(stable, sort_keys=True, default=str).encode())
     for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
         size = f.stat().st_size
         h.update(f"{f.name}:{size}".encode())
         with open(f, "rb") as fh:
+            start = 0
+            if f.suffix == ".safetensors":  # hash the parsed header: its JSON key order is not stable
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n))
+                header.pop("__metadata__", None)
+                h.update(json.dumps(header, sort_keys=True).encode())
+                start = 8 + n
+            fh.seek(start)
             h.update(fh.read(1 << 20))
-            fh.seek(max(0, size - (1 << 20)))
+            fh.seek(max(start, size - (1 << 20)))
             h.update(fh.read(1 << 20))
     vocab = tokenizer.get_vocab()
     h.update(json.dumps(sorted(vocab.items())).encode())

@@ -25,7 +25,7 @@ def _nq_docs(n: int, index: int = 3):
 
 
 def test_real_model_linked_cache_matches_reference_under_kvlink_mask(tmp_path):
-    eng = real_engine(tmp_path, kv_dtype="float32", encoding="isolated", link_k=3)
+    eng = real_engine(tmp_path, kv_dtype="float32", encoding="isolated", link_k=3, shipped_links=False)
     ex, docs = _nq_docs(3)
     kvs = [eng.encode(d) for d in docs]
     q_ids = eng.template.question_ids(eng.lm.tokenizer, ex.question)
@@ -99,3 +99,13 @@ def test_engine_bad_input(tmp_path):
         eng.answer(" ", [Document("text")])
     with pytest.raises(ValueError, match="exceeds the model's context of 8192"):
         eng.encode(Document("word " * 9000))
+
+
+def test_default_engine_uses_the_shipped_trained_link_tokens_and_adapter(tmp_path):
+    eng = real_engine(tmp_path)
+    assert eng.link_tokens.metadata.get("trained") is True and eng.link_tokens.k == eng.settings.link_k
+    assert eng.adapter is not None and eng.adapter in eng.lm.adapters
+    untrained = real_engine(tmp_path, shipped_links=False)
+    assert untrained.adapter is None and untrained.link_tokens.metadata.get("trained") is False
+    other_k = real_engine(tmp_path, link_k=3)  # the shipped K=5 artifact does not fit K=3
+    assert other_k.link_tokens.k == 3 and other_k.adapter is None
