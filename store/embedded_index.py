@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from store.index import STATUSES, DocumentIndex, DocumentRecord, apply_fields, bands, check_id
+from store.index import DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status
 from store.lmdb_env import LmdbEnv
 
 RECORDS_DB = b"index"
@@ -143,8 +143,7 @@ class EmbeddedIndex(DocumentIndex):
     def set_status(
         self, tenant: str, doc_id: str, status: str, /, version: int | None = None, **fields: Any
     ) -> DocumentRecord | None:
-        if status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}; choose one of {STATUSES}")
+        check_status(status)
         now = self.clock()
 
         def write(txn) -> DocumentRecord | None:

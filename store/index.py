@@ -65,8 +65,7 @@ class DocumentRecord:
     def __post_init__(self) -> None:
         check_id("tenant", self.tenant)
         check_id("doc_id", self.doc_id)
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown status {self.status!r}; choose one of {STATUSES}")
+        check_status(self.status)
         if not 0 <= int(self.simhash) < 1 << 64:
             raise ValueError(f"simhash must be an unsigned 64-bit int, got {self.simhash}")
 
@@ -83,6 +82,12 @@ class DocumentRecord:
 
 FIELD_NAMES = tuple(f.name for f in fields(DocumentRecord))
 _IMMUTABLE = ("doc_id", "tenant")
+
+
+def check_status(status: str) -> None:
+    """Raises ValueError unless ``status`` is one of :data:`STATUSES`."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}; choose one of {STATUSES}")
 
 
 def check_id(what: str, value: str) -> None:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
-from store.index import STATUSES, DocumentIndex, DocumentRecord, apply_fields, bands, check_id
+from store.index import DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status
 
 DEFAULT_PREFIX = "kvlink:"
 _INT_FIELDS = ("simhash", "num_tokens", "nbytes", "version", "hits")
@@ -189,8 +189,7 @@ class RedisIndex(DocumentIndex):
     def set_status(
         self, tenant: str, doc_id: str, status: str, /, version: int | None = None, **fields: Any
     ) -> DocumentRecord | None:
-        if status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}; choose one of {STATUSES}")
+        check_status(status)
         now = self.clock()
 
         def fn(old):
