@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from kvlink_rag.types import DocumentKV
 from store.blobs import BlobStore
 
@@ -35,9 +33,3 @@ def bytes_per_token(blobs: BlobStore, keys: list[str]) -> float:
     metas = [blobs.meta(k) for k in keys]
     return sum(int(m["nbytes"]) for m in metas) / sum(int(m["num_tokens"]) for m in metas)
 
-
-def warm_reads(blobs: BlobStore, keys: list[str]) -> None:  # pragma: no cover - helper for callers
-    """Read every record once (page cache warm)."""
-    with torch.inference_mode():
-        for k in keys:
-            blobs.get(k)

@@ -15,7 +15,7 @@ import torch
 from kvlink_rag.engine import Document, Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import build_cache
-from kvlink_rag.linker import link, plan_layout, rotate_documents, _positions
+from kvlink_rag.linker import _positions, plan_layout, rotate_documents
 from kvlink_rag.mask import additive, allowed
 from kvlink_rag.types import LayeredDocuments
 
@@ -105,9 +105,3 @@ def physical_floor(engine: Engine, question: str, docs: list[Document], repeats:
     return {"kv_bytes": nbytes, "copy": copy.as_dict(), "forward": forward.as_dict(),
             "floor_s": copy.median + forward.median}
 
-
-def link_only(engine: Engine, question: str, docs: list[Document]) -> None:  # pragma: no cover - helper
-    """Exercise the linker once (warm-up)."""
-    kvs = [engine.get_or_encode(d)[0] for d in docs]
-    link(engine.lm, engine.prefix, kvs, None, engine.template.question_ids(engine.lm.tokenizer, question),
-         anchored=engine.anchored)

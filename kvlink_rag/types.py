@@ -6,7 +6,7 @@ Shapes follow the convention ``[layers, kv_heads, tokens, head_dim]`` for KV ten
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -151,8 +151,6 @@ class Timings:
     load_s: float = 0.0
     rope_s: float = 0.0
     link_forward_s: float = 0.0
-    first_token_s: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,17 +13,14 @@ from .loop import Trainer
 
 def validation_accuracy(engine: Engine, trainer: Trainer, split: Split, max_new_tokens: int = 24) -> float:
     """best_subspan_em of greedy linked answers on the held-out split with the trained tensors."""
-    from kvlink_rag.adapters import adapter_scope
-
     saved = engine.link_tokens, engine.adapter
     engine.link_tokens, engine.adapter = trainer.artifact({}), trainer.adapter
     try:
         hits = 0.0
         for i, ex in enumerate(split.val):
             docs, _ = build_documents(split.val + split.train, i, trainer.cfg.docs, "random", seed=1)
-            with adapter_scope(engine.lm, trainer.adapter):
-                hits += best_subspan_em(engine.answer(ex.question, docs, max_new_tokens=max_new_tokens).text,
-                                        ex.answers)
+            answer = engine.answer(ex.question, docs, max_new_tokens=max_new_tokens)  # scopes engine.adapter
+            hits += best_subspan_em(answer.text, ex.answers)
         return hits / len(split.val)
     finally:
         engine.link_tokens, engine.adapter = saved
