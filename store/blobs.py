@@ -4,7 +4,7 @@ Records live in the ``blobs`` sub-database of one :class:`~store.lmdb_env.LmdbEn
 embedded index), under the cache key (see :func:`store.keys.cache_key`)::
 
     <key>/meta   JSON: format_version, dtype, source_dtype, key_axis, shape [L, H, T, D], fingerprint,
-                 encoding, num_tokens, nbytes, checksum {ids, layers[L]} (xxh64 hex), created
+                 encoding, num_tokens, nbytes, checksum {ids, layers[L]} (xxh3_64 hex; xxh64 in version-1 records), created
     <key>/ids    int64 little-endian token ids, T * 8 bytes
     <key>/L{l}   safetensors bytes of layer l (see :mod:`store.codec`)
 
@@ -178,7 +178,7 @@ class BlobStore:
                 if meta is None:
                     return None
                 L, H, T, D = meta["shape"]
-                ids = codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta["checksum"]["ids"], T)
+                ids = codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta)
                 out_dtype = codec.target_dtype(meta, dtype)
                 keys = torch.empty((L, H, T, D), dtype=out_dtype)
                 values = torch.empty((L, H, T, D), dtype=out_dtype)
@@ -255,8 +255,7 @@ class BlobStore:
                 meta = self._meta_in(txn, key)
                 if meta is None:
                     return None
-                return codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta["checksum"]["ids"],
-                                        meta["shape"][2])
+                return codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta)
         except CorruptRecordError as e:
             self._corrupt(key, e)
             raise

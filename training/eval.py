@@ -20,10 +20,44 @@ from kvlink_rag.adapters import adapter_scope
 from kvlink_rag.engine import Document, Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import truncate_cache
-from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.nq import GOLD_POSITIONS, NQExample, best_subspan_em, build_documents
 
 MODES = ("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")
 FULL_MODES = ("full", "full-adapted")
+ROTATION = ("first", "middle", "last")
+EVAL_POSITIONS = (*GOLD_POSITIONS, "rotate")
+ROW_FIELDS = frozenset({"index", "gold_position", "mode", "em", "nll", "ttft_s"})
+
+
+def position_for(gold_position: str, index: int) -> str:
+    """The gold position of question ``index``: ``rotate`` puts question i at first/middle/last in turn
+    (so n questions cover each position n/3 times at the cost of one pass); others are returned as is."""
+    return ROTATION[index % len(ROTATION)] if gold_position == "rotate" else gold_position
+
+
+def read_rows(paths: list[Path]) -> list[dict]:
+    """Rows of one or more ``*.rows.jsonl`` files; a later file's row for the same (question, position,
+    mode) replaces an earlier one.
+
+    Raises:
+        ValueError: a file is missing, not JSON lines, or a row lacks a field.
+    """
+    merged: dict[tuple, dict] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"{path} does not exist")
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+            missing = ROW_FIELDS - set(r) if isinstance(r, dict) else ROW_FIELDS
+            if missing:
+                raise ValueError(f"{path}:{n}: not an eval row (missing {', '.join(sorted(missing))})")
+            merged[(r["index"], r["gold_position"], r["mode"])] = r
+    return list(merged.values())
 
 
 @dataclass
@@ -86,7 +120,8 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
 
 def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None) -> list[dict]:
-    """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position.
+    """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
+    (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -98,9 +133,9 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
         done = {(r["index"], r["gold_position"], r["mode"]) for r in rows}
     sink = open(rows_path, "a") if rows_path is not None else None
     try:
-        for pos in gold_positions:
+        for layout in gold_positions:
             for i in range(n):
-                ex = examples[i]
+                ex, pos = examples[i], position_for(layout, i)
                 docs, slot = build_documents(examples, i, n_docs, pos, seed)
                 for mode, eng in engines.items():
                     if (i, pos, mode) in done:

@@ -91,3 +91,21 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
     assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits"] == 2
     assert runs[0]["answer"] == runs[1]["answer"]
     assert (tmp_path / "home" / "store" / "data.mdb").exists()
+
+
+def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
+    rows = [{"index": i, "gold_position": p, "mode": m, "em": em, "nll": 2.0, "ttft_s": 0.5}
+            for i, p, m, em in [(0, "first", "full", 1.0), (1, "middle", "full", 0.0), (0, "first", "naive", 0.0)]]
+    (tmp_path / "a.rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:2]))
+    (tmp_path / "b.rows.jsonl").write_text(json.dumps(rows[2]))
+    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
+                         "--json", str(tmp_path / "m.json")])
+    assert code == 0, output
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert merged["modes"]["full"]["accuracy"] == 0.5 and merged["modes"]["naive"]["n"] == 1
+    assert merged["by_position"]["first"]["full"]["accuracy"] == 1.0 and "middle" in output
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    code, output = _run(["eval-report", str(tmp_path / "bad.jsonl")])
+    assert code == 2 and "bad.jsonl:1: not JSON" in output
+    code, output = _run(["eval", "--gold-position", "rotate,sideways"])
+    assert code == 2 and "'sideways'" in output

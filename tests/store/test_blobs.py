@@ -197,3 +197,27 @@ def test_meta_json_is_plain_json(blobs, lmdb_env, make_kv):
         "created",
     }
     assert meta["fingerprint"] == "fp-test" and meta["encoding"] == "anchored"
+
+
+def test_records_of_format_version_1_stay_readable_and_newer_ones_are_left_alone(blobs, lmdb_env, make_kv, same_kv,
+                                                                                monkeypatch):
+    import xxhash
+
+    from store import codec
+
+    kv = make_kv(seed=5)
+    with monkeypatch.context() as m:  # write as the previous release did: xxh64 checksums, version 1
+        m.setattr(codec, "FORMAT_VERSION", 1)
+        blobs.put("old", kv)
+    meta = blobs.meta("old")
+    assert meta["format_version"] == 1
+    with lmdb_env.env.begin(db=lmdb_env.db(BLOBS_DB)) as txn:
+        assert meta["checksum"]["layers"][0] == xxhash.xxh64_hexdigest(txn.get(b"old/L0"))
+    same_kv(blobs.get("old"), kv)  # read by this release: verified with xxh64
+    blobs.put("new", kv)
+    with lmdb_env.env.begin(db=lmdb_env.db(BLOBS_DB)) as txn:
+        assert blobs.meta("new")["checksum"]["layers"][0] == xxhash.xxh3_64_hexdigest(txn.get(b"new/L0"))
+    with monkeypatch.context() as m:  # an older release meets a version-2 record: a miss, not a deletion
+        m.setattr(codec, "FORMAT_VERSION", 1)
+        assert blobs.get("new") is None and blobs.checksum_failures == 0
+    same_kv(blobs.get("new"), kv)

@@ -1,0 +1,199 @@
+"""Answer-quality commands of the ``kvlink-rag`` CLI: eval, eval-report, train-links."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .cli import DtypeOpt, EncOpt, KOpt, console, fail, make_engine, make_settings, out
+
+
+def print_summary(summary: dict, title: str) -> None:
+    """The per-mode table (accuracy, 95% CI, answer NLL, median TTFT, n) and, with several gold
+    positions, one accuracy column per position."""
+    positions = [p for p in ("first", "middle", "last", "random") if p in summary.get("by_position", {})]
+    table = Table(title=title)
+    for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)", "n"):
+        table.add_column(col)
+    if len(positions) > 1:
+        for p in positions:
+            table.add_column(f"acc. {p}")
+    for m, s in summary["modes"].items():
+        cells = [m, f"{s['accuracy']:.3f}", f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
+                 f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}", str(s["n"])]
+        if len(positions) > 1:
+            cells += [f"{summary['by_position'][p][m]['accuracy']:.3f}" if m in summary["by_position"][p] else "-"
+                      for p in positions]
+        table.add_row(*cells)
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the answer-quality commands to ``app``."""
+
+    @app.command("eval")
+    def eval_cmd(
+        data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+        n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
+        docs: Annotated[int, typer.Option("--docs")] = 10,
+        gold_position: Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
+                                                   "(question i at first/middle/last in turn).")] = "random",
+        modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")) + ".")] = "full,naive,linked-untrained",
+        k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
+        links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
+        adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA (modes full-adapted, linked-query-lora).")] = None,
+        json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
+        plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+        max_new_tokens: Annotated[int, typer.Option()] = 24,
+        int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
+        seed: Annotated[int, typer.Option()] = 0,
+    ) -> None:
+        """Accuracy (best_subspan_em, 95% CI), answer NLL and TTFT per mode on multi-document NQ."""
+        from rich.progress import Progress
+
+        from training.eval import EVAL_POSITIONS, MODES, evaluate, plot_by_position, position_for, summarise
+
+        from .engine import Engine, MemoryCache
+        from .nq import DataFormatError, load_nq
+
+        wanted = [m.strip() for m in modes.split(",") if m.strip()]
+        positions = [p.strip() for p in gold_position.split(",") if p.strip()]
+        bad = [m for m in wanted if m not in MODES] + [p for p in positions if p not in EVAL_POSITIONS]
+        if bad or not wanted or not positions:
+            fail(f"unknown mode(s) or position(s) {bad}; modes: {', '.join(MODES)}; positions: {', '.join(EVAL_POSITIONS)}")
+        if "linked" in wanted and links is None:
+            fail("mode 'linked' needs --links FILE (trained link tokens)")
+        if {"full-adapted", "linked-query-lora"} & set(wanted) and adapter is None:
+            fail("modes full-adapted and linked-query-lora need --adapter FILE")
+        try:
+            examples = load_nq(data)
+        except DataFormatError as e:
+            fail(str(e))
+        n = min(n, len(examples))
+        settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
+        base = make_engine(settings)
+        base.cache = cache = MemoryCache()
+        if int8:  # a throw-away int8 store: caches are served as the int8 round trip
+            import tempfile
+
+            from store.factory import open_store
+
+            tmp_home = Path(tempfile.mkdtemp(prefix="kvlink-eval-int8-"))
+            base.cache = cache = open_store(settings.model_copy(update={"home": tmp_home, "store_int8": True})).cache
+        trained: dict[Path, Engine] = {}
+
+        def engine_for(path: Path) -> Engine:
+            if path not in trained:
+                try:
+                    trained[path] = Engine(settings.model_copy(update={"link_tokens_path": path}), lm=base.lm, cache=cache)
+                except (ValueError, FileNotFoundError) as e:
+                    fail(str(e))
+            return trained[path]
+
+        engines = {m: engine_for(links) if m == "linked" else engine_for(adapter) if m in ("full-adapted", "linked-query-lora")
+                   else base for m in wanted}
+        rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
+        with Progress(console=console) as progress:
+            task = progress.add_task(f"evaluating {n} questions x {len(positions)} positions", total=n * len(positions))
+            rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
+                            progress=lambda: progress.advance(task))
+        actual = {position_for(p, i) for p in positions for i in range(n)}
+        rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
+        summary = summarise(rows, seed)
+        print_summary(summary, f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
+                               f"{settings.encoding}, K={settings.link_k}")
+        if json_out is not None:
+            payload = {**summary, "settings": {"n": n, "docs": docs, "gold_positions": positions,
+                       "encoding": settings.encoding, "link_k": settings.link_k, "kv_dtype": settings.kv_dtype,
+                       "seed": seed, "data": str(data), "links": str(links) if links else None,
+                       "adapter": str(adapter) if adapter else None, "max_new_tokens": max_new_tokens,
+                       "int8": int8}}
+            json_out.write_text(json.dumps(payload, indent=2))
+        if plot is not None:
+            plot_by_position(summary, plot)
+
+
+    @app.command("train-links")
+    def train_links(
+        data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+        out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
+        steps: Annotated[int, typer.Option()] = 150,
+        k: Annotated[int, typer.Option("--k")] = 5,
+        docs: Annotated[int, typer.Option("--docs")] = 10,
+        lr: Annotated[float, typer.Option(help="LoRA learning rate.")] = 3e-4,
+        link_lr: Annotated[float, typer.Option(help="Link-embedding learning rate.")] = 1e-3,
+        accumulate: Annotated[int, typer.Option()] = 4,
+        adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
+        lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
+        rank: Annotated[int, typer.Option()] = 16,
+        exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
+        val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
+        seed: Annotated[int, typer.Option()] = 0,
+        encoding: EncOpt = None,
+    ) -> None:
+        """Train link tokens (and a query-side LoRA adapter) on multi-document QA; resumable."""
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        from training.data import split_examples
+        from training.loop import TrainConfig, Trainer
+        from training.report import plot_losses, validation_accuracy
+
+        from .nq import DataFormatError
+
+        if adapter not in ("query-lora", "none"):
+            fail(f"unknown adapter {adapter!r}; choose query-lora or none")
+        if steps < 1 or k < 1 or docs < 1 or accumulate < 1:
+            fail("--steps, --k, --docs and --accumulate must be >= 1")
+        try:
+            split = split_examples(data, exclude_first, val_n)
+        except (DataFormatError, ValueError) as e:
+            fail(str(e))
+        settings = make_settings(k, encoding, shipped_links=False)  # train from the untrained initialisation
+        engine = make_engine(settings)
+        from .engine import MemoryCache
+
+        engine.cache = MemoryCache()  # training memoises document encodings in memory
+        cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
+                          lora=lora or adapter == "query-lora", rank=rank, seed=seed)
+        work = out.with_suffix(".ckpt")
+        try:
+            trainer = Trainer(engine, split, cfg, work)
+        except ValueError as e:
+            fail(str(e))
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn(), console=console) as progress:
+            last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
+            task = progress.add_task("training link tokens", total=steps, completed=trainer.state.step, loss=last)
+            trainer.run(lambda step, loss: progress.update(task, completed=step, loss=loss))
+        acc = validation_accuracy(engine, trainer, split)
+        artifact = trainer.artifact({"val_accuracy": acc, "val_n": len(split.val), "encoding": settings.encoding})
+        artifact.save(out)
+        plot_losses(trainer.state, out.with_suffix(".png"))
+        console.print(f"saved {out} (K={k}, adapter={'query-lora' if cfg.lora else 'none'}), validation accuracy "
+                      f"{acc:.3f} on {len(split.val)} held-out questions; loss curve {out.with_suffix('.png')}")
+
+    @app.command("eval-report")
+    def eval_report(
+        rows: Annotated[list[Path], typer.Argument(help="Row files (<json>.rows.jsonl) of one or more eval runs.")],
+        json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged summary JSON here.")] = None,
+        plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+        seed: Annotated[int, typer.Option()] = 0,
+    ) -> None:
+        """Merge the rows of several eval runs (e.g. modes run in parallel processes) into one table."""
+        from training.eval import plot_by_position, read_rows, summarise
+
+        try:
+            merged = read_rows(rows)
+        except ValueError as e:
+            fail(str(e))
+        summary = summarise(merged, seed)
+        n = len({r["index"] for r in merged})
+        print_summary(summary, f"NQ-open, {n} questions, merged from {len(rows)} row file(s)")
+        if json_out is not None:
+            json_out.write_text(json.dumps({**summary, "settings": {"rows": [str(p) for p in rows]}}, indent=2))
+        if plot is not None:
+            plot_by_position(summary, plot)

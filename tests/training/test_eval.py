@@ -1,0 +1,87 @@
+"""The evaluation harness on a tiny random model: rows, gold-position rotation, resume, merging, intervals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from factories import tiny_text_engine
+from kvlink_rag.engine import Document
+from kvlink_rag.nq import NQExample
+from training.eval import bootstrap_ci, evaluate, position_for, read_rows, summarise
+
+
+def _examples(n: int = 8) -> list[NQExample]:
+    words = ["red", "blue", "green", "black", "white", "pink", "gold", "grey", "brown", "cyan"]
+    return [NQExample(f"what colour is thing {i}?", (words[i],), Document(f"Thing {i} is {words[i]}.", f"Thing {i}"))
+            for i in range(n)]
+
+
+def _row(i, pos, mode, em, nll=1.0, ttft=0.1) -> dict:
+    return {"index": i, "gold_position": pos, "mode": mode, "em": em, "nll": nll, "ttft_s": ttft}
+
+
+def test_rotate_cycles_first_middle_last_and_leaves_fixed_positions():
+    assert [position_for("rotate", i) for i in range(5)] == ["first", "middle", "last", "first", "middle"]
+    assert position_for("last", 4) == "last" and position_for("random", 1) == "random"
+
+
+def test_evaluate_writes_one_row_per_question_and_mode_and_resumes(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    ex, rows_path = _examples(), tmp_path / "r.rows.jsonl"
+    rows = evaluate({"full": engine, "naive": engine}, ex, 3, 4, ["rotate"], max_new_tokens=2, rows_path=rows_path)
+    assert [(r["index"], r["gold_position"], r["mode"]) for r in rows] == [
+        (0, "first", "full"), (0, "first", "naive"), (1, "middle", "full"), (1, "middle", "naive"),
+        (2, "last", "full"), (2, "last", "naive")]
+    assert [r["gold_slot"] for r in rows[::2]] == [0, 2, 3]  # 4 documents: first, middle (4 // 2), last
+    assert all(r["em"] in (0.0, 1.0) and r["nll"] > 0 and r["ttft_s"] > 0 for r in rows)
+    assert len(rows_path.read_text().splitlines()) == 6
+    calls = []
+    again = evaluate({"full": engine, "naive": engine}, ex, 4, 4, ["rotate"], max_new_tokens=2,
+                     rows_path=rows_path, progress=lambda: calls.append(1))
+    assert len(again) == 8 and len(rows_path.read_text().splitlines()) == 8  # only question 3 was scored
+    assert again[:6] == [json.loads(line) for line in rows_path.read_text().splitlines()[:6]]
+    assert len(calls) == 4
+
+
+def test_full_prefill_and_naive_reuse_of_one_document_agree(tmp_path):
+    # one document, K=0: the reused cache is the full prefill's, so answer and NLL match
+    engine = tiny_text_engine(tmp_path, link_k=0, kv_dtype="float32")
+    rows = evaluate({"full": engine, "naive": engine}, _examples(), 2, 1, ["first"], max_new_tokens=3)
+    for full, naive in zip(rows[::2], rows[1::2]):
+        assert full["answer"] == naive["answer"]
+        assert full["nll"] == pytest.approx(naive["nll"], abs=1e-3)
+
+
+def test_summarise_per_mode_and_position():
+    rows = [_row(0, "first", "full", 1.0, nll=2.0), _row(1, "middle", "full", 0.0, nll=4.0),
+            _row(0, "first", "naive", 0.0, ttft=0.3), _row(1, "middle", "naive", 0.0, ttft=0.1)]
+    s = summarise(rows)
+    assert s["modes"]["full"]["accuracy"] == 0.5 and s["modes"]["full"]["answer_nll"] == 3.0
+    assert s["modes"]["naive"]["ttft_s"] == 0.3 and s["modes"]["naive"]["n"] == 2  # upper median of two
+    assert s["by_position"]["first"]["full"]["accuracy"] == 1.0
+    assert s["by_position"]["middle"]["full"]["accuracy"] == 0.0
+
+
+def test_bootstrap_interval_brackets_the_mean_and_is_degenerate_for_constants():
+    values = [1.0] * 30 + [0.0] * 70
+    lo, hi = bootstrap_ci(values)
+    assert lo < 0.3 < hi and hi - lo < 0.25
+    assert bootstrap_ci([1.0] * 10) == (1.0, 1.0)
+    assert bootstrap_ci([]) == (0.0, 0.0)
+
+
+def test_read_rows_merges_files_and_rejects_bad_ones(tmp_path):
+    a, b = tmp_path / "a.rows.jsonl", tmp_path / "b.rows.jsonl"
+    a.write_text(json.dumps(_row(0, "first", "full", 0.0)) + "\n" + json.dumps(_row(1, "middle", "full", 1.0)) + "\n")
+    b.write_text(json.dumps(_row(0, "first", "full", 1.0)) + "\n\n" + json.dumps(_row(0, "first", "naive", 0.0)) + "\n")
+    rows = read_rows([a, b])
+    assert sorted((r["index"], r["mode"], r["em"]) for r in rows) == [(0, "full", 1.0), (0, "naive", 0.0),
+                                                                     (1, "full", 1.0)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"index": 0}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1: not an eval row"):
+        read_rows([bad])
+    with pytest.raises(ValueError, match="does not exist"):
+        read_rows([tmp_path / "missing.jsonl"])
