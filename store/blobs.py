@@ -182,9 +182,8 @@ class BlobStore:
                 out_dtype = codec.target_dtype(meta, dtype)
                 keys = torch.empty((L, H, T, D), dtype=out_dtype)
                 values = torch.empty((L, H, T, D), dtype=out_dtype)
-                for i in range(L):
-                    buf = txn.get(_rkey(key, f"L{i}"), db=self._db)
-                    codec.decode_layer_into(buf, meta, i, keys[i], values[i])
+                codec.decode_layers_into((txn.get(_rkey(key, f"L{i}"), db=self._db) for i in range(L)), meta,
+                                         keys, values)
         except CorruptRecordError as e:
             self._corrupt(key, e)
             return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Iterable
 
 import numpy as np
 import safetensors.torch
@@ -172,6 +173,41 @@ def _fill(dst: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarr
         dst.view(torch.uint8).view(-1).numpy()[:] = raw  # the one copy, byte for byte
     else:
         dst.copy_(_materialise(dtype, shape, raw))
+
+
+def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Verify and decode every layer of a record into ``keys``/``values`` ``[L, H, T, D]`` (CPU).
+
+    ``bufs`` yields the ``L`` layer buffers in order. When the record's float dtype is the output
+    dtype (the common case) each layer costs one checksum and one memcpy into a byte view of the
+    outputs made once per document; otherwise layers go through :func:`decode_layer_into`.
+
+    Raises:
+        CorruptRecordError: a missing buffer, checksum mismatch or payload that does not fit the meta.
+    """
+    direct = (meta["dtype"] != "int8" and parse_dtype(meta["dtype"]) == keys.dtype == values.dtype
+              and keys.device.type == values.device.type == "cpu" and keys.is_contiguous() and values.is_contiguous())
+    if not direct:
+        for i, buf in enumerate(bufs):
+            decode_layer_into(buf, meta, i, keys[i], values[i])
+        return
+    n_layers, shape = keys.shape[0], list(keys.shape[1:])
+    kb = keys.view(torch.uint8).numpy().reshape(n_layers, -1)  # kb, vb: [L, H * T * D * itemsize] bytes
+    vb = values.view(torch.uint8).numpy().reshape(n_layers, -1)
+    version, sums = meta["format_version"], meta["checksum"]["layers"]
+    for i, buf in enumerate(bufs):
+        if buf is None or checksum(buf, version) != sums[i]:
+            raise CorruptRecordError(f"layer {i} failed its checksum")
+        try:
+            views = _views(buf)
+            (k_dtype, k_shape, k_raw), (v_dtype, v_shape, v_raw) = views["k"], views["v"]
+        except (KeyError, ValueError) as e:
+            raise CorruptRecordError(f"layer {i} could not be parsed: {e}") from None
+        if (k_dtype, list(k_shape), k_raw.nbytes) != (keys.dtype, shape, kb.shape[1]) or \
+                (v_dtype, list(v_shape), v_raw.nbytes) != (values.dtype, shape, vb.shape[1]):
+            raise CorruptRecordError(f"layer {i} does not match the meta shape {[n_layers, *shape]}")
+        kb[i] = k_raw  # the one copy per tensor, byte for byte
+        vb[i] = v_raw
 
 
 def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
