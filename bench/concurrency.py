@@ -21,9 +21,22 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
 
 
-def concurrency(engine: Engine, examples: list[NQExample], clients: list[int], requests_per_client: int = 2,
+def workload(n: int, rng: random.Random) -> list[str]:
+    """``n`` request classes in the ``CLASSES`` shares (largest remainder, so 32 requests hold 19 short,
+    10 medium and 3 long; every class appears once n >= 10), in a seeded random order."""
+    exact = [share * n for _, share, _ in CLASSES]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(CLASSES)), key=lambda i: counts[i] - exact[i])[: n - sum(counts)]:
+        counts[i] += 1
+    plan = [name for (name, _, _), c in zip(CLASSES, counts) for _ in range(c)]
+    rng.shuffle(plan)
+    return plan
+
+
+def concurrency(engine: Engine, examples: list[NQExample], clients: list[int], requests: int = 32,
                 max_new_tokens: int = 8, seed: int = 0) -> list[dict]:
-    """For each client count: that many threads, each sending ``requests_per_client`` queries to one app.
+    """For each client count: that many threads sharing ``max(requests, clients)`` queries (see
+    :func:`workload`) sent to one app.
 
     The documents (the gold passages of 40 questions) are ingested and precomputed first, so queries
     measure reuse; latency is what each client observes end to end (HTTP, queueing on the model, answer).
@@ -47,12 +60,9 @@ def concurrency(engine: Engine, examples: list[NQExample], clients: list[int], r
         for n_clients in clients:
             rng = random.Random(seed + n_clients)
             plan = []
-            for _ in range(n_clients * requests_per_client):
-                r, acc = rng.random(), 0.0
-                for name, share, n_docs in CLASSES:
-                    acc += share
-                    if r <= acc:
-                        break
+            docs_of = {name: n_docs for name, _, n_docs in CLASSES}
+            for name in workload(max(requests, n_clients), rng):
+                n_docs = docs_of[name]
                 q = rng.randrange(len(pool))
                 ids = [f"d{q}"] + [f"d{j}" for j in rng.sample([j for j in range(len(pool)) if j != q], n_docs - 1)]
                 plan.append((name, {"question": pool[q].question, "document_ids": ids, "max_new_tokens": max_new_tokens}))

@@ -21,8 +21,10 @@ from .ttft import drop_page_cache, first_decode_step, physical_floor, ttft_full,
 
 
 def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
-              store_sizes: list[int], clients: list[int] | None = None, log=print) -> dict:
-    """Everything side by side in one process; returns the results dict."""
+              store_sizes: list[int], clients: list[int] | None = None, log=print, requests: int = 32) -> dict:
+    """Everything side by side in one process; returns the results dict.
+
+    ``requests``: HTTP queries per concurrency level (at least one per client)."""
     examples = load_nq(nq_path)
     question = examples[0].question
     results: dict = {"machine": {"platform": platform.platform(), "threads": torch.get_num_threads(),
@@ -84,5 +86,5 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
 
         log("concurrency through the HTTP API")
         engine.cache = None  # the app gives each request its tenant's store cache
-        results["concurrency"] = concurrency(engine, examples, clients)
+        results["concurrency"] = concurrency(engine, examples, clients, requests=requests)
     return results

@@ -210,6 +210,7 @@ def bench(
     doc_counts: Annotated[str, typer.Option(help="Document counts for TTFT scaling.")] = "1,5,10,20",
     store_sizes: Annotated[str, typer.Option(help="Synthetic entry counts for store scaling.")] = "100,1000,10000",
     clients: Annotated[str, typer.Option(help="Concurrent HTTP clients ('' to skip).")] = "1,4,16",
+    requests: Annotated[int, typer.Option(help="HTTP queries per concurrency level (60/30/10% short/medium/long).")] = 32,
     repeats: Annotated[int, typer.Option()] = 3,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
@@ -231,7 +232,10 @@ def bench(
         if not torch.cuda.is_available():
             fail("--device cuda: no CUDA device is available on this machine")
     engine = make_engine(make_settings(device=device))
-    results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m))
+    if requests < 1:
+        fail("--requests must be >= 1")
+    results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
+                        requests=requests)
     command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
     text = markdown(results, command)
     out.print(text)

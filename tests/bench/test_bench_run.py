@@ -14,7 +14,7 @@ def test_suite_runs_and_reports(tmp_path):
         pytest.skip(f"{NQ_PATH} not present")
     engine = tiny_text_engine(tmp_path)
     res = run_suite(engine, NQ_PATH, lengths=[300], repeats=1, doc_counts=[1, 2], store_sizes=[20], clients=[1, 2],
-                    log=lambda m: None)
+                    log=lambda m: None, requests=10)
     [row] = res["ttft"]
     assert row["context_tokens"] > 300 and row["full"]["median_s"] > 0 and row["linked_host"]["total"]["median_s"] > 0
     assert row["floor"]["kv_bytes"] > 0 and row["linked_over_floor"] > 0
@@ -23,7 +23,18 @@ def test_suite_runs_and_reports(tmp_path):
     assert 0.9 < res["precompute"]["tokens"] / 4000 < 1.5
     assert [r["documents"] for r in res["scaling_documents"]] == [1, 2]
     assert res["scaling_store"][0]["entries"] == 20 and res["scaling_store"][0]["store_bytes"] > 0
-    assert [r["clients"] for r in res["concurrency"]] == [1, 2] and res["concurrency"][1]["requests"] == 4
+    assert [r["clients"] for r in res["concurrency"]] == [1, 2] and res["concurrency"][1]["requests"] == 10
     assert res["concurrency"][0]["hit_rate"] == 1.0
     text = markdown(res, "kvlink-rag bench (test)")
     assert "## Concurrency" in text and "| 20 |" in text
+
+
+def test_workload_keeps_the_class_shares_and_every_class():
+    import random
+
+    from bench.concurrency import workload
+
+    plan = workload(32, random.Random(0))
+    assert [plan.count(c) for c in ("short", "medium", "long")] == [19, 10, 3]
+    assert plan != sorted(plan, key=["short", "medium", "long"].index)  # shuffled
+    assert sorted(workload(10, random.Random(1))) == sorted(["short"] * 6 + ["medium"] * 3 + ["long"])
