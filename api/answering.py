@@ -87,8 +87,11 @@ class QueryService:
 
     def __init__(self, engine, store, retrieval, model_lock: threading.Lock, settings,
                  on_result: Callable[[QueryResult], None] | None = None):
+        from kvlink_rag.named_adapters import AdapterVariants
+
         self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
         self.settings, self.on_result = settings, on_result
+        self.variants = AdapterVariants(engine, settings.links_dir)
 
     # -- validation and document choice --------------------------------------------------------------
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
@@ -123,13 +126,20 @@ class QueryService:
                          {k_: v for k_, v in sampling.items() if v is not None})
 
     def _check_links(self, k: int | None, adapter: str | None) -> None:
-        loaded = self.engine.link_tokens.k if self.engine.link_tokens is not None else 0
+        from kvlink_rag.links import LinkTokensMismatch
+        from kvlink_rag.named_adapters import UnknownAdapter
+
+        try:
+            with self.model_lock:  # loading a named adapter injects its LoRA into the shared model
+                eng = self.variants.get(adapter)
+        except UnknownAdapter as e:
+            raise ApiError(400, "unknown_adapter", str(e)) from None
+        except LinkTokensMismatch as e:
+            raise ApiError(400, "adapter_mismatch", str(e)) from None
+        loaded = eng.link_tokens.k if eng.link_tokens is not None else 0
         if k is not None and not 0 <= k <= loaded:
             raise ApiError(422, "k_out_of_range", f"k (link tokens per document) must be within 0..{loaded}, "
-                           f"the number loaded (KVLINK_RAG_LINK_K); got {k}")
-        known = {"default", "none"} | ({self.engine.adapter} if self.engine.adapter else set())
-        if adapter is not None and adapter not in known:
-            raise ApiError(400, "unknown_adapter", f"unknown adapter {adapter!r}; available: {', '.join(sorted(known))}")
+                           f"the number loaded (KVLINK_RAG_LINK_K or the adapter's K); got {k}")
 
     def _by_ids(self, tenant: str, ids: list[str]) -> list[QueryDoc]:
         ids = list(dict.fromkeys(ids))
@@ -167,10 +177,8 @@ class QueryService:
 
     # -- answering -----------------------------------------------------------------------------------
     def _request_engine(self, plan: QueryPlan):
-        eng = copy.copy(self.engine)  # Engine holds references only; the shared one is never mutated
+        eng = copy.copy(self.variants.get(plan.adapter))  # references only; the shared engines are never mutated
         eng.cache = RecordingCache(self.store.cache.for_tenant(plan.tenant))
-        if plan.adapter == "none":
-            eng.adapter = None
         return eng
 
     def answer(self, plan: QueryPlan) -> QueryResult:

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.metrics import Metrics, RequestTimer
-from api.routes import documents, health, openai, query
+from api.routes import adapters, documents, health, openai, query
 from api.state import ServiceState
 from kvlink_rag.settings import Settings, get_settings
 
@@ -47,6 +47,6 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.state.service = None
     errors.install(app)
     app.add_middleware(RequestTimer, metrics=metrics)
-    for module in (documents, query, openai, health):
+    for module in (documents, query, adapters, openai, health):
         app.include_router(module.router)
     return app

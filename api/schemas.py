@@ -117,7 +117,8 @@ class QueryIn(Sampling):
     top_k: int | None = Field(None, ge=1)
     stream: bool = False
     k: int | None = Field(None, ge=0, description="Link tokens per document (0 = naive reuse); at most the loaded K.")
-    adapter: str | None = Field(None, description="'default' (the loaded query-side adapter, if any) or 'none'.")
+    adapter: str | None = Field(None, description="'default' (the loaded link tokens and query-side adapter), 'none' "
+                                "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links (GET /v1/adapters).")
 
 
 class UsedDocument(BaseModel):

@@ -99,6 +99,8 @@ def ask(
     max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
     temperature: Annotated[Optional[float], typer.Option()] = None,
     top_p: Annotated[Optional[float], typer.Option()] = None,
+    adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
+                                                   "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Answer a question over documents from files (--doc) or one real NQ question (--nq)."""
@@ -120,6 +122,13 @@ def ask(
         documents = _read_docs(doc)
     settings = make_settings(k, encoding, kv_dtype)
     engine = make_engine(settings)
+    if adapter is not None:
+        from .named_adapters import AdapterVariants
+
+        try:
+            engine = AdapterVariants(engine).get(adapter)
+        except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
+            fail(str(e))
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     try:
         hits = sum(engine.cache.get(engine.cache_key(d)) is not None for d in documents)

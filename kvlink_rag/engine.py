@@ -6,6 +6,7 @@ and ``generate``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from collections.abc import Iterator
@@ -112,6 +113,14 @@ class Engine:
             if shipped is not None and shipped.k == self.settings.link_k:
                 return shipped
         return initial_link_tokens(self.lm, self.settings.link_k)
+
+    def with_link_tokens(self, link_tokens: LinkTokens | None, adapter: bool = True) -> Engine:
+        """A shallow copy using ``link_tokens`` (and their query-side LoRA unless ``adapter`` is False),
+        sharing this engine's model, prefix and document cache: documents are never re-encoded."""
+        eng = copy.copy(self)
+        eng.link_tokens = link_tokens
+        eng.adapter = eng._load_adapter() if adapter else None
+        return eng
 
     def _load_adapter(self) -> str | None:
         """Inject the link tokens' query-side LoRA (if any) into the shared model; returns its name."""

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")) + ".")] = "full,naive,linked-untrained",
         k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
         links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
-        adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA (modes full-adapted, linked-query-lora).")] = None,
+        adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA, a file or a named adapter (modes full-adapted, linked-query-lora).")] = None,
         json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
         plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
         max_new_tokens: Annotated[int, typer.Option()] = 24,
@@ -87,6 +87,13 @@ def register(app: typer.Typer) -> None:
         trained: dict[Path, Engine] = {}
 
         def engine_for(path: Path) -> Engine:
+            if not path.exists() and path.suffix != ".safetensors":  # a name: $KVLINK_RAG_HOME/links/NAME.safetensors
+                from .named_adapters import adapter_path
+
+                try:
+                    path = adapter_path(settings.links_dir, str(path))
+                except ValueError as e:
+                    fail(str(e))
             if path not in trained:
                 try:
                     trained[path] = Engine(settings.model_copy(update={"link_tokens_path": path}), lm=base.lm, cache=cache)
@@ -121,6 +128,8 @@ def register(app: typer.Typer) -> None:
     def train_links(
         data: Annotated[Path, typer.Option(help="NQ-open oracle format JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
         out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
+        name: Annotated[Optional[str], typer.Option(help="Save as the named adapter $KVLINK_RAG_HOME/links/NAME.safetensors "
+                                                    "(instead of --out), selectable per query.")] = None,
         steps: Annotated[int, typer.Option()] = 150,
         k: Annotated[int, typer.Option("--k")] = 5,
         docs: Annotated[int, typer.Option("--docs")] = 10,
@@ -146,6 +155,13 @@ def register(app: typer.Typer) -> None:
 
         if adapter not in ("query-lora", "none"):
             fail(f"unknown adapter {adapter!r}; choose query-lora or none")
+        if name is not None:
+            from .named_adapters import adapter_path
+
+            try:
+                out = adapter_path(make_settings().links_dir, name)
+            except ValueError as e:
+                fail(str(e))
         if steps < 1 or k < 1 or docs < 1 or accumulate < 1:
             fail("--steps, --k, --docs and --accumulate must be >= 1")
         try:

@@ -135,11 +135,14 @@ def register(app: typer.Typer) -> None:
               doc_id: Annotated[list[str], typer.Option("--doc-id", help="Use this document; repeat for several.")] = [],
               url: UrlOpt = None, api_key: KeyOpt = None, tenant: TenantOpt = "default",
               max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+              adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
+                                                             "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
               as_json: Annotated[bool, typer.Option("--json", help="Print the response JSON.")] = False) -> None:
         """Answer a question over the tenant's documents (cached KV, re-linked)."""
         if top_k is not None and doc_id:
             fail("give either --top-k or --doc-id, not both")
-        body = {"question": question, "top_k": top_k, "document_ids": doc_id or None, "max_new_tokens": max_new_tokens}
+        body = {"question": question, "top_k": top_k, "document_ids": doc_id or None, "max_new_tokens": max_new_tokens,
+                "adapter": adapter}
         body = {k: v for k, v in body.items() if v is not None}
         res = _query_remote(body, url, api_key) if url else _query_direct(body, tenant)
         if as_json:
@@ -242,7 +245,7 @@ def _query_direct(body: dict, tenant: str) -> dict:
     service = QueryService(engine, store, Retrieval(store.index, store.texts), threading.Lock(), settings)
     try:
         plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
-                            max_new_tokens=body.get("max_new_tokens"))
+                            adapter=body.get("adapter"), max_new_tokens=body.get("max_new_tokens"))
         return query_out(service.answer(plan))
     except ApiError as e:
         fail(e.message)

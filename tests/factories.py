@@ -94,3 +94,22 @@ def tiny_text_engine(home: Path, seed: int = 0, **overrides) -> Engine:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     lm = wrap_model(model, tokenizer=tok, fingerprint=f"tiny-text-{seed}")
     return Engine(Settings(home=home, model="unused", device="cpu", **overrides), lm=lm)
+
+
+def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: int = 0,
+                 fingerprint: str | None = None) -> Path:
+    """A random link-token artifact with a LoRA (non-zero B, so it changes the output) saved as ``name``."""
+    from kvlink_rag.adapters import DEFAULT_TARGETS, add_lora, lora_state
+    from kvlink_rag.links import LinkTokens
+    from kvlink_rag.named_adapters import adapter_path
+
+    torch.manual_seed(seed)
+    scratch = f"scratch{seed}"
+    if scratch not in engine.lm.adapters:
+        add_lora(engine.lm, scratch, rank=4, alpha=8)
+    lora = {n: torch.randn_like(w) * 0.05 for n, w in lora_state(engine.lm, scratch).items()}
+    art = LinkTokens(torch.randn(k, engine.lm.config.hidden_size), fingerprint or engine.lm.fingerprint,
+                     {"trained": True}, lora=lora, lora_config={"rank": 4, "alpha": 8, "targets": list(DEFAULT_TARGETS)})
+    path = adapter_path(links_dir, name)
+    art.save(path, lora_dtype=torch.float32)
+    return path

@@ -132,3 +132,25 @@ def test_concurrent_queries_and_ingests_share_the_engine_safely(client, fixture_
         assert [d["id"] for d in res["documents"]] == body["document_ids"] and res["documents"][0]["cache_hit"]
     texts = [a["answer"] for a in answers]
     assert texts[:4] == texts[4:8] == texts[8:]  # greedy: the same answer however requests interleave
+
+
+def test_named_adapters_are_listed_and_chosen_per_query_without_re_encoding(make_client, fixture_docs, tiny_engine,
+                                                                            tmp_path):
+    from factories import save_adapter
+
+    links = tmp_path / "home" / "links"  # $KVLINK_RAG_HOME/links of the app below
+    save_adapter(tiny_engine, links, "tenant-a", seed=3)
+    save_adapter(tiny_engine, links, "foreign", seed=4, fingerprint="e" * 64)
+    with make_client() as c:
+        c.post("/v1/documents", json=fixture_docs[0])
+        wait_ready(c, fixture_docs[0]["id"])
+        listed = c.get("/v1/adapters").json()
+        assert listed["adapters"] == ["default", "none", "foreign", "tenant-a"] and listed["default"]["k"] == 5
+        ask = {"question": "Who kept the lamp?", "document_ids": ["lighthouse"], "max_new_tokens": 2}
+        r = c.post("/v1/query", json={**ask, "adapter": "tenant-a"})
+        assert r.status_code == 200, r.text
+        assert r.json()["documents"][0]["cache_hit"] is True  # the base-model cache serves any adapter
+        assert "must be within 0..3" in c.post("/v1/query", json={**ask, "adapter": "tenant-a", "k": 4}).json()["error"]["message"]
+        bad = c.post("/v1/query", json={**ask, "adapter": "foreign"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "adapter_mismatch"
+        assert "made for model eeeeeeeeeeee" in bad.json()["error"]["message"]

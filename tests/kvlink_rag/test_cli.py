@@ -109,3 +109,18 @@ def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
     assert code == 2 and "bad.jsonl:1: not JSON" in output
     code, output = _run(["eval", "--gold-position", "rotate,sideways"])
     assert code == 2 and "'sideways'" in output
+
+
+def test_bad_adapter_names_are_clear_errors(tmp_path):
+    code, output = _run(["train-links", "--name", "../evil"], KVLINK_RAG_HOME=str(tmp_path))
+    assert code == 2 and "invalid adapter name '../evil'" in output
+    code, output = _run(["train-links", "--name", "none"], KVLINK_RAG_HOME=str(tmp_path))
+    assert code == 2 and "'none' is reserved" in output
+
+
+@pytest.mark.e2e
+def test_ask_with_an_unknown_adapter_lists_the_available_ones(tmp_path):
+    (tmp_path / "d.txt").write_text("The lamp at Skerry Point was kept by Ada Quill.")
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
+    code, output = _run(["ask", "--doc", str(tmp_path / "d.txt"), "--adapter", "nope", "Who kept the lamp?"], **env)
+    assert code == 2 and "unknown adapter 'nope'; available: default, none" in output

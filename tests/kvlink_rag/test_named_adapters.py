@@ -1,0 +1,63 @@
+"""Named query-side adapters under $KVLINK_RAG_HOME/links: listing, loading, per-query choice, no re-encoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from factories import save_adapter, tiny_text_engine
+from kvlink_rag.engine import Document
+from kvlink_rag.links import LinkTokensMismatch
+from kvlink_rag.named_adapters import AdapterVariants, UnknownAdapter, adapter_names, check_name
+
+
+def test_names_are_checked_and_listed(tmp_path):
+    for bad in ("", "../x", "a/b", "none", "default", "x" * 65, "-lead"):
+        with pytest.raises(ValueError):
+            check_name(bad)
+    (tmp_path / "tenant-a.safetensors").write_bytes(b"")
+    (tmp_path / "none.safetensors").write_bytes(b"")  # reserved: not listed as an artifact
+    (tmp_path / "notes.txt").write_text("x")
+    assert adapter_names(tmp_path) == ["default", "none", "tenant-a"]
+    assert adapter_names(tmp_path / "missing") == ["default", "none"]
+
+
+def test_switching_adapters_changes_the_answer_but_never_re_encodes(tmp_path):
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32")
+    links = tmp_path / "links"
+    save_adapter(engine, links, "a", seed=1)
+    save_adapter(engine, links, "b", seed=2)
+    variants = AdapterVariants(engine, links)
+    docs = [Document("The lamp at Skerry Point was kept by Ada Quill."), Document("Paris lies on the Seine.")]
+    for d in docs:
+        engine.get_or_encode(d)
+    stored = {engine.cache_key(d): engine.cache.get(engine.cache_key(d)).keys.clone() for d in docs}
+    calls = []
+    original = type(engine).encode
+    engine.encode = lambda d: calls.append(d) or original(engine, d)  # any re-encoding would be seen here
+
+    def logits(name):
+        eng = variants.get(name)
+        ctx, hits = eng.link_context("Who kept the lamp?", docs)
+        assert hits == 2
+        return ctx.last_logits
+
+    a, b, none = logits("a"), logits("b"), logits("none")
+    assert variants.get("a").link_tokens.k == 3 and variants.get("a").adapter is not None
+    assert variants.get("none").adapter is None and variants.get(None) is engine
+    assert not torch.allclose(a, b) and not torch.allclose(a, none)
+    assert torch.equal(logits("a"), a)  # memoised variant, same result
+    assert calls == [] and all(torch.equal(engine.cache.get(k).keys, v) for k, v in stored.items())
+
+
+def test_unknown_and_foreign_adapters_fail_clearly(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    links = tmp_path / "links"
+    save_adapter(engine, links, "other-model", fingerprint="f" * 64)
+    variants = AdapterVariants(engine, links)
+    with pytest.raises(UnknownAdapter, match="unknown adapter 'nope'; available: default, none, other-model"):
+        variants.get("nope")
+    with pytest.raises(UnknownAdapter):
+        variants.get("../../etc/passwd")
+    with pytest.raises(LinkTokensMismatch, match="made for model ffffffffffff"):
+        variants.get("other-model")
