@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from .cli import DtypeOpt, EncOpt, KOpt, console, fail, make_engine, make_settings, out
@@ -16,7 +17,7 @@ def print_summary(summary: dict, title: str) -> None:
     """The per-mode table (accuracy, 95% CI, answer NLL, median TTFT, n) and, with several gold
     positions, one accuracy column per position."""
     positions = [p for p in ("first", "middle", "last", "random") if p in summary.get("by_position", {})]
-    table = Table(title=title)
+    table = Table(title=title, min_width=100)
     for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)", "n"):
         table.add_column(col)
     if len(positions) > 1:
@@ -29,7 +30,7 @@ def print_summary(summary: dict, title: str) -> None:
             cells += [f"{summary['by_position'][p][m]['accuracy']:.3f}" if m in summary["by_position"][p] else "-"
                       for p in positions]
         table.add_row(*cells)
-    out.print(table)
+    (out if out.is_terminal else Console(width=160, soft_wrap=True)).print(table)  # no squeezed columns in logs
 
 
 def register(app: typer.Typer) -> None:
@@ -197,10 +198,11 @@ def register(app: typer.Typer) -> None:
         rows: Annotated[list[Path], typer.Argument(help="Row files (<json>.rows.jsonl) of one or more eval runs.")],
         json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged summary JSON here.")] = None,
         plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+        markdown: Annotated[Optional[Path], typer.Option(help="Write the table as markdown here.")] = None,
         seed: Annotated[int, typer.Option()] = 0,
     ) -> None:
         """Merge the rows of several eval runs (e.g. modes run in parallel processes) into one table."""
-        from training.eval import plot_by_position, read_rows, summarise
+        from training.eval import plot_by_position, read_rows, summarise, summary_markdown
 
         try:
             merged = read_rows(rows)
@@ -213,3 +215,5 @@ def register(app: typer.Typer) -> None:
             json_out.write_text(json.dumps({**summary, "settings": {"rows": [str(p) for p in rows]}}, indent=2))
         if plot is not None:
             plot_by_position(summary, plot)
+        if markdown is not None:
+            markdown.write_text(summary_markdown(summary))

@@ -174,6 +174,24 @@ def summarise(rows: list[dict], seed: int = 0) -> dict:
                                                     for p in positions}}
 
 
+def summary_markdown(summary: dict) -> str:
+    """Markdown table of a :func:`summarise` result: per mode accuracy [95% CI], answer NLL, median TTFT,
+    n, and accuracy [95% CI] per gold position when there are several."""
+    positions = [p for p in ("first", "middle", "last", "random") if p in summary.get("by_position", {})]
+    per_pos = positions if len(positions) > 1 else []
+    head = ["mode", "accuracy [95% CI]", "answer NLL (nats/token)", "median TTFT s", "n"] + [f"{p} [95% CI]" for p in per_pos]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def acc(s: dict) -> str:
+        return f"{s['accuracy']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
+
+    for m, s in summary["modes"].items():
+        cells = [m, acc(s), f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}", str(s["n"])]
+        cells += [acc(summary["by_position"][p][m]) if m in summary["by_position"][p] else "-" for p in per_pos]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_by_position(summary: dict, path: Path) -> None:
     """PNG: accuracy (with 95% CI) by gold position, one line per mode."""
     import matplotlib

@@ -85,3 +85,14 @@ def test_read_rows_merges_files_and_rejects_bad_ones(tmp_path):
         read_rows([bad])
     with pytest.raises(ValueError, match="does not exist"):
         read_rows([tmp_path / "missing.jsonl"])
+
+
+def test_summary_markdown_has_one_row_per_mode_and_position_columns():
+    from training.eval import summary_markdown
+
+    rows = [_row(0, "first", "full", 1.0), _row(1, "middle", "full", 0.0), _row(0, "first", "naive", 0.0)]
+    text = summary_markdown(summarise(rows))
+    lines = text.splitlines()
+    assert lines[0].startswith("| mode | accuracy [95% CI]") and "first [95% CI] | middle [95% CI] |" in lines[0]
+    assert lines[2].startswith("| full | 0.500 [") and lines[2].endswith("| 1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] |")
+    assert lines[3].endswith("| 0.000 [0.000, 0.000] | - |")  # naive was not run with gold in the middle
