@@ -30,6 +30,7 @@ FORMAT_VERSION = 2  # 2: xxh3_64 checksums (~6x faster to verify than version 1'
 _HASHES = {1: xxhash.xxh64_hexdigest, 2: xxhash.xxh3_64_hexdigest}
 KEY_AXIS = "channel"
 VALUE_AXIS = "token"
+_INT8_NAMES = ("k", "k_scale", "k_zero", "v", "v_scale", "v_zero")
 
 _ST_DTYPES: dict[str, torch.dtype] = {
     "F32": torch.float32,
@@ -176,38 +177,56 @@ def _fill(dst: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarr
 
 
 def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
-    """Verify and decode every layer of a record into ``keys``/``values`` ``[L, H, T, D]`` (CPU).
+    """Verify and decode every layer of a record into ``keys``/``values`` ``[L, H, T, D]``.
 
-    ``bufs`` yields the ``L`` layer buffers in order. When the record's float dtype is the output
-    dtype (the common case) each layer costs one checksum and one memcpy into a byte view of the
-    outputs made once per document; otherwise layers go through :func:`decode_layer_into`.
+    ``bufs`` yields the ``L`` layer buffers in order. On CPU each tensor of each layer is one checksum
+    and one memcpy into a byte view of a whole-document tensor made once: float records of the output
+    dtype land in the outputs directly; int8 records are gathered and dequantised once per document
+    (bit-identical to per-layer dequantisation). Other cases go through :func:`decode_layer_into`.
 
     Raises:
         CorruptRecordError: a missing buffer, checksum mismatch or payload that does not fit the meta.
     """
-    direct = (meta["dtype"] != "int8" and parse_dtype(meta["dtype"]) == keys.dtype == values.dtype
-              and keys.device.type == values.device.type == "cpu" and keys.is_contiguous() and values.is_contiguous())
-    if not direct:
+    cpu = (keys.device.type == values.device.type == "cpu" and keys.is_contiguous() and values.is_contiguous()
+           and keys.dtype == values.dtype)
+    int8 = meta["dtype"] == "int8"
+    if not cpu or not (int8 or parse_dtype(meta["dtype"]) == keys.dtype):
         for i, buf in enumerate(bufs):
             decode_layer_into(buf, meta, i, keys[i], values[i])
         return
-    n_layers, shape = keys.shape[0], list(keys.shape[1:])
-    kb = keys.view(torch.uint8).numpy().reshape(n_layers, -1)  # kb, vb: [L, H * T * D * itemsize] bytes
-    vb = values.view(torch.uint8).numpy().reshape(n_layers, -1)
+    n_layers = keys.shape[0]
+    if int8:
+        parts: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
+    else:  # parts: name -> (whole-document tensor [L, ...], its bytes [L, layer bytes])
+        parts = {"k": (keys, keys.view(torch.uint8).numpy().reshape(n_layers, -1)),
+                 "v": (values, values.view(torch.uint8).numpy().reshape(n_layers, -1))}
     version, sums = meta["format_version"], meta["checksum"]["layers"]
     for i, buf in enumerate(bufs):
         if buf is None or checksum(buf, version) != sums[i]:
             raise CorruptRecordError(f"layer {i} failed its checksum")
         try:
             views = _views(buf)
-            (k_dtype, k_shape, k_raw), (v_dtype, v_shape, v_raw) = views["k"], views["v"]
+            for name in _INT8_NAMES if int8 else ("k", "v"):
+                dtype, shape, raw = views[name]
+                if name not in parts:
+                    dst = torch.empty((n_layers, *shape), dtype=dtype)
+                    parts[name] = (dst, dst.view(torch.uint8).numpy().reshape(n_layers, -1))
+                dst, rows = parts[name]
+                if (dtype, list(shape), raw.nbytes) != (dst.dtype, list(dst.shape[1:]), rows.shape[1]):
+                    raise CorruptRecordError(f"layer {i} tensor {name} does not match the meta shape")
+                rows[i] = raw  # the one copy, byte for byte
         except (KeyError, ValueError) as e:
             raise CorruptRecordError(f"layer {i} could not be parsed: {e}") from None
-        if (k_dtype, list(k_shape), k_raw.nbytes) != (keys.dtype, shape, kb.shape[1]) or \
-                (v_dtype, list(v_shape), v_raw.nbytes) != (values.dtype, shape, vb.shape[1]):
-            raise CorruptRecordError(f"layer {i} does not match the meta shape {[n_layers, *shape]}")
-        kb[i] = k_raw  # the one copy per tensor, byte for byte
-        vb[i] = v_raw
+    if not int8:
+        return
+    src = parse_dtype(meta["source_dtype"])
+    for name, out, axis in (("k", keys, meta.get("key_axis") or KEY_AXIS), ("v", values, VALUE_AXIS)):
+        q = parts[name][0]
+        if q.shape != out.shape:
+            raise CorruptRecordError(f"int8 shape {list(q.shape)} does not match {list(out.shape)}")
+        qt = QuantizedTensor(q=q, scale=parts[f"{name}_scale"][0], zero=parts[f"{name}_zero"][0], axis=axis,
+                             source_dtype=src)
+        out.copy_(dequantize(qt, torch.float32))
 
 
 def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:

@@ -221,3 +221,15 @@ def test_records_of_format_version_1_stay_readable_and_newer_ones_are_left_alone
         m.setattr(codec, "FORMAT_VERSION", 1)
         assert blobs.get("new") is None and blobs.checksum_failures == 0
     same_kv(blobs.get("new"), kv)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_whole_document_get_equals_layer_by_layer_reads(blobs, make_kv, int8):
+    kv = make_kv(dtype=torch.bfloat16, seed=7)
+    blobs.put("d", kv, int8=int8)
+    got = blobs.get("d")
+    layers = list(blobs.iter_layers("d"))  # decoded one layer at a time
+    assert torch.equal(got.keys, torch.stack([k for k, _ in layers]))
+    assert torch.equal(got.values, torch.stack([v for _, v in layers]))
+    as_f32 = blobs.get("d", dtype=torch.float32)  # other output dtype: the per-layer path
+    assert torch.equal(as_f32.keys.bfloat16(), got.keys) and as_f32.keys.dtype == torch.float32
