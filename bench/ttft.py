@@ -15,7 +15,7 @@ import torch
 from kvlink_rag.engine import Document, Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import build_cache
-from kvlink_rag.linker import _positions, plan_layout, rotate_documents
+from kvlink_rag.linker import _positions, plan_layout, rotate_documents, slot_link_embeds
 from kvlink_rag.mask import additive, allowed
 from kvlink_rag.types import LayeredDocuments
 
@@ -94,7 +94,7 @@ def physical_floor(engine: Engine, question: str, docs: list[Document], repeats:
     cached = torch.cat([torch.arange(engine.prefix.num_tokens), _positions(segments, ("document",))])
     new = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
     mask = additive(allowed(segments, engine.anchored, new, torch.cat([cached, new])), lm.dtype)
-    parts = [engine.link_tokens.embeds.to(lm.dtype)] * len(kvs) if k else []
+    parts = slot_link_embeds(engine.link_tokens.embeds.to(lm.dtype), len(kvs)) if k else []
     embeds = torch.cat(parts + [lm.embed_tokens(q_ids)])[None]
     caches = [build_cache(doc_k, doc_v) for _ in range(repeats + 1)]
 

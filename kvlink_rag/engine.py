@@ -188,7 +188,7 @@ class Engine:
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):
-            embeds = self.link_tokens.embeds[: (k or self.link_tokens.k)]
+            embeds = self.link_tokens.embeds[..., : (k or self.link_tokens.k), :]  # [(S,) K, hidden]
         t0 = time.perf_counter()
         source, hits = self._resolve(docs)
         lookup_s = time.perf_counter() - t0

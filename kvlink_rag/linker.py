@@ -41,6 +41,15 @@ def _positions(segments: list[Segment], kinds: tuple[str, ...]) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
+def slot_link_embeds(link_embeds: torch.Tensor, n_docs: int) -> list[torch.Tensor]:
+    """The ``[K, hidden]`` link embeddings of each of ``n_docs`` slots: the same tensor for shared
+    ``[K, hidden]`` link tokens; row ``min(i, S - 1)`` of per-slot ``[S, K, hidden]`` ones (slots past
+    the last trained one reuse it)."""
+    if link_embeds.dim() == 2:
+        return [link_embeds] * n_docs
+    return [link_embeds[min(i, link_embeds.shape[0] - 1)] for i in range(n_docs)]
+
+
 def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDocuments,
                       link_embeds: torch.Tensor | None, question_ids: torch.Tensor) -> int:
     """Validate inputs; returns K (0 without link tokens).
@@ -52,7 +61,9 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
         raise ValueError("at least one document is required to link (a question alone has no documents)")
     if question_ids.numel() == 0:
         raise ValueError("question is empty")
-    k = 0 if link_embeds is None else int(link_embeds.shape[0])
+    if link_embeds is not None and link_embeds.dim() not in (2, 3):
+        raise ValueError(f"link embeddings must be [K, hidden] or [slots, K, hidden], got {tuple(link_embeds.shape)}")
+    k = 0 if link_embeds is None else int(link_embeds.shape[-2])
     if link_embeds is not None and link_embeds.shape[-1] != lm.config.hidden_size:
         raise ValueError(f"link embeddings have width {link_embeds.shape[-1]}, model hidden size is "
                          f"{lm.config.hidden_size}")
@@ -106,7 +117,8 @@ def link(
         lm: the model.
         prefix: anchor prefix KV (positions ``0..P-1``), or None for no prefix.
         docs: stored document caches in slot order (keys before RoPE), in memory or streamed by layer.
-        link_embeds: ``[K, hidden]`` link-token embeddings shared by every slot, or None for K=0.
+        link_embeds: ``[K, hidden]`` link-token embeddings shared by every slot, ``[S, K, hidden]`` per
+            slot (see :func:`slot_link_embeds`), or None for K=0.
             May require grad (training); the forward then keeps the graph.
         question_ids: ``[question_tokens]`` int64.
         anchored: documents were encoded after the prefix (affects only the reference mask semantics;
@@ -140,7 +152,7 @@ def link(
     mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
 
     q_embeds = lm.embed_tokens(question_ids.to(lm.device))
-    parts = [link_embeds.to(lm.device, lm.dtype)] * len(docs.num_tokens) if k else []
+    parts = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if k else []
     embeds = torch.cat(parts + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
     out = lm.model(
         inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,

@@ -27,7 +27,8 @@ class LinkTokens:
     """K link-token embeddings shared by every document slot, optionally with a query-side LoRA adapter.
 
     Attributes:
-        embeds: ``[K, hidden]`` float32.
+        embeds: ``[K, hidden]`` float32 shared by every document slot, or ``[S, K, hidden]`` per slot
+            (slot i uses row ``min(i, S - 1)``).
         model_fingerprint: fingerprint of the base model they were made for.
         metadata: provenance (training data hash, steps, validation accuracy, ...).
         lora: LoRA A/B weights (peft names) or None.
@@ -42,7 +43,13 @@ class LinkTokens:
 
     @property
     def k(self) -> int:
-        return int(self.embeds.shape[0])
+        """Link tokens per document."""
+        return int(self.embeds.shape[-2])
+
+    @property
+    def slots(self) -> int:
+        """1 for shared link tokens ``[K, hidden]``; S for per-slot ones ``[S, K, hidden]``."""
+        return int(self.embeds.shape[0]) if self.embeds.dim() == 3 else 1
 
     def identity(self) -> str:
         """Short content hash, used as the adapter name so that artifacts never collide on one model."""
@@ -67,8 +74,9 @@ class LinkTokens:
         tmp.replace(path)
 
 
-def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n") -> LinkTokens:
-    """Untrained initialisation: each link token is the embedding of a paragraph separator token.
+def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n", slots: int = 1) -> LinkTokens:
+    """Untrained initialisation: each link token is the embedding of a paragraph separator token
+    (``[K, hidden]``, or the same copied to ``[slots, K, hidden]`` when ``slots > 1``).
 
     The model has seen such tokens between passages countless times, so untrained link tokens act as
     harmless separators that still attend across documents.
@@ -77,6 +85,8 @@ def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n") -> Lin
     ids = ids or [0]
     idx = torch.tensor([ids[i % len(ids)] for i in range(k)], dtype=torch.long, device=lm.device)
     embeds = lm.embed_tokens(idx).detach().float().cpu()
+    if slots > 1:
+        embeds = embeds.expand(slots, *embeds.shape).clone()
     return LinkTokens(embeds=embeds, model_fingerprint=lm.fingerprint, metadata={"init": "separator", "trained": False})
 
 
@@ -101,9 +111,9 @@ def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
         raise LinkTokensMismatch(
             f"link tokens in {path} were made for model {fp[:12] or '?'}, not the loaded model {lm.fingerprint[:12]}"
         )
-    if embeds.ndim != 2 or embeds.shape[1] != lm.config.hidden_size:
+    if embeds.ndim not in (2, 3) or embeds.shape[-1] != lm.config.hidden_size:
         raise LinkTokensMismatch(f"link tokens in {path} have shape {tuple(embeds.shape)}, expected [K, "
-                                 f"{lm.config.hidden_size}]")
+                                 f"{lm.config.hidden_size}] or [slots, K, {lm.config.hidden_size}]")
     return LinkTokens(embeds=embeds, model_fingerprint=fp, metadata=json.loads(meta.get("metadata", "{}")),
                       lora=lora or None, lora_config=json.loads(meta.get("lora_config", "{}")) or None)
 

@@ -139,7 +139,10 @@ def register(app: typer.Typer) -> None:
         accumulate: Annotated[int, typer.Option()] = 4,
         adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
         lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
-        rank: Annotated[int, typer.Option()] = 16,
+        rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+        targets: Annotated[str, typer.Option(help="LoRA target projections, comma-separated.")] = "q_proj,k_proj,v_proj,o_proj",
+        slots: Annotated[int, typer.Option(help="1: link tokens shared by every document slot; S: per-slot "
+                                           "[S, K, hidden] (slot i >= S uses the last).")] = 1,
         exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
         val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
         seed: Annotated[int, typer.Option()] = 0,
@@ -163,8 +166,11 @@ def register(app: typer.Typer) -> None:
                 out = adapter_path(make_settings().links_dir, name)
             except ValueError as e:
                 fail(str(e))
-        if steps < 1 or k < 1 or docs < 1 or accumulate < 1:
-            fail("--steps, --k, --docs and --accumulate must be >= 1")
+        if steps < 1 or k < 1 or docs < 1 or accumulate < 1 or slots < 1 or rank < 1:
+            fail("--steps, --k, --docs, --accumulate, --slots and --rank must be >= 1")
+        target_list = tuple(x.strip() for x in targets.split(",") if x.strip())
+        if not target_list:
+            fail("--targets needs at least one projection name, e.g. q_proj,v_proj")
         try:
             split = split_examples(data, exclude_first, val_n)
         except (DataFormatError, ValueError) as e:
@@ -175,7 +181,8 @@ def register(app: typer.Typer) -> None:
 
         engine.cache = MemoryCache()  # training memoises document encodings in memory
         cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
-                          lora=lora or adapter == "query-lora", rank=rank, seed=seed)
+                          lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
+                          slots=slots, seed=seed)
         work = out.with_suffix(".ckpt")
         try:
             trainer = Trainer(engine, split, cfg, work)

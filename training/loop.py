@@ -33,7 +33,9 @@ class TrainConfig:
     """Hyper-parameters (defaults picked by the evaluation in EVALUATION.md).
 
     steps: optimiser steps; accumulate: examples per step; docs: documents per example;
-    lr: LoRA learning rate; link_lr: link-embedding learning rate; lora: train a query-side adapter.
+    lr: LoRA learning rate; link_lr: link-embedding learning rate; lora: train a query-side adapter;
+    slots: 1 = link tokens shared by every document slot (KVLink's choice), S = per-slot ``[S, K, hidden]``;
+    rank, alpha, targets: LoRA rank, scale numerator and target projections.
     """
 
     steps: int = 150
@@ -49,6 +51,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 25
     max_answer_tokens: int = 16
+    slots: int = 1
 
 
 @dataclass
@@ -78,8 +81,10 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
 
 
 def _comparable(config: dict) -> dict:
-    """Settings that must match to resume (steps and checkpoint cadence may change)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()
+    """Settings that must match to resume (steps and checkpoint cadence may change; a field added since
+    the checkpoint was written takes its default)."""
+    full = {**asdict(TrainConfig()), **config}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()
             if k not in ("steps", "checkpoint_every")}
 
 
@@ -96,7 +101,7 @@ class Trainer:
     def __init__(self, engine: Engine, split: Split, cfg: TrainConfig, out_dir: Path):
         self.engine, self.split, self.cfg, self.out_dir = engine, split, cfg, Path(out_dir)
         torch.manual_seed(cfg.seed)
-        init = initial_link_tokens(engine.lm, cfg.k)
+        init = initial_link_tokens(engine.lm, cfg.k, slots=cfg.slots)
         self.link_embeds = torch.nn.Parameter(init.embeds.clone().to(engine.lm.device))
         groups = [{"params": [self.link_embeds], "lr": cfg.link_lr}]
         self.adapter = None

@@ -19,15 +19,16 @@ DOC_LENS = (13, 29, 7)  # offsets that are multiples of nothing convenient
 PREFIX_LEN, QUESTION_LEN = 11, 6
 
 
-def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LENS):
-    """Linked context and reference pieces for the same layout."""
+def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LENS, slots: int = 0):
+    """Linked context and reference pieces for the same layout (``slots`` > 0: per-slot link tokens)."""
     prefix_ids = random_ids(PREFIX_LEN, 1)
     prefix = encode_prefix(lm, prefix_ids) if with_prefix else None
     docs_ids = [random_ids(n, 10 + i) for i, n in enumerate(doc_lens)]
     q_ids = random_ids(QUESTION_LEN, 99)
     docs = [encode_document(lm, ids, kv_dtype="float32", prefix=prefix if anchored else None) for ids in docs_ids]
     torch.manual_seed(5)
-    link_embeds = torch.randn(k, lm.config.hidden_size) * 0.02 if k else None
+    shape = (slots, k, lm.config.hidden_size) if slots else (k, lm.config.hidden_size)
+    link_embeds = torch.randn(shape) * 0.02 if k else None
     ctx = link(lm, prefix, docs, link_embeds, q_ids, anchored=anchored)
 
     pieces: list[Piece] = []
@@ -35,7 +36,7 @@ def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LE
     if with_prefix:
         pieces.append(Piece("prefix", torch.arange(PREFIX_LEN), ids=prefix_ids))
         pos = PREFIX_LEN
-    for ids in docs_ids:
+    for slot, ids in enumerate(docs_ids):
         n = len(ids)
         if anchored:  # the document sees its own copy of the prefix right before it, as when encoded
             pieces.append(Piece("prefix-copy", torch.arange(pos - PREFIX_LEN, pos), ids=prefix_ids,
@@ -43,7 +44,8 @@ def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LE
         pieces.append(Piece("document", torch.arange(pos, pos + n), ids=ids))
         pos += n
         if k:
-            pieces.append(Piece("link", torch.arange(pos, pos + k), embeds=link_embeds))
+            embeds = link_embeds[min(slot, slots - 1)] if slots else link_embeds
+            pieces.append(Piece("link", torch.arange(pos, pos + k), embeds=embeds))
             pos += k
     pieces.append(Piece("question", torch.arange(pos, pos + QUESTION_LEN), ids=q_ids))
     return ctx, pieces
@@ -84,6 +86,16 @@ def test_link_tokens_match_kvlink_mask_reference(family, head_dim, anchored):
     ctx, pieces = _build(lm, k=3, anchored=anchored)
     assert [s.kind for s in ctx.segments] == ["prefix"] + ["document", "link"] * 3 + ["question"]
     _assert_matches(lm, ctx, pieces)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+def test_per_slot_link_tokens_match_reference_and_the_last_slot_is_reused(family, anchored):
+    lm = tiny_model(family)
+    ctx, pieces = _build(lm, k=3, anchored=anchored, slots=2)  # 3 documents: the third reuses slot 2's
+    _assert_matches(lm, ctx, pieces)
+    shared, _ = _build(lm, k=3, anchored=anchored)
+    assert not torch.allclose(ctx.last_logits, shared.last_logits)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

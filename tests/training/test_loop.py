@@ -72,3 +72,28 @@ def test_same_seed_same_result_and_resume_reaches_the_same_state(tmp_path):
     assert torch.allclose(resumed.link_embeds, full.link_embeds)
     for p, q in zip(resumed.params, full.params):
         assert torch.allclose(p, q)
+
+
+def test_per_slot_link_tokens_train_every_slot_and_round_trip(tmp_path):
+    from kvlink_rag.links import load_link_tokens
+
+    engine = tiny_text_engine(tmp_path)
+    trainer = Trainer(engine, _split(), _cfg(lora=False, steps=2, slots=2, docs=3), tmp_path / "ck")
+    start = trainer.link_embeds.detach().clone()
+    assert start.shape == (2, 2, engine.lm.config.hidden_size) and torch.equal(start[0], start[1])
+    trainer.run(val_every=0)
+    moved = (trainer.link_embeds.detach() - start).abs().amax(dim=(1, 2))
+    assert (moved > 0).all()  # slot 1 is trained too (slots 2.. reuse it)
+    art = trainer.artifact({})
+    art.save(tmp_path / "slots.safetensors")
+    back = load_link_tokens(tmp_path / "slots.safetensors", engine.lm)
+    assert back.slots == 2 and back.k == 2 and torch.equal(back.embeds, art.embeds)
+
+
+def test_checkpoint_written_before_a_new_option_still_resumes(tmp_path):
+    part = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=3), tmp_path / "c")
+    part.run(val_every=0)
+    ck = torch.load(part.checkpoint_path, weights_only=False)
+    del ck["config"]["slots"]  # as written by a release without per-slot link tokens
+    torch.save(ck, part.checkpoint_path)
+    assert Trainer(tiny_text_engine(tmp_path), _split(), _cfg(), tmp_path / "c").state.step == 3
