@@ -8,8 +8,9 @@ from kvlink_rag.nq import NQExample
 
 def documents_for_budget(engine: Engine, examples: list[NQExample], n_docs: int, total_tokens: int,
                          start: int = 0) -> list[Document]:
-    """``n_docs`` documents, each joining consecutive NQ passages until it holds about
-    ``total_tokens / n_docs`` tokens (passages are ~130 tokens), so the context totals ~``total_tokens``.
+    """``n_docs`` documents, each joining consecutive NQ passages and cut to ``total_tokens // n_docs``
+    tokens (at a token boundary, decoded back to text), so the documents total ~``total_tokens`` and an
+    8k budget still fits an 8k-position model with prefix, link tokens and question.
 
     Raises:
         ValueError: not enough passages in ``examples``.
@@ -25,5 +26,7 @@ def documents_for_budget(engine: Engine, examples: list[NQExample], n_docs: int,
             parts.append(text)
             tokens += engine.document_ids(Document(text)).numel()
             i += 1
-        docs.append(Document(" ".join(parts), examples[i - 1].gold.title))
+        tok = engine.lm.tokenizer
+        ids = tok(" ".join(parts), add_special_tokens=False)["input_ids"][:per_doc]
+        docs.append(Document(tok.decode(ids).strip(), examples[i - 1].gold.title))
     return docs

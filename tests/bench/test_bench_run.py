@@ -38,3 +38,17 @@ def test_workload_keeps_the_class_shares_and_every_class():
     assert [plan.count(c) for c in ("short", "medium", "long")] == [19, 10, 3]
     assert plan != sorted(plan, key=["short", "medium", "long"].index)  # shuffled
     assert sorted(workload(10, random.Random(1))) == sorted(["short"] * 6 + ["medium"] * 3 + ["long"])
+
+
+def test_documents_for_budget_stay_near_the_budget(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from bench.contexts import documents_for_budget
+    from kvlink_rag.nq import load_nq
+
+    engine = tiny_text_engine(tmp_path)
+    examples = load_nq(NQ_PATH)[:200]
+    for budget in (1000, 8000):
+        docs = documents_for_budget(engine, examples, 10, budget)
+        tokens = [len(engine.lm.tokenizer(d.text, add_special_tokens=False)["input_ids"]) for d in docs]
+        assert len(docs) == 10 and all(0.97 * budget // 10 <= n <= budget // 10 + 2 for n in tokens), tokens
