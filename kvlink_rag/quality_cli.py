@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
         max_new_tokens: Annotated[int, typer.Option()] = 24,
         int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
-        seed: Annotated[int, typer.Option()] = 0,
+        seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0,
     ) -> None:
         """Accuracy (best_subspan_em, 95% CI), answer NLL and TTFT per mode on multi-document NQ."""
         from rich.progress import Progress
@@ -131,12 +131,12 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
         name: Annotated[Optional[str], typer.Option(help="Save as the named adapter $KVLINK_RAG_HOME/links/NAME.safetensors "
                                                     "(instead of --out), selectable per query.")] = None,
-        steps: Annotated[int, typer.Option()] = 150,
-        k: Annotated[int, typer.Option("--k")] = 5,
-        docs: Annotated[int, typer.Option("--docs")] = 10,
+        steps: Annotated[int, typer.Option(help="Optimiser steps (each over --accumulate examples).")] = 150,
+        k: Annotated[int, typer.Option("--k", help="Link tokens per document.")] = 5,
+        docs: Annotated[int, typer.Option("--docs", help="Documents per training example (gold + distractors).")] = 10,
         lr: Annotated[float, typer.Option(help="LoRA learning rate.")] = 3e-4,
         link_lr: Annotated[float, typer.Option(help="Link-embedding learning rate.")] = 1e-3,
-        accumulate: Annotated[int, typer.Option()] = 4,
+        accumulate: Annotated[int, typer.Option(help="Examples per optimiser step (gradient accumulation).")] = 4,
         adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
         lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
         rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
                                            "[S, K, hidden] (slot i >= S uses the last).")] = 1,
         exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
         val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
-        seed: Annotated[int, typer.Option()] = 0,
+        seed: Annotated[int, typer.Option(help="Seed of example order, distractors and initialisation (runs are deterministic).")] = 0,
         encoding: EncOpt = None,
     ) -> None:
         """Train link tokens (and a query-side LoRA adapter) on multi-document QA; resumable."""
