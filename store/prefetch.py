@@ -1,10 +1,8 @@
-"""Background loading of LMDB documents for the linker, handed out layer by layer.
+"""Layer-wise prefetch: read layer l+1 of every document from LMDB while the linker rotates layer l.
 
-A background thread reads each LMDB-resident document whole (one verified copy per tensor, see
-:meth:`store.blobs.BlobStore.get`), then queues the layers ``(k_raw, v)`` of all documents, ``depth``
-layers ahead of the consumer, so the concatenation and hand-off of layer l+1 overlap the RoPE and copies
-of layer l (the load/compute overlap of LMCache and CacheBlend). Whole-document reads replaced one
-LMDB transaction per layer and document: on the CPU the per-layer reads cost more than the overlap won.
+A background thread reads each layer's records (page cache or disk), decodes them and queues
+``(k_raw, v)`` for the consumer, ``depth`` layers ahead; so the load hides behind RoPE and copies
+(the overlap LMCache and CacheBlend use between loading and compute).
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
     Raises:
         KeyError: a keyed document is absent (checked up front) — the consumer falls back to encoding.
         ValueError: the documents' fingerprints or layer counts differ.
-        KeyError: also raised from ``layers`` when a keyed document vanished or failed its checksum
-            meanwhile (the blob store deletes and reports a corrupt record); the engine then encodes.
+        store.codec.CorruptRecordError: raised from ``layers`` when a layer fails its checksum (the record
+            is deleted by the blob store).
     """
     metas: list[dict | None] = [None if isinstance(it, DocumentKV) else blobs.meta(it) for it in items]
     for it, meta in zip(items, metas):
@@ -47,23 +45,24 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
         raise ValueError("documents differ in fingerprint or layer count")
     n_layers = layers.pop()
     num_tokens = [it.num_tokens if isinstance(it, DocumentKV) else m["shape"][2] for it, m in zip(items, metas)]
-    fp = fps.pop()
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def reader() -> None:
         try:
-            docs: list[DocumentKV] = []
-            for j, it in enumerate(items):
-                kv = it if isinstance(it, DocumentKV) else blobs.get(it)
-                # None: deleted meanwhile, or failed its checksum (deleted and reported by the store);
-                # another length or fingerprint: replaced since the metas were read
-                if kv is None or kv.num_tokens != num_tokens[j] or kv.fingerprint != fp:
-                    raise KeyError(it)
-                docs.append(kv)
+            iters = {j: blobs.iter_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
+            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {j: [] for j in iters}
             for i in range(n_layers):
-                # item: ([kv_heads, total_tokens, head_dim] keys before RoPE, same-shaped values)
-                item = (torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
+                ks, vs = [], []
+                for j, it in enumerate(items):
+                    if isinstance(it, DocumentKV):
+                        k, v = it.keys[i], it.values[i]
+                    else:
+                        k, v = next(iters[j])
+                        got[j].append((k, v))
+                    ks.append(k)
+                    vs.append(v)
+                item = (torch.cat(ks, dim=1), torch.cat(vs, dim=1))
                 while not stop.is_set():
                     try:
                         q.put(item, timeout=0.1)
@@ -73,9 +72,13 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
                 if stop.is_set():
                     return
             if on_loaded is not None:
-                for it, kv in zip(items, docs):
-                    if isinstance(it, str):
-                        on_loaded(it, kv)
+                for j, layer_list in got.items():
+                    meta = metas[j]
+                    kv = DocumentKV(keys=torch.stack([k for k, _ in layer_list]),
+                                    values=torch.stack([v for _, v in layer_list]),
+                                    token_ids=blobs.get_ids(items[j]), fingerprint=meta["fingerprint"],
+                                    encoding=meta["encoding"])
+                    on_loaded(items[j], kv)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             q.put(e)
 
@@ -90,4 +93,4 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
             stop.set()
 
     threading.Thread(target=reader, name="kv-prefetch", daemon=True).start()
-    return LayeredDocuments(num_tokens, fp, consume())
+    return LayeredDocuments(num_tokens, fps.pop(), consume())
