@@ -206,10 +206,12 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged summary JSON here.")] = None,
         plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
         markdown: Annotated[Optional[Path], typer.Option(help="Write the table as markdown here.")] = None,
+        against: Annotated[Optional[str], typer.Option(help="Also print every mode's paired accuracy difference "
+                                                       "to this mode (and to 95% of it), with 95% intervals.")] = None,
         seed: Annotated[int, typer.Option()] = 0,
     ) -> None:
         """Merge the rows of several eval runs (e.g. modes run in parallel processes) into one table."""
-        from training.eval import plot_by_position, read_rows, summarise, summary_markdown
+        from training.eval import paired_difference, plot_by_position, read_rows, summarise, summary_markdown
 
         try:
             merged = read_rows(rows)
@@ -218,6 +220,15 @@ def register(app: typer.Typer) -> None:
         summary = summarise(merged, seed)
         n = len({r["index"] for r in merged})
         print_summary(summary, f"NQ-open, {n} questions, merged from {len(rows)} row file(s)")
+        if against is not None:
+            if against not in summary["modes"]:
+                fail(f"--against {against!r}: no rows of that mode; modes: {', '.join(summary['modes'])}")
+            for m in summary["modes"]:
+                if m == against:
+                    continue
+                for scale in (1.0, 0.95):
+                    d, lo, hi = paired_difference(merged, m, against, scale, seed=seed)
+                    out.print(f"{m} - {scale:g} x {against}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
         if json_out is not None:
             json_out.write_text(json.dumps({**summary, "settings": {"rows": [str(p) for p in rows]}}, indent=2))
         if plot is not None:

@@ -174,6 +174,20 @@ def summarise(rows: list[dict], seed: int = 0) -> dict:
                                                     for p in positions}}
 
 
+def paired_difference(rows: list[dict], mode: str, baseline: str, scale: float = 1.0, reps: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float] | None:
+    """Mean of ``em(mode) - scale * em(baseline)`` over the questions (index, position) both modes
+    answered, with its 95% percentile-bootstrap interval (questions resampled in pairs); None if they
+    share no question. ``scale=0.95`` tests "at least 95% of the baseline"."""
+    a = {(r["index"], r["gold_position"]): r["em"] for r in rows if r["mode"] == mode}
+    b = {(r["index"], r["gold_position"]): r["em"] for r in rows if r["mode"] == baseline}
+    diffs = [a[k] - scale * b[k] for k in sorted(a.keys() & b.keys())]
+    if not diffs:
+        return None
+    lo, hi = bootstrap_ci(diffs, reps, seed)
+    return sum(diffs) / len(diffs), lo, hi
+
+
 def summary_markdown(summary: dict) -> str:
     """Markdown table of a :func:`summarise` result: per mode accuracy [95% CI], answer NLL, median TTFT,
     n, and accuracy [95% CI] per gold position when there are several."""

@@ -104,6 +104,11 @@ def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
     merged = json.loads((tmp_path / "m.json").read_text())
     assert merged["modes"]["full"]["accuracy"] == 0.5 and merged["modes"]["naive"]["n"] == 1
     assert merged["by_position"]["first"]["full"]["accuracy"] == 1.0 and "middle" in output
+    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
+                         "--against", "full"])
+    assert code == 0 and "naive - 1 x full: -1.000 [-1.000, -1.000]" in output  # only question 0 is paired
+    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), "--against", "bogus"])
+    assert code == 2 and "--against 'bogus': no rows of that mode" in output
     (tmp_path / "bad.jsonl").write_text("not json\n")
     code, output = _run(["eval-report", str(tmp_path / "bad.jsonl")])
     assert code == 2 and "bad.jsonl:1: not JSON" in output

@@ -96,3 +96,15 @@ def test_summary_markdown_has_one_row_per_mode_and_position_columns():
     assert lines[0].startswith("| mode | accuracy [95% CI]") and "first [95% CI] | middle [95% CI] |" in lines[0]
     assert lines[2].startswith("| full | 0.500 [") and lines[2].endswith("| 1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] |")
     assert lines[3].endswith("| 0.000 [0.000, 0.000] | - |")  # naive was not run with gold in the middle
+
+
+def test_paired_difference_pairs_questions_and_scales_the_baseline():
+    from training.eval import paired_difference
+
+    rows = [_row(i, "first", "a", 1.0) for i in range(10)] + [_row(i, "first", "b", float(i < 5)) for i in range(10)]
+    rows.append(_row(99, "first", "a", 1.0))  # not answered by b: left out
+    d, lo, hi = paired_difference(rows, "a", "b")
+    assert d == 0.5 and lo <= 0.5 <= hi and 0.1 < lo
+    d95, _, _ = paired_difference(rows, "a", "b", scale=0.95)
+    assert abs(d95 - (1 - 0.95 * 0.5)) < 1e-12
+    assert paired_difference(rows, "a", "missing") is None
