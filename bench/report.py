@@ -67,39 +67,37 @@ def markdown(results: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plots(results: dict, folder: Path) -> list[Path]:
-    """TTFT vs context and vs documents (log scale)."""
+def _log_plot(path: Path, xlabel: str, xs: list, series: list[tuple[list, str, str]]) -> Path:
+    """PNG of TTFT (s, log scale) against ``xs``; ``series`` holds ``(ys, matplotlib style, label)``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for ys, style, label in series:
+        ax.plot(xs, ys, style, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("TTFT (s)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plots(results: dict, folder: Path) -> list[Path]:
+    """TTFT vs context and vs documents (log scale)."""
     folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    xs = [r["context_tokens"] for r in results["ttft"]]
-    ax.plot(xs, [r["full"]["median_s"] for r in results["ttft"]], "o-", label="full prefill")
-    ax.plot(xs, [r["linked_host"]["total"]["median_s"] for r in results["ttft"]], "o-", label="linked (host tier)")
-    ax.plot(xs, [r["linked_lmdb_warm"]["total"]["median_s"] for r in results["ttft"]], "o-", label="linked (LMDB warm)")
-    ax.plot(xs, [r["floor"]["floor_s"] for r in results["ttft"]], "k--", label="physical floor")
-    ax.set_xlabel("context tokens")
-    ax.set_ylabel("TTFT (s)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.append(folder / "ttft_vs_context.png")
-    fig.savefig(out[-1], dpi=100)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    rows = results["scaling_documents"]
-    ax.plot([r["documents"] for r in rows], [r["full_s"] for r in rows], "o-", label="full prefill")
-    ax.plot([r["documents"] for r in rows], [r["linked_s"] for r in rows], "o-", label="linked")
-    ax.set_xlabel("documents")
-    ax.set_ylabel("TTFT (s)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.append(folder / "ttft_vs_documents.png")
-    fig.savefig(out[-1], dpi=100)
-    plt.close(fig)
-    return out
+    ttft, docs = results["ttft"], results["scaling_documents"]
+    return [
+        _log_plot(folder / "ttft_vs_context.png", "context tokens", [r["context_tokens"] for r in ttft], [
+            ([r["full"]["median_s"] for r in ttft], "o-", "full prefill"),
+            ([r["linked_host"]["total"]["median_s"] for r in ttft], "o-", "linked (host tier)"),
+            ([r["linked_lmdb_warm"]["total"]["median_s"] for r in ttft], "o-", "linked (LMDB warm)"),
+            ([r["floor"]["floor_s"] for r in ttft], "k--", "physical floor")]),
+        _log_plot(folder / "ttft_vs_documents.png", "documents", [r["documents"] for r in docs], [
+            ([r["full_s"] for r in docs], "o-", "full prefill"),
+            ([r["linked_s"] for r in docs], "o-", "linked")]),
+    ]
