@@ -200,12 +200,9 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
     else:  # parts: name -> (whole-document tensor [L, ...], its bytes [L, layer bytes])
         parts = {"k": (keys, keys.view(torch.uint8).numpy().reshape(n_layers, -1)),
                  "v": (values, values.view(torch.uint8).numpy().reshape(n_layers, -1))}
-    version, sums = meta["format_version"], meta["checksum"]["layers"]
     for i, buf in enumerate(bufs):
-        if buf is None or checksum(buf, version) != sums[i]:
-            raise CorruptRecordError(f"layer {i} failed its checksum")
+        views = _verified_views(buf, meta, i)
         try:
-            views = _views(buf)
             for name in _INT8_NAMES if int8 else ("k", "v"):
                 dtype, shape, raw = views[name]
                 if name not in parts:
@@ -217,14 +214,37 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
                 rows[i] = raw  # the one copy, byte for byte
         except (KeyError, ValueError) as e:
             raise CorruptRecordError(f"layer {i} could not be parsed: {e}") from None
-    if not int8:
-        return
+    if int8:
+        _dequantize_into({name: dst for name, (dst, _) in parts.items()}, meta, keys, values)
+
+
+def _verified_views(buf, meta: dict, layer: int) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
+    """:func:`_views` of layer ``layer``'s buffer after its checksum matched the meta's.
+
+    Raises:
+        CorruptRecordError: missing buffer, checksum mismatch or unparsable header.
+    """
+    if buf is None or checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
+        raise CorruptRecordError(f"layer {layer} failed its checksum")
+    try:
+        return _views(buf)
+    except (KeyError, ValueError) as e:
+        raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+
+
+def _dequantize_into(tensors: dict[str, torch.Tensor], meta: dict, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    """Dequantise int8 ``k``/``v`` (with their ``*_scale``/``*_zero``) into ``k_out``/``v_out`` of the same
+    shape (one layer ``[H, T, D]`` or a whole document ``[L, H, T, D]``), in float32 arithmetic.
+
+    Raises:
+        CorruptRecordError: a shape does not match its output.
+    """
     src = parse_dtype(meta["source_dtype"])
-    for name, out, axis in (("k", keys, meta.get("key_axis") or KEY_AXIS), ("v", values, VALUE_AXIS)):
-        q = parts[name][0]
-        if q.shape != out.shape:
+    for name, out, axis in (("k", k_out, meta.get("key_axis") or KEY_AXIS), ("v", v_out, VALUE_AXIS)):
+        q = tensors[name]
+        if list(q.shape) != list(out.shape):
             raise CorruptRecordError(f"int8 shape {list(q.shape)} does not match {list(out.shape)}")
-        qt = QuantizedTensor(q=q, scale=parts[f"{name}_scale"][0], zero=parts[f"{name}_zero"][0], axis=axis,
+        qt = QuantizedTensor(q=q, scale=tensors[f"{name}_scale"], zero=tensors[f"{name}_zero"], axis=axis,
                              source_dtype=src)
         out.copy_(dequantize(qt, torch.float32))
 
@@ -235,25 +255,12 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch or unparsable payload.
     """
-    if buf is None or checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
-        raise CorruptRecordError(f"layer {layer} failed its checksum")
+    views = _verified_views(buf, meta, layer)
     try:
-        views = _views(buf)
         if meta["dtype"] != "int8":
             _fill(k_out, *views["k"])
             _fill(v_out, *views["v"])
             return
-        src = parse_dtype(meta["source_dtype"])
-        for name, out, axis in (("k", k_out, meta.get("key_axis") or KEY_AXIS), ("v", v_out, VALUE_AXIS)):
-            qt = QuantizedTensor(
-                q=_materialise(*views[name]),
-                scale=_materialise(*views[f"{name}_scale"]),
-                zero=_materialise(*views[f"{name}_zero"]),
-                axis=axis,
-                source_dtype=src,
-            )
-            if list(qt.q.shape) != list(out.shape):
-                raise CorruptRecordError(f"layer shape {list(qt.q.shape)} does not match {list(out.shape)}")
-            out.copy_(dequantize(qt, torch.float32))
+        _dequantize_into({name: _materialise(*views[name]) for name in _INT8_NAMES}, meta, k_out, v_out)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
