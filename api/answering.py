@@ -52,6 +52,7 @@ class QueryPlan:
     k: int | None = None
     adapter: str | None = None
     sampling: dict = field(default_factory=dict)
+    engine: object | None = None  # the engine of ``adapter``, resolved once under the model lock
 
 
 @dataclass
@@ -117,15 +118,16 @@ class QueryService:
         if mnt is not None and not 1 <= mnt <= s.max_new_tokens_limit:
             raise ApiError(422, "max_new_tokens_out_of_range", f"max_new_tokens must be within 1..{s.max_new_tokens_limit}"
                            f" (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {mnt}")
-        self._check_links(k, adapter)
+        engine = self._check_links(k, adapter)
         if document_ids is not None:
             docs = self._by_ids(tenant, document_ids)
         else:
             docs = self._retrieve(tenant, question, s.default_top_k if top_k is None else top_k)
         return QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
-                         {k_: v for k_, v in sampling.items() if v is not None})
+                         {k_: v for k_, v in sampling.items() if v is not None}, engine)
 
-    def _check_links(self, k: int | None, adapter: str | None) -> None:
+    def _check_links(self, k: int | None, adapter: str | None):
+        """The engine of ``adapter`` (loaded under the model lock) after checking ``k`` against its K."""
         from kvlink_rag.links import LinkTokensMismatch
         from kvlink_rag.named_adapters import UnknownAdapter
 
@@ -140,6 +142,7 @@ class QueryService:
         if k is not None and not 0 <= k <= loaded:
             raise ApiError(422, "k_out_of_range", f"k (link tokens per document) must be within 0..{loaded}, "
                            f"the number loaded (KVLINK_RAG_LINK_K or the adapter's K); got {k}")
+        return eng
 
     def _by_ids(self, tenant: str, ids: list[str]) -> list[QueryDoc]:
         ids = list(dict.fromkeys(ids))
@@ -177,7 +180,7 @@ class QueryService:
 
     # -- answering -----------------------------------------------------------------------------------
     def _request_engine(self, plan: QueryPlan):
-        eng = copy.copy(self.variants.get(plan.adapter))  # references only; the shared engines are never mutated
+        eng = copy.copy(plan.engine or self.engine)  # references only; the shared engines are never mutated
         eng.cache = RecordingCache(self.store.cache.for_tenant(plan.tenant))
         return eng
 

@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
         from training.eval import EVAL_POSITIONS, MODES, evaluate, plot_by_position, position_for, summarise
 
         from .engine import Engine, MemoryCache
+        from .links import load_link_tokens
         from .nq import DataFormatError, load_nq
 
         wanted = [m.strip() for m in modes.split(",") if m.strip()]
@@ -77,14 +78,14 @@ def register(app: typer.Typer) -> None:
         n = min(n, len(examples))
         settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
         base = make_engine(settings)
-        base.cache = cache = MemoryCache()
+        base.cache = MemoryCache()
         if int8:  # a throw-away int8 store: caches are served as the int8 round trip
             import tempfile
 
             from store.factory import open_store
 
             tmp_home = Path(tempfile.mkdtemp(prefix="kvlink-eval-int8-"))
-            base.cache = cache = open_store(settings.model_copy(update={"home": tmp_home, "store_int8": True})).cache
+            base.cache = open_store(settings.model_copy(update={"home": tmp_home, "store_int8": True})).cache
         trained: dict[Path, Engine] = {}
 
         def engine_for(path: Path) -> Engine:
@@ -95,9 +96,9 @@ def register(app: typer.Typer) -> None:
                     path = adapter_path(settings.links_dir, str(path))
                 except ValueError as e:
                     fail(str(e))
-            if path not in trained:
+            if path not in trained:  # same model, prefix and document cache as the base engine
                 try:
-                    trained[path] = Engine(settings.model_copy(update={"link_tokens_path": path}), lm=base.lm, cache=cache)
+                    trained[path] = base.with_link_tokens(load_link_tokens(path, base.lm))
                 except (ValueError, FileNotFoundError) as e:
                     fail(str(e))
             return trained[path]
