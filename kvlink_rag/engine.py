@@ -16,22 +16,15 @@ from typing import Protocol
 import torch
 
 from .adapters import adapter_scope, add_lora
+from .document import Document  # also importable from here, as before
 from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
 from .linker import link
 from .links import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
 from .model import LoadedModel, load_model
 from .precompute import encode_document, encode_prefix, encoding_fingerprint
-from .prompt import PromptTemplate
+from .prompt import PromptTemplate, has_special_text
 from .settings import Settings
-from .types import DocumentKV, LinkedContext
-
-
-@dataclass(frozen=True)
-class Document:
-    """A document as given by a user: text and optional title."""
-
-    text: str
-    title: str | None = None
+from .types import ContextTooLong, DocumentKV, LinkedContext
 
 
 class DocumentCache(Protocol):
@@ -67,6 +60,8 @@ class Answer:
         cache_hits: documents served from the cache rather than encoded now.
         context_tokens: tokens in the prompt (prefix, documents, link tokens, question).
         timings: stage seconds (load_s, rope_s, link_forward_s).
+        finish_reason: ``'stop'`` (end-of-turn token) or ``'length'`` (max_new_tokens or the model's
+            context end).
     """
 
     text: str
@@ -76,6 +71,7 @@ class Answer:
     cache_hits: int = 0
     context_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    finish_reason: str = "stop"
 
 
 class Engine:
@@ -101,6 +97,7 @@ class Engine:
         self.link_tokens = self._load_link_tokens()
         self.adapter = self._load_adapter()
         self.stop_ids = stop_token_ids(tok)
+        self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
 
     def _load_link_tokens(self) -> LinkTokens | None:
@@ -140,16 +137,54 @@ class Engine:
         return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
 
     def cache_key(self, doc: Document) -> str:
-        """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text."""
-        return self.cache.key(self.fingerprint, self.template.document_text(doc.text, doc.title))
+        """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text.
+
+        A text holding a special token's string gets a salted key: its ids changed when user text stopped
+        being parsed for special tokens, so a cache stored before must not be reused.
+        """
+        text = self.template.document_text(doc.text, doc.title)
+        salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
+        return self.cache.key(self.fingerprint + salt, text)
+
+    def max_document_tokens(self) -> int:
+        """Longest document (tokens, framing included) that can still be asked about alone.
+
+        The model's context (``max_position_embeddings``) less the anchor prefix, the K link tokens after
+        the document, the shortest question with the assistant header and one new token. At most 0 when
+        nothing fits.
+        """
+        return self.lm.max_positions - self.prefix.num_tokens - self.link_k - self.min_question_tokens - 1
+
+    @property
+    def link_k(self) -> int:
+        """Link tokens per document (0 without link tokens)."""
+        return self.link_tokens.k if self.link_tokens is not None else 0
+
+    def document_budget_text(self) -> str:
+        """How :meth:`max_document_tokens` is made up, for error messages."""
+        return (f"the model's context of {self.lm.max_positions} positions less the {self.prefix.num_tokens}-token "
+                f"prefix, {self.link_k} link tokens, a question of at least {self.min_question_tokens} tokens and "
+                "1 new token")
+
+    def check_document_tokens(self, n: int) -> None:
+        """Raises ContextTooLong when a document of ``n`` tokens can never be asked about."""
+        limit = self.max_document_tokens()
+        if n > limit:
+            raise ContextTooLong(f"document has {n} tokens; the longest this model can answer over is {limit} "
+                                 f"({self.document_budget_text()})")
 
     def encode(self, doc: Document) -> DocumentKV:
-        """Precompute ``doc``'s position-free KV. Raises ValueError (empty, too long).
+        """Precompute ``doc``'s position-free KV.
 
         Runs under no_grad (not inference mode) so that training can attend to the result.
+
+        Raises:
+            ValueError: empty document. ContextTooLong: longer than :meth:`max_document_tokens`.
         """
-        return encode_document(self.lm, self.document_ids(doc), kv_dtype=self.settings.kv_dtype,
-                                   prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint)
+        ids = self.document_ids(doc)
+        self.check_document_tokens(int(ids.numel()))
+        return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
+                               prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint)
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
         """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""
@@ -181,7 +216,8 @@ class Engine:
         Args:
             k: override the number of link tokens (0 = naive reuse); at most the loaded K.
         Raises:
-            ValueError: no documents, empty question, context too long.
+            ValueError: no documents, empty question.
+            ContextTooLong: the prompt leaves no position for a new token (the counts in the message).
         """
         if not docs:
             raise ValueError("at least one document is required")
@@ -194,11 +230,11 @@ class Engine:
         lookup_s = time.perf_counter() - t0
         try:
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-                ctx = link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored)
+                ctx = link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored, new_tokens=1)
         except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
             kvs = [self.get_or_encode(d)[0] for d in docs]
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-                ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored)
+                ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored, new_tokens=1)
             hits = 0
         ctx.timings.load_s += lookup_s
         return ctx, hits
@@ -244,7 +280,8 @@ class Engine:
         return Answer(text=self.lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
                       ttft_s=ttft if ttft is not None else total, total_s=total, cache_hits=hits,
                       context_tokens=ctx.next_position,
-                      timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s})
+                      timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s},
+                      finish_reason=ctx.finish_reason or "length")
 
     def answer(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Answer:
         """Answer from reused document caches, re-linked with link tokens (KVLink)."""
@@ -253,11 +290,15 @@ class Engine:
         return self._finish(ctx, t0, self.sampling(**sampling), hits)
 
     def answer_full(self, question: str, docs: list[Document], **sampling) -> Answer:
-        """Answer with ordinary full prefill of the same prompt ids (the baseline)."""
+        """Answer with ordinary full prefill of the same prompt ids (the baseline).
+
+        Raises:
+            ValueError: no documents, empty question. ContextTooLong: no position left for a new token.
+        """
         t0 = time.perf_counter()
         ids = self.prompt_ids(question, docs)
         with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-            ctx = full_prefill(self.lm, ids)
+            ctx = full_prefill(self.lm, ids, new_tokens=1)
         return self._finish(ctx, t0, self.sampling(**sampling), 0)
 
     def stream(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Iterator[str]:

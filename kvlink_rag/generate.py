@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache
 
 from .model import LoadedModel
-from .types import LinkedContext, Segment, Timings
+from .types import ContextTooLong, LinkedContext, Segment, Timings
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
 
@@ -65,15 +65,21 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
 
 
 @torch.no_grad()
-def full_prefill(lm: LoadedModel, ids: torch.Tensor) -> LinkedContext:
+def full_prefill(lm: LoadedModel, ids: torch.Tensor, new_tokens: int = 1) -> LinkedContext:
     """Ordinary causal prefill of ``[tokens]`` int64 ids at positions ``0..n-1`` (the baseline).
 
+    Args:
+        new_tokens: positions that must stay free after the prompt (1: room for at least one new token).
     Raises:
-        ValueError: empty input or longer than the model's context.
+        ValueError: empty input.
+        ContextTooLong: ``n + new_tokens`` exceeds the model's context (``max_position_embeddings``).
     """
     n = int(ids.numel())
-    if n == 0 or n > lm.max_positions:
-        raise ValueError(f"prompt of {n} tokens is empty or exceeds the model's {lm.max_positions}")
+    if n == 0:
+        raise ValueError("prompt is empty (0 tokens)")
+    if n + new_tokens > lm.max_positions:
+        raise ContextTooLong(f"prompt of {n} tokens plus {new_tokens} new token(s) exceeds the model's context of "
+                             f"{lm.max_positions} positions")
     t0 = time.perf_counter()
     pos = torch.arange(n)
     out = lm.model(input_ids=ids.to(lm.device)[None], position_ids=pos.to(lm.device)[None],
@@ -87,20 +93,25 @@ def full_prefill(lm: LoadedModel, ids: torch.Tensor) -> LinkedContext:
 def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Iterator[int]:
     """Yield generated token ids, the first from ``ctx.last_logits``, then one decode step each.
 
-    The cache in ``ctx`` is extended in place. Stops at a stop token (not yielded) or after
-    ``max_new_tokens``.
+    The cache in ``ctx`` is extended in place. Stops at a stop token (not yielded; ``ctx.finish_reason``
+    ``'stop'``), after ``max_new_tokens``, or at the model's context end (``'length'`` for both): prompt
+    plus generated tokens never exceed ``max_position_embeddings``, so no position ``>= max_positions``
+    is ever fed (the last token yielded is not fed at all).
     """
     gen = None
     if params.temperature > 0:
         gen = torch.Generator(device="cpu")
         gen.manual_seed(params.seed) if params.seed is not None else gen.seed()
     logits, pos = ctx.last_logits, ctx.next_position
-    for step in range(params.max_new_tokens):
+    budget = min(params.max_new_tokens, lm.max_positions - pos)  # tokens that still get a position
+    ctx.finish_reason = "length"
+    for step in range(budget):
         tok = sample_next(logits.cpu(), params, gen)
         if tok in params.stop_token_ids:
+            ctx.finish_reason = "stop"
             return
         yield tok
-        if step + 1 == params.max_new_tokens:
+        if step + 1 == budget:
             return
         out = lm.model(input_ids=torch.tensor([[tok]], device=lm.device),
                        position_ids=torch.tensor([[pos]], device=lm.device),

@@ -16,7 +16,7 @@ from .kvcache import build_cache
 from .mask import additive, allowed
 from .model import LoadedModel
 from .rope import apply_rope, rope_cos_sin
-from .types import DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings
+from .types import ContextTooLong, DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings
 
 
 def plan_layout(prefix_len: int, doc_lens: list[int], k: int, question_len: int) -> list[Segment]:
@@ -51,11 +51,15 @@ def slot_link_embeds(link_embeds: torch.Tensor, n_docs: int) -> list[torch.Tenso
 
 
 def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDocuments,
-                      link_embeds: torch.Tensor | None, question_ids: torch.Tensor) -> int:
+                      link_embeds: torch.Tensor | None, question_ids: torch.Tensor, new_tokens: int = 0) -> int:
     """Validate inputs; returns K (0 without link tokens).
 
+    Args:
+        new_tokens: positions that must stay free after the question (generation).
     Raises:
-        ValueError: no documents, empty question, shape mismatch, or context overflow.
+        ValueError: no documents, empty question, shape mismatch.
+        ContextTooLong: prefix + documents + link tokens + question + ``new_tokens`` exceed the model's
+            context (``max_position_embeddings``); the message gives every count.
     """
     if not docs.num_tokens:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
@@ -68,9 +72,13 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
         raise ValueError(f"link embeddings have width {link_embeds.shape[-1]}, model hidden size is "
                          f"{lm.config.hidden_size}")
     n_docs = len(docs.num_tokens)
-    total = (prefix.num_tokens if prefix is not None else 0) + sum(docs.num_tokens) + k * n_docs + question_ids.numel()
-    if total > lm.max_positions:
-        raise ValueError(f"linked context of {total} tokens exceeds the model's {lm.max_positions}")
+    p_len = prefix.num_tokens if prefix is not None else 0
+    d_len, q_len = sum(docs.num_tokens), int(question_ids.numel())
+    total = p_len + d_len + k * n_docs + q_len
+    if total + new_tokens > lm.max_positions:
+        raise ContextTooLong(
+            f"the prompt needs {total} tokens (prefix {p_len}, {n_docs} documents {d_len}, link tokens {k * n_docs}, "
+            f"question {q_len}) plus {new_tokens} new token(s); the model's context holds {lm.max_positions}")
     return k
 
 
@@ -110,6 +118,7 @@ def link(
     *,
     anchored: bool,
     logits_to_keep: int = 1,
+    new_tokens: int = 0,
 ) -> LinkedContext:
     """Build the linked KV cache and the logits after the question.
 
@@ -125,16 +134,17 @@ def link(
             link and question rows are the same).
         logits_to_keep: return logits for this many last new tokens in ``ctx.logits`` (training passes
             question + answer ids and keeps the answer's logits).
+        new_tokens: positions to keep free after the question (1 before generating).
     Returns:
         ``LinkedContext`` whose cache holds ``[prefix][docs][links][question]`` in storage order.
     Raises:
-        ValueError: see :func:`check_link_inputs`.
+        ValueError, ContextTooLong: see :func:`check_link_inputs`.
     """
     if not isinstance(docs, LayeredDocuments):
         if not docs:
             raise ValueError("at least one document is required to link (a question alone has no documents)")
         docs = LayeredDocuments.from_documents(docs)
-    k = check_link_inputs(lm, prefix, docs, link_embeds, question_ids)
+    k = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
     segments = plan_layout(p_len, docs.num_tokens, k, int(question_ids.numel()))

@@ -17,6 +17,16 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+class ContextTooLong(ValueError):
+    """The prompt (prefix, documents, link tokens, question) plus the requested new tokens does not fit.
+
+    Raised by the prompt/engine length checks when a request cannot fit the model's context window
+    (``max_position_embeddings``) or a configured token limit. The message says which limit and by how
+    much. The service maps exactly this exception (not any ``ValueError``) to HTTP 422
+    ``context_too_long``; a plain ``ValueError`` from inside the model is an internal error.
+    """
+
+
 def parse_dtype(name: str) -> torch.dtype:
     """Map ``'float32' | 'bfloat16' | 'float16'`` to a torch dtype.
 
@@ -167,6 +177,8 @@ class LinkedContext:
         last_logits: ``[vocab]`` float32 logits after the last question token.
         timings: stage timings in seconds.
         logits: ``[kept, vocab]`` logits of the last ``logits_to_keep`` new tokens (training), else None.
+        finish_reason: set by ``generate.decode`` when it ends: ``'stop'`` (a stop token) or ``'length'``
+            (``max_new_tokens`` or the model's context end); None before.
     """
 
     cache: object
@@ -176,3 +188,4 @@ class LinkedContext:
     last_logits: torch.Tensor
     timings: Timings
     logits: torch.Tensor | None = None
+    finish_reason: str | None = None

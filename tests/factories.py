@@ -18,7 +18,8 @@ VOCAB = 256
 def tiny_config(family: str, head_dim: int = 64, **overrides):
     """A 2-layer config with GQA (4 query heads, 2 KV heads) for ``family``.
 
-    families: llama, llama3 (llama3 rope_scaling), qwen2, qwen3 (q/k norm), mistral, llama-yarn.
+    families: llama, llama3 (llama3 rope_scaling), qwen2, qwen3 (q/k norm), mistral, llama-yarn,
+    llama-linear (linear RoPE scaling).
     """
     common = dict(vocab_size=VOCAB, hidden_size=4 * head_dim, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=2048,
@@ -30,6 +31,8 @@ def tiny_config(family: str, head_dim: int = 64, **overrides):
         return LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                             "original_max_position_embeddings": 256}, **common)
+    if family == "llama-linear":
+        return LlamaConfig(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, **common)
     if family == "llama-yarn":
         return LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                             "original_max_position_embeddings": 512}, **common)
@@ -38,7 +41,7 @@ def tiny_config(family: str, head_dim: int = 64, **overrides):
     if family == "qwen3":
         return Qwen3Config(**common)
     if family == "mistral":
-        return MistralConfig(sliding_window=None, **common)
+        return MistralConfig(**{"sliding_window": None, **common})
     raise ValueError(family)
 
 
@@ -86,11 +89,13 @@ def real_tokenizer():
     return AutoTokenizer.from_pretrained(default_model_path())
 
 
-def tiny_text_engine(home: Path, seed: int = 0, **overrides) -> Engine:
-    """An engine over a tiny random Llama (head_dim 16) with the real tokenizer: fast training tests."""
+def tiny_text_engine(home: Path, seed: int = 0, max_positions: int = 2048, layers: int = 2, **overrides) -> Engine:
+    """An engine over a tiny random Llama (head_dim 16, ``max_positions`` context, ``layers`` layers) with
+    the real tokenizer: fast training tests."""
     tok = real_tokenizer()
     torch.manual_seed(seed)
-    config = tiny_config("llama", head_dim=16, vocab_size=len(tok), num_hidden_layers=2)
+    config = tiny_config("llama", head_dim=16, vocab_size=len(tok), num_hidden_layers=layers,
+                         max_position_embeddings=max_positions)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     lm = wrap_model(model, tokenizer=tok, fingerprint=f"tiny-text-{seed}")
     return Engine(Settings(home=home, model="unused", device="cpu", **overrides), lm=lm)
@@ -99,15 +104,15 @@ def tiny_text_engine(home: Path, seed: int = 0, **overrides) -> Engine:
 def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: int = 0,
                  fingerprint: str | None = None) -> Path:
     """A random link-token artifact with a LoRA (non-zero B, so it changes the output) saved as ``name``."""
-    from kvlink_rag.adapters import DEFAULT_TARGETS, add_lora, lora_state
+    from kvlink_rag.adapters import DEFAULT_TARGETS, add_lora, lora_state, remove_lora
     from kvlink_rag.links import LinkTokens
     from kvlink_rag.named_adapters import adapter_path
 
     torch.manual_seed(seed)
     scratch = f"scratch{seed}"
-    if scratch not in engine.lm.adapters:
-        add_lora(engine.lm, scratch, rank=4, alpha=8)
+    add_lora(engine.lm, scratch, rank=4, alpha=8)  # only for the weight names and shapes
     lora = {n: torch.randn_like(w) * 0.05 for n, w in lora_state(engine.lm, scratch).items()}
+    remove_lora(engine.lm, scratch)
     art = LinkTokens(torch.randn(k, engine.lm.config.hidden_size), fingerprint or engine.lm.fingerprint,
                      {"trained": True}, lora=lora, lora_config={"rank": 4, "alpha": 8, "targets": list(DEFAULT_TARGETS)})
     path = adapter_path(links_dir, name)

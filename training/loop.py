@@ -22,6 +22,7 @@ from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
 from kvlink_rag.links import LinkTokens, initial_link_tokens
 from kvlink_rag.nq import NQExample, build_documents
+from kvlink_rag.prompt import encode_user_text
 
 from .data import Split
 
@@ -65,7 +66,7 @@ class TrainState:
 
 def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
     """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
-    ids = engine.lm.tokenizer(answer, add_special_tokens=False)["input_ids"][:max_tokens]
+    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
     end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
     return torch.tensor(ids + [end], dtype=torch.long)
 

@@ -10,6 +10,7 @@ from kvlink_rag.engine import Document
 from kvlink_rag.kvcache import cache_tensors
 from kvlink_rag.linker import link
 from kvlink_rag.nq import build_documents, load_nq
+from kvlink_rag.types import ContextTooLong
 from reference import Piece, kv_by_position, reference_forward
 
 pytestmark = pytest.mark.e2e
@@ -97,7 +98,8 @@ def test_engine_bad_input(tmp_path):
         eng.answer("what?", [Document("   ")])
     with pytest.raises(ValueError, match="question is empty"):
         eng.answer(" ", [Document("text")])
-    with pytest.raises(ValueError, match="exceeds the model's context of 8192"):
+    with pytest.raises(ContextTooLong, match=r"document has 9003 tokens; the longest this model can answer over is "
+                                             r"\d+ \(the model's context of 8192 positions"):
         eng.encode(Document("word " * 9000))
 
 

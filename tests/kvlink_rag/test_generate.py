@@ -56,3 +56,28 @@ def test_stream_text_keeps_multibyte_characters_whole():
     pieces = list(stream_text(_ByteTokenizer(), iter(ids)))
     assert "".join(pieces) == "héllo 中"
     assert all("\ufffd" not in p for p in pieces)
+
+
+def test_decode_stops_at_the_context_end_and_never_feeds_a_position_past_it():
+    lm = tiny_model("llama", max_position_embeddings=96)
+    fed: list[int] = []
+    hook = lm.model.register_forward_pre_hook(lambda m, a, kw: fed.append(int(kw["position_ids"].max())),
+                                              with_kwargs=True)
+    ctx = full_prefill(lm, random_ids(50, 0))
+    toks = list(decode(lm, ctx, SamplingParams(max_new_tokens=100)))
+    hook.remove()
+    assert len(toks) == 96 - 50 and ctx.finish_reason == "length"
+    assert max(fed) == 94  # tokens at positions 50..95; the last one is yielded, never fed
+
+
+def test_finish_reason_stop_and_a_prompt_without_room_for_a_token():
+    lm = tiny_model("llama", max_position_embeddings=96)
+    ctx = full_prefill(lm, random_ids(12, 0))
+    first = list(decode(lm, ctx, SamplingParams(max_new_tokens=3)))[0]
+    ctx = full_prefill(lm, random_ids(12, 0))
+    assert list(decode(lm, ctx, SamplingParams(max_new_tokens=3, stop_token_ids=(first,)))) == []
+    assert ctx.finish_reason == "stop"
+    from kvlink_rag.types import ContextTooLong
+
+    with pytest.raises(ContextTooLong, match="prompt of 96 tokens plus 1 new token"):
+        full_prefill(lm, random_ids(96, 0))

@@ -6,6 +6,7 @@ import torch
 from factories import random_ids, tiny_model
 from kvlink_rag.linker import link, plan_layout
 from kvlink_rag.precompute import encode_document, encode_prefix
+from kvlink_rag.types import ContextTooLong
 
 
 def test_layout_is_contiguous_with_links_after_each_document():
@@ -31,7 +32,8 @@ def test_bad_link_inputs():
     with pytest.raises(ValueError, match="different fingerprints"):
         link(lm, prefix, [doc, other], None, q, anchored=False)
     big = encode_document(lm, random_ids(1500, 3), kv_dtype="float32")
-    with pytest.raises(ValueError, match="exceeds the model's 2048"):
+    with pytest.raises(ContextTooLong, match=r"needs 3007 tokens \(prefix 4, 2 documents 3000, link tokens 0, "
+                       r"question 3\) plus 0 new token\(s\); the model's context holds 2048"):
         link(lm, prefix, [big, big], None, q, anchored=False)
 
 

@@ -12,8 +12,8 @@ from kvlink_rag.linker import link
 from kvlink_rag.precompute import encode_document, encode_prefix
 from reference import Piece, kv_by_position, reference_forward
 
-FAMILIES = [("llama", 64), ("llama", 128), ("llama3", 64), ("llama-yarn", 64), ("qwen2", 64), ("qwen3", 64),
-            ("qwen3", 128), ("mistral", 64)]
+FAMILIES = [("llama", 64), ("llama", 128), ("llama3", 64), ("llama-yarn", 64), ("llama-linear", 64), ("qwen2", 64),
+            ("qwen3", 64), ("qwen3", 128), ("mistral", 64)]
 TOL = 1e-4
 DOC_LENS = (13, 29, 7)  # offsets that are multiples of nothing convenient
 PREFIX_LEN, QUESTION_LEN = 11, 6

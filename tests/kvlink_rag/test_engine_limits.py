@@ -1,0 +1,39 @@
+"""Every length check counts prefix, documents, link tokens, question and new tokens (96-position model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from factories import tiny_text_engine
+from kvlink_rag.engine import Document
+from kvlink_rag.types import ContextTooLong
+
+WORDS40, WORDS80 = Document("word " * 40), Document("word " * 80)  # 43 and 83 tokens with the framing
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return tiny_text_engine(tmp_path_factory.mktemp("limits"), max_positions=96, max_new_tokens=100)
+
+
+def test_document_budget_counts_prefix_links_question_and_one_new_token(engine):
+    assert (engine.prefix.num_tokens, engine.link_k, engine.min_question_tokens) == (29, 5, 9)
+    assert engine.max_document_tokens() == 96 - 29 - 5 - 9 - 1
+    assert engine.document_ids(WORDS80).numel() == 83
+    with pytest.raises(ContextTooLong, match="document has 83 tokens; the longest this model can answer over is 52 "
+                                             r"\(the model's context of 96 positions less the 29-token prefix"):
+        engine.encode(WORDS80)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["linked", "full-prefill"])
+def test_answer_stops_at_the_context_end_with_finish_length(engine, full):
+    ans = (engine.answer_full if full else engine.answer)("what is it?", [WORDS40])
+    assert ans.context_tokens + len(ans.token_ids) == 96 and ans.finish_reason == "length"
+
+
+def test_a_context_that_cannot_fit_is_refused_with_the_counts(engine):
+    counts = r"the prompt needs 117 tokens \(prefix 29, 2 documents 66, link tokens 10, question 12\) plus 1 new token"
+    with pytest.raises(ContextTooLong, match=counts):
+        engine.answer("what is it?", [Document("word " * 30), Document("word " * 30)])
+    with pytest.raises(ContextTooLong, match="plus 1 new token"):
+        engine.answer_full("what is it?", [Document("word " * 30), Document("word " * 30)])
