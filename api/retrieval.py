@@ -102,7 +102,7 @@ class Retrieval:
         while True:
             page = self.index.list(tenant, offset=offset, limit=PAGE)
             for rec in page:
-                stored = self.texts.get(tenant, rec.doc_id)
+                stored = self._text(tenant, rec)
                 if stored is not None:
                     ids.append(rec.doc_id)
                     corpus.append(f"{stored['title']}\n{stored['text']}")
@@ -115,3 +115,15 @@ class Retrieval:
             retriever = bm25s.BM25()
             retriever.index(tokens, show_progress=False)
         return _TenantIndex(ids, retriever, self.clock())
+
+    def _text(self, tenant: str, rec) -> dict | None:
+        """The text of ``rec``; None when the record or the text is corrupt (skipped, counted by the store)."""
+        from store.index import is_corrupt
+        from store.integrity import CorruptEntry
+
+        if is_corrupt(rec):
+            return None
+        try:
+            return self.texts.get(tenant, rec.doc_id)
+        except CorruptEntry:
+            return None

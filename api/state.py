@@ -11,6 +11,7 @@ import threading
 import time
 
 from api.answering import QueryService
+from api.concurrency import Gates
 from api.precompute import CeleryQueue, EmbeddedQueue, redact
 from api.retrieval import Retrieval
 from kvlink_rag.settings import Settings
@@ -34,6 +35,7 @@ class ServiceState:
         self.retrieval: Retrieval | None = None
         self.queries: QueryService | None = None
         self.model_lock = threading.Lock()
+        self.gates = Gates()  # where queries wait for the model, and probes run (api.concurrency)
         self.on_result = None
         self.started = 0.0
 
@@ -70,6 +72,7 @@ class ServiceState:
         if embedded is not None:
             embedded.engine, embedded.catalog = self.engine, self.store.catalog
         self.queue = queue
+        self._recover()
         self.retrieval = Retrieval(self.store.index, self.store.texts, s.bm25_refresh_s)
         self.queries = QueryService(self.engine, self.store, self.retrieval, self.model_lock, s,
                                     on_result=self.on_result)
@@ -80,6 +83,33 @@ class ServiceState:
         log.info("kvlink-rag service ready: %s, precompute %s%s, index %s, store %s", self.tenancy, self.mode,
                  f" ({redact(s.broker_url)})" if s.distributed else f" ({s.precompute_threads} thread(s))",
                  redact(s.index_url) if s.index_url else "embedded (LMDB)", s.store_dir)
+
+    def _recover(self) -> None:
+        """Nothing accepted is forgotten after a crash, and the index agrees with the store.
+
+        Documents still ``queued``/``stale`` are queued again: in the embedded mode no task survives a
+        restart; in the Celery mode a task may still wait in the broker, and the duplicate is harmless
+        (tasks are idempotent: the second finds the cache stored and only marks the record ready) while a
+        task lost between the index write and the broker (or with a broker that lost its data) is not.
+        An index that holds nothing while texts are stored (a Redis index restarted empty) is rebuilt
+        from the texts (:func:`store.recovery.rebuild_index`). Skipped, with a warning, when Redis is down.
+        """
+        from api.errors import redis_errors
+        from store.recovery import index_lost, rebuild_index, requeue_unfinished
+
+        try:
+            n = requeue_unfinished(self.store, self.queue)
+            if n:
+                log.info("queued the precompute of %d unfinished document(s) again", n)
+            if index_lost(self.store):
+                report = rebuild_index(self.store, self.engine)
+                log.warning("the document index was empty while %d text(s) are stored: rebuilt it (%d ready, "
+                            "%d queued, %d corrupt texts skipped)", len(report.ready) + len(report.queued)
+                            + len(report.corrupt_texts), len(report.ready), len(report.queued),
+                            len(report.corrupt_texts))
+        except redis_errors() as e:
+            log.warning("start-up recovery skipped, Redis unreachable (%s); run `kvlink-rag store check "
+                        "--repair` later", e)
 
     def _requeue(self, cache_key: str) -> None:
         """A stored cache failed its checksum (and was deleted): precompute its documents again."""

@@ -4,28 +4,45 @@ Ties the index (records and status), the texts, the blob store and the memory ti
 model is not needed here except in :meth:`Catalog.precompute`, which takes the engine as an argument,
 so the web process can ingest without loading a model and a worker can precompute.
 
-Update semantics (issue 3): re-ingesting a document id with the same content hash does nothing; with
-a different one the record becomes ``stale``, a new precompute is queued, the old cache is never served
-(queries key caches by the *current* text) and is deleted once the new one is ready.
+Update semantics (issue 3): re-ingesting a document id with the same content hash does nothing (but
+queues the precompute again while the document is still ``queued``/``stale``: its task may have been
+lost in a crash); with a different one the record becomes ``stale``, a new precompute is queued, the old
+cache is never served (queries key caches by the *current* text) and is deleted once the new one is
+ready.
+
+No cache outlives the record that points to it: a precompute (or a query that encoded a document on the
+spot) whose document was deleted or changed meanwhile drops the cache it wrote unless another record
+uses it, and a delete drops the cache of exactly the record it removed (:meth:`DocumentIndex.pop`).
+Caches are keyed per tenant (:meth:`Catalog.cache_key`) unless shared across tenants.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvlink_rag.engine import Document
 from store.blobs import BlobStore
-from store.index import DocumentIndex, DocumentRecord
+from store.doc_cache import too_large_reason
+from store.index import DocumentIndex, DocumentRecord, is_corrupt
+from store.integrity import CorruptEntry
 from store.keys import content_hash, normalize_text, simhash64
 from store.texts import TextStore
+from store.lmdb_env import StoreFullError
 from store.tiers import TieredCache
 
+log = logging.getLogger(__name__)
 Enqueue = Callable[[str, str, int], None]
 
 
 class DocumentNotFound(KeyError):
     """No such document for this tenant."""
+
+
+class CacheTooLarge(ValueError):
+    """A document's KV cache is larger than the whole store (permanent until the limit is raised)."""
 
 
 @dataclass
@@ -54,11 +71,51 @@ class Catalog:
         blobs: KV caches (LMDB).
         tiered: memory tiers in front of ``blobs`` (invalidated on update/delete), or None.
         enqueue: called with ``(tenant, doc_id, version)`` to schedule :meth:`precompute`.
+        cache: the store's ``store.doc_cache.StoreCache``, whose :meth:`~StoreCache.for_tenant` views key
+            each tenant's caches; None: the engine's own cache keys (tests of a bare catalog).
     """
 
     def __init__(self, index: DocumentIndex, texts: TextStore, blobs: BlobStore, tiered: TieredCache | None,
-                 enqueue: Enqueue):
+                 enqueue: Enqueue, cache=None):
         self.index, self.texts, self.blobs, self.tiered, self.enqueue = index, texts, blobs, tiered, enqueue
+        self.cache = cache
+
+    def cache_key(self, tenant: str, doc: Document, engine) -> str:
+        """The key of ``doc``'s cache for ``tenant``: the engine's fingerprint and prompt text, keyed by the
+        tenant's view of the store (tenant folded in unless caches are shared)."""
+        if self.cache is None:
+            return engine.cache_key(doc)
+        eng = copy.copy(engine)  # references only; the shared engine is never mutated
+        eng.cache = self.cache.for_tenant(tenant)
+        return eng.cache_key(doc)
+
+    def stored_text(self, tenant: str, doc_id: str) -> dict | None:
+        """The stored text entry, or None when absent or corrupt (the record is then marked failed)."""
+        try:
+            return self.texts.get(tenant, doc_id)
+        except CorruptEntry as e:
+            self.mark_corrupt(tenant, doc_id, e)
+            return None
+
+    def mark_corrupt(self, tenant: str, doc_id: str, err: Exception) -> DocumentRecord | None:
+        """Mark the record ``failed`` with ``err`` (a corrupt stored text) so that it is reported, and
+        re-ingesting it repairs it; the record after (None when there is none)."""
+        rec = self.index.get(tenant, doc_id)
+        if rec is None or is_corrupt(rec) or rec.status == "failed":
+            return rec
+        return self.index.set_status(tenant, doc_id, "failed", version=rec.version,
+                                     metadata={**rec.metadata, "error": str(err)}) or rec
+
+    def verified(self, tenant: str, doc_id: str) -> tuple[DocumentRecord | None, dict | None]:
+        """``(record, stored text)``; a corrupt text gives ``(record marked failed, None)``, a corrupt
+        record a failed :class:`~store.index.CorruptDocumentRecord` (and None)."""
+        rec = self.index.get(tenant, doc_id)
+        if rec is None or is_corrupt(rec):
+            return rec, None
+        try:
+            return rec, self.texts.get(tenant, doc_id)
+        except CorruptEntry as e:
+            return self.mark_corrupt(tenant, doc_id, e), None
 
     def ingest(self, tenant: str, doc_id: str, text: str, title: str = "", metadata: dict | None = None) -> IngestResult:
         """Add or update a document; queue its precompute when new or changed.
@@ -72,17 +129,29 @@ class Catalog:
         title = normalize_text(title or "")
         ch, sh = content_hash(norm), simhash64(norm)
         old = self.index.get(tenant, doc_id)
+        if is_corrupt(old):
+            old = None  # rewritten from scratch (the index drops the lost record's secondary entries)
+        try:
+            stored = self.texts.get(tenant, doc_id)
+        except CorruptEntry:
+            stored = None  # rewritten below
         dups = [(d, dist) for d, dist in self.index.near_duplicates(sh, tenant) if d != doc_id]
-        if old is not None and old.content_hash == ch and old.title == title and old.status != "failed":
-            return IngestResult(old, dups, queued=False, changed=False)
-        version = old.version + 1 if old is not None else 1
+        intact = old is not None and stored is not None and stored["version"] == old.version
+        if intact and old.content_hash == ch and old.title == title and old.status != "failed":
+            if old.status in ("queued", "stale"):  # its task may have been lost (crash): queue it again
+                self.enqueue(tenant, doc_id, old.version)
+            return IngestResult(old, dups, queued=old.status in ("queued", "stale"), changed=False)
+        # versions continue past the text's, so a task of a lost record's version never matches
+        version = max(old.version if old else 0, stored["version"] if stored else 0) + 1
         status = "stale" if old is not None and old.status == "ready" else "queued"
         meta = dict(metadata if metadata is not None else (old.metadata if old else {}))
         record = DocumentRecord(doc_id=doc_id, tenant=tenant, title=title, content_hash=ch, simhash=sh,
                                 cache_key=old.cache_key if old else "", status=status, version=version,
                                 hits=old.hits if old else 0, metadata=meta)
-        self.texts.put(tenant, doc_id, version, norm, title)
-        record = self.index.upsert(record)
+        self.texts.put(tenant, doc_id, version, norm, title, meta)
+        record, replaced = self.index.swap(record)
+        if replaced is not None and replaced.cache_key and replaced.cache_key != record.cache_key:
+            self.drop_cache(replaced.cache_key)  # a worker made it ready after our read: no record keeps it now
         self.enqueue(tenant, doc_id, version)
         return IngestResult(record, dups, queued=True, changed=True)
 
@@ -91,10 +160,16 @@ class Catalog:
 
         Raises:
             DocumentNotFound: unknown id for this tenant.
+            store.integrity.CorruptEntry: the record or the text is corrupt (the record is marked failed).
         """
-        rec = self.index.get(tenant, doc_id)
-        stored = self.texts.get(tenant, doc_id) if rec is not None else None
-        if rec is None or stored is None:
+        rec, stored = self.verified(tenant, doc_id)
+        if rec is None:
+            raise DocumentNotFound(doc_id)
+        if is_corrupt(rec):
+            raise CorruptEntry(f"index record of document {doc_id!r}", rec.reason)
+        if stored is None and rec.status == "failed":
+            raise CorruptEntry(f"document {doc_id!r}", str(rec.metadata.get("error", "text unreadable")))
+        if stored is None:
             raise DocumentNotFound(doc_id)
         return rec, Document(stored["text"], stored["title"] or None)
 
@@ -102,49 +177,105 @@ class Catalog:
         """Encode and store the document's KV if ``version`` is still current; idempotent.
 
         Returns the ready record, or None when the document is gone or a newer version exists (the task is
-        stale and skipped). The old cache of an updated document is deleted once the new one is ready.
+        stale and skipped). The old cache of an updated document is deleted once the new one is ready; the
+        cache written here is deleted again when the document was deleted or updated while it was encoded
+        (unless another record uses it). A corrupt stored text marks the record failed (and returns None).
+
+        Raises:
+            CacheTooLarge: the KV does not fit the store even alone; the document is marked ``failed`` with
+                the reason (queries still answer it, encoding it each time).
+            ValueError: the document cannot be encoded (e.g. longer than the model's context).
         """
         rec = self.index.get(tenant, doc_id)
-        stored = self.texts.get(tenant, doc_id)
-        if rec is None or stored is None or rec.version != version or stored["version"] != version:
+        if rec is None or is_corrupt(rec) or rec.version != version:
+            return None
+        stored = self.stored_text(tenant, doc_id)
+        if stored is None or stored["version"] != version:
             return None
         doc = Document(stored["text"], stored["title"] or None)
-        key = engine.cache_key(doc)
+        key = self.cache_key(tenant, doc, engine)
         meta = self.blobs.meta(key)
+        int8 = self.cache.int8 if self.cache is not None else getattr(engine.cache, "int8", False)
+        kv = None
         if meta is None:
             kv = engine.encode(doc)
-            nbytes = self.blobs.put(key, kv, int8=getattr(engine.cache, "int8", False))
+            try:
+                nbytes = self.blobs.put(key, kv, int8=int8)
+            except StoreFullError as e:
+                reason = too_large_reason(kv, e)
+                log.warning("precompute of %s/%s v%d: %s", tenant, doc_id, version, reason)
+                self.fail(tenant, doc_id, version, reason)
+                raise CacheTooLarge(reason) from e
             num_tokens = kv.num_tokens
         else:
             nbytes, num_tokens = int(meta["nbytes"]), int(meta["num_tokens"])
         ready = self.index.set_status(tenant, doc_id, "ready", version=version, cache_key=key,
                                       num_tokens=num_tokens, nbytes=nbytes)
-        if ready is not None and rec.cache_key and rec.cache_key != key:
-            self._drop_cache(rec.cache_key)
+        if ready is None:  # deleted or updated while encoding: nothing may point at this cache any more
+            self.drop_cache(key, kv)
+            return None
+        if not self.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again
+            self.blobs.put(key, kv if kv is not None else engine.encode(doc), int8=int8)
+        if rec.cache_key and rec.cache_key != key:
+            self.drop_cache(rec.cache_key)
+        return ready
+
+    def adopt(self, tenant: str, doc_id: str, version: int, doc: Document, engine) -> DocumentRecord | None:
+        """After a query encoded ``doc`` (version ``version`` as the query read it) and stored its cache:
+        mark the record ready (no encoding: the cache is there); when the document was deleted or changed
+        since, drop that cache unless another record uses it. The ready record, or None."""
+        ready = self.precompute(tenant, doc_id, version, engine)
+        if ready is None:
+            self.drop_cache(self.cache_key(tenant, doc, engine))
         return ready
 
     def fail(self, tenant: str, doc_id: str, version: int, reason: str) -> None:
         """Mark a precompute of ``version`` as failed (kept for inspection; re-ingest retries)."""
         rec = self.index.get(tenant, doc_id)
-        if rec is not None:
+        if rec is not None and not is_corrupt(rec):
             self.index.set_status(tenant, doc_id, "failed", version=version,
                                   metadata={**rec.metadata, "error": reason[:500]})
 
-    def delete(self, tenant: str, doc_id: str) -> bool:
-        """Remove record, text and (if no other document uses it) the cache. False if unknown."""
-        rec = self.index.get(tenant, doc_id)
-        if rec is None:
-            return False
-        self.index.delete(tenant, doc_id)
-        self.texts.delete(tenant, doc_id)
-        if rec.cache_key:
-            self._drop_cache(rec.cache_key)
-        return True
+    def delete(self, tenant: str, doc_id: str, engine=None) -> bool:
+        """Remove record, text and (if no other document uses it) the cache. False if neither the record
+        nor the text exists.
 
-    def _drop_cache(self, key: str) -> None:
-        """Delete a cache from LMDB and the tiers unless another document still points at it."""
+        A text whose record the index lost (e.g. an emptied Redis) is deleted too; its cache is found
+        through ``engine`` when given (else ``kvlink-rag store check --repair`` reclaims it).
+        """
+        rec = self.index.pop(tenant, doc_id)  # atomic: the cache key of exactly the record removed
+        stored = None
+        if (rec is None or not rec.cache_key) and engine is not None:
+            try:
+                stored = self.texts.get(tenant, doc_id)
+            except CorruptEntry:
+                stored = None
+        had_text = self.texts.delete(tenant, doc_id)
+        if rec is not None and rec.cache_key:
+            self.drop_cache(rec.cache_key)
+        elif stored is not None:
+            self.drop_cache(self.cache_key(tenant, Document(stored["text"], stored["title"] or None), engine))
+        return rec is not None or had_text
+
+    def drop_cache(self, key: str, kv=None) -> None:
+        """Delete a cache from LMDB and the tiers unless a record still points at it.
+
+        A precompute may point a record at the cache between the check and the delete (it found the cache
+        stored, so it did not encode): the references are checked again after the delete and the cache is
+        put back (``kv``, the document's KV if the caller has it) or those documents are queued again. A
+        precompute that sets its record ready after this second check finds the cache gone itself.
+        """
         if self.index.find_by_cache_key(key):
             return
         self.blobs.delete(key)
         if self.tiered is not None:
             self.tiered.invalidate(key)
+        users = self.index.find_by_cache_key(key)
+        if users and kv is not None:
+            self.blobs.put(key, kv, int8=self.cache.int8 if self.cache is not None else False)
+            return
+        for tenant, doc_id in users:
+            rec = self.index.get(tenant, doc_id)
+            if rec is not None and rec.cache_key == key and rec.status == "ready" and key not in self.blobs:
+                if self.index.set_status(tenant, doc_id, "queued", version=rec.version, cache_key=""):
+                    self.enqueue(tenant, doc_id, rec.version)

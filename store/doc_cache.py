@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+
 from kvlink_rag.types import DocumentKV, LayeredDocuments
 from store.blobs import BlobStore
-from store.keys import text_key
+from store.lmdb_env import StoreFullError
+from store.keys import tenant_fingerprint, text_key
 from store.prefetch import prefetch_layers
 from store.tiers import TieredCache
+
+log = logging.getLogger(__name__)
+
+
+def too_large_reason(kv: DocumentKV, error: StoreFullError) -> str:
+    """Why a document's cache is not stored, for logs and the document's ``failed`` status."""
+    return (f"its KV cache ({kv.nbytes} bytes) does not fit the document store ({error}); queries encode it "
+            "on the spot, uncached; raise KVLINK_RAG_STORE_MAX_BYTES to cache it")
 
 
 class StoreCache:
@@ -17,12 +28,14 @@ class StoreCache:
 
     Args:
         tiered: memory tiers over ``tiered.blob_store`` (a :class:`BlobStore`).
-        tenant: whose quota the entries count against.
+        tenant: whose quota the entries count against, and (unless ``shared``) whose keys these are.
         int8: store new documents as int8.
+        shared: all tenants share caches of the same text (``shared_cache_across_tenants``); else each
+            tenant's keys include the tenant (:func:`store.keys.tenant_fingerprint`).
     """
 
-    def __init__(self, tiered: TieredCache, tenant: str = "default", int8: bool = False):
-        self.tiered, self.tenant, self.int8 = tiered, tenant, int8
+    def __init__(self, tiered: TieredCache, tenant: str = "default", int8: bool = False, shared: bool = False):
+        self.tiered, self.tenant, self.int8, self.shared = tiered, tenant, int8, shared
 
     @property
     def blobs(self) -> BlobStore:
@@ -30,11 +43,12 @@ class StoreCache:
 
     def for_tenant(self, tenant: str) -> "StoreCache":
         """The same tiers and store, counted against ``tenant``."""
-        return StoreCache(self.tiered, tenant, self.int8)
+        return StoreCache(self.tiered, tenant, self.int8, self.shared)
 
     def key(self, fingerprint: str, text: str) -> str:
-        """``store.keys.cache_key`` of the exact prompt text (content hash, SimHash, fingerprint)."""
-        return text_key(fingerprint, text)
+        """``store.keys.cache_key`` of the exact prompt text (content hash, SimHash, and the fingerprint
+        with this tenant folded in unless caches are shared)."""
+        return text_key(tenant_fingerprint(fingerprint, self.tenant, self.shared), text)
 
     def get(self, key: str) -> DocumentKV | None:
         """From the fastest tier holding it, else LMDB (checksummed), else None."""
@@ -53,6 +67,8 @@ class StoreCache:
             if kv is None and self.blobs is not None and self.blobs.contains(key):
                 out.append(key)
             else:
+                if kv is None:
+                    self.tiered.counters["miss"] += 1  # nowhere, as TieredCache.get counts it
                 out.append(kv)
         return out
 
@@ -62,16 +78,30 @@ class StoreCache:
         Raises:
             KeyError: a keyed document disappeared.
         """
-        return prefetch_layers(self.blobs, items, on_loaded=lambda key, kv: self.tiered.put(key, kv, self.tenant))
+        def loaded(key: str, kv: DocumentKV) -> None:
+            self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
+            self.tiered.put(key, kv, self.tenant)
 
-    def put(self, key: str, kv: DocumentKV) -> None:
-        """Write to LMDB (atomic) and the memory tiers.
+        return prefetch_layers(self.blobs, items, on_loaded=loaded)
+
+    def put(self, key: str, kv: DocumentKV) -> str | None:
+        """Write to LMDB (atomic) and the memory tiers (each only if the document fits it).
 
         With int8 storage the tiers get the dequantised copy read back, so a document is served the same
         before and after a restart.
+
+        Returns:
+            None when stored in LMDB; else why not (the store is smaller than this document's KV even after
+            evicting every other document; logged as a warning). The caller still has ``kv`` to answer from.
         """
+        reason = None
         if self.blobs is not None:
-            self.blobs.put(key, kv, int8=self.int8)
-            if self.int8:
-                kv = self.blobs.get(key, kv.dtype) or kv
+            try:
+                self.blobs.put(key, kv, int8=self.int8)
+                if self.int8:
+                    kv = self.blobs.get(key, kv.dtype) or kv
+            except StoreFullError as e:
+                reason = too_large_reason(kv, e)
+                log.warning("document %s not cached: %s", key[:24], reason)
         self.tiered.put(key, kv, self.tenant)
+        return reason

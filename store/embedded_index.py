@@ -2,7 +2,8 @@
 
 Sub-databases (all keys are UTF-8, parts joined by NUL, which ids may not contain):
 
-- ``index``:       ``tenant \\0 doc_id``                  -> JSON of :class:`DocumentRecord`
+- ``index``:       ``tenant \\0 doc_id``                  -> checksummed JSON of :class:`DocumentRecord`
+  (:func:`store.integrity.seal`; a corrupt one reads as a failed :class:`CorruptDocumentRecord`)
 - ``index_band``:  ``tenant \\0 b{band}{value:04x} \\0 doc_id`` -> 8-byte big-endian simhash
 - ``index_hash``:  ``tenant \\0 content_hash \\0 doc_id``   -> b""
 - ``index_ckey``:  ``cache_key \\0 tenant \\0 doc_id``      -> b""
@@ -17,7 +18,9 @@ import json
 import time
 from typing import Any
 
-from store.index import DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status
+from store.index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status,
+                         is_corrupt)
+from store.integrity import CorruptEntry, load_json, seal
 from store.lmdb_env import LmdbEnv
 
 RECORDS_DB = b"index"
@@ -62,9 +65,24 @@ class EmbeddedIndex(DocumentIndex):
     # -- helpers (inside a transaction) ------------------------------------------------------------
     def _load(self, txn, tenant: str, doc_id: str) -> DocumentRecord | None:
         buf = txn.get(_k(tenant, doc_id), db=self._rec)
-        return None if buf is None else DocumentRecord.from_dict(json.loads(bytes(buf)))
+        return None if buf is None else self._parse(tenant, doc_id, buf)
+
+    def _parse(self, tenant: str, doc_id: str, buf) -> DocumentRecord:
+        """The record in ``buf``, or a :class:`CorruptDocumentRecord` (counted) when it is corrupt."""
+        try:
+            rec = DocumentRecord.from_dict(load_json(buf, "index record"))
+            if (rec.tenant, rec.doc_id) != (tenant, doc_id):
+                raise CorruptEntry("index record", "ids differ from its key")
+            return rec
+        except CorruptEntry as e:
+            return self._corrupt(tenant, doc_id, e.reason)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            return self._corrupt(tenant, doc_id, f"fields: {type(e).__name__}")
 
     def _unlink(self, txn, rec: DocumentRecord) -> None:
+        if is_corrupt(rec):  # the lost record's secondary entries are unknown: find them by doc id
+            self._purge(txn, rec.tenant, rec.doc_id)
+            return
         for i, v in bands(rec.simhash):
             txn.delete(_k(rec.tenant, f"b{i}{v:04x}", rec.doc_id), db=self._band)
         if rec.content_hash:
@@ -72,10 +90,18 @@ class EmbeddedIndex(DocumentIndex):
         if rec.cache_key:
             txn.delete(_k(rec.cache_key, rec.tenant, rec.doc_id), db=self._ckey)
 
+    def _purge(self, txn, tenant: str, doc_id: str) -> None:
+        """Delete every secondary entry of ``doc_id`` (scans the tenant's bands and hashes and all cache keys)."""
+        tail = _SEP.encode() + doc_id.encode()
+        for db, prefix in ((self._band, _k(tenant, "")), (self._hash, _k(tenant, "")), (self._ckey, b"")):
+            for k in list(_scan(txn, db, prefix)):
+                if k.endswith(tail) and (db is not self._ckey or k.split(b"\0")[1] == tenant.encode()):
+                    txn.delete(k, db=db)
+
     def _store(self, txn, rec: DocumentRecord, old: DocumentRecord | None) -> None:
         if old is not None:
             self._unlink(txn, old)
-        txn.put(_k(rec.tenant, rec.doc_id), json.dumps(rec.to_dict()).encode(), db=self._rec)
+        txn.put(_k(rec.tenant, rec.doc_id), seal(json.dumps(rec.to_dict()).encode()), db=self._rec)
         sh = rec.simhash.to_bytes(8, "big")
         for i, v in bands(rec.simhash):
             txn.put(_k(rec.tenant, f"b{i}{v:04x}", rec.doc_id), sh, db=self._band)
@@ -85,16 +111,16 @@ class EmbeddedIndex(DocumentIndex):
             txn.put(_k(rec.cache_key, rec.tenant, rec.doc_id), b"", db=self._ckey)
 
     # -- interface ---------------------------------------------------------------------------------
-    def upsert(self, record: DocumentRecord) -> DocumentRecord:
+    def swap(self, record: DocumentRecord) -> tuple[DocumentRecord, DocumentRecord | None]:
         now = self.clock()
 
-        def write(txn) -> DocumentRecord:
+        def write(txn) -> tuple[DocumentRecord, DocumentRecord | None]:
             old = self._load(txn, record.tenant, record.doc_id)
             created = old.created if old is not None else (record.created or now)
             hits = old.hits if old is not None else record.hits
             rec = apply_fields(record, {"created": created, "updated": now, "hits": hits})
             self._store(txn, rec, old)
-            return rec
+            return rec, old
 
         return self.env.write(write)
 
@@ -102,14 +128,14 @@ class EmbeddedIndex(DocumentIndex):
         with self.env.read() as txn:
             return self._load(txn, tenant, doc_id)
 
-    def delete(self, tenant: str, doc_id: str) -> bool:
-        def write(txn) -> bool:
+    def pop(self, tenant: str, doc_id: str) -> DocumentRecord | None:
+        def write(txn) -> DocumentRecord | None:
             old = self._load(txn, tenant, doc_id)
             if old is None:
-                return False
+                return None
             self._unlink(txn, old)
             txn.delete(_k(tenant, doc_id), db=self._rec)
-            return True
+            return old
 
         return self.env.write(write)
 
@@ -117,12 +143,12 @@ class EmbeddedIndex(DocumentIndex):
         check_id("tenant", tenant)
         out: list[DocumentRecord] = []
         with self.env.read() as txn:
-            for n, (_, v) in enumerate(_scan(txn, self._rec, _k(tenant, ""), values=True)):
+            for n, (k, v) in enumerate(_scan(txn, self._rec, _k(tenant, ""), values=True)):
                 if n < offset:
                     continue
                 if len(out) >= limit:
                     break
-                out.append(DocumentRecord.from_dict(json.loads(v)))
+                out.append(self._parse(tenant, k.split(b"\0", 1)[1].decode(), v))
         return out
 
     def count(self, tenant: str) -> int:
@@ -148,7 +174,7 @@ class EmbeddedIndex(DocumentIndex):
 
         def write(txn) -> DocumentRecord | None:
             old = self._load(txn, tenant, doc_id)
-            if old is None or (version is not None and old.version != version):
+            if old is None or is_corrupt(old) or (version is not None and old.version != version):
                 return None
             rec = apply_fields(old, {**fields, "status": status, "updated": now})
             self._store(txn, rec, old)
@@ -159,10 +185,10 @@ class EmbeddedIndex(DocumentIndex):
     def incr_hits(self, tenant: str, doc_id: str, n: int = 1) -> int | None:
         def write(txn) -> int | None:
             old = self._load(txn, tenant, doc_id)
-            if old is None:
+            if old is None or is_corrupt(old):
                 return None
             old.hits += n
-            txn.put(_k(tenant, doc_id), json.dumps(old.to_dict()).encode(), db=self._rec)
+            txn.put(_k(tenant, doc_id), seal(json.dumps(old.to_dict()).encode()), db=self._rec)
             return old.hits
 
         return self.env.write(write)
@@ -170,7 +196,7 @@ class EmbeddedIndex(DocumentIndex):
     def find_by_content_hash(self, tenant: str, content_hash: str) -> list[DocumentRecord]:
         with self.env.read() as txn:
             ids = [k.rsplit(b"\0", 1)[1].decode() for k in _scan(txn, self._hash, _k(tenant, content_hash, ""))]
-            return [r for r in (self._load(txn, tenant, d) for d in ids) if r is not None]
+            return [r for r in (self._load(txn, tenant, d) for d in ids) if r is not None and not is_corrupt(r)]
 
     def find_by_cache_key(self, cache_key: str) -> list[tuple[str, str]]:
         with self.env.read() as txn:
@@ -187,7 +213,6 @@ class EmbeddedIndex(DocumentIndex):
 
     def _all_simhashes(self, tenant: str) -> dict[str, int]:
         with self.env.read() as txn:
-            return {
-                k.split(b"\0", 1)[1].decode(): int(json.loads(v)["simhash"])
-                for k, v in _scan(txn, self._rec, _k(tenant, ""), values=True)
-            }
+            recs = (self._parse(tenant, k.split(b"\0", 1)[1].decode(), v)
+                    for k, v in _scan(txn, self._rec, _k(tenant, ""), values=True))
+            return {r.doc_id: r.simhash for r in recs if not is_corrupt(r)}

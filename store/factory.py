@@ -53,5 +53,6 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
     index = open_index(url, env=blobs.env if url.startswith("lmdb://") else None)
     texts = TextStore(blobs.env)
     tiered = TieredCache(memory_tiers(settings), blobs)
-    catalog = Catalog(index, texts, blobs, tiered, enqueue or (lambda tenant, doc_id, version: None))
-    return Store(blobs, index, texts, tiered, catalog, StoreCache(tiered, "default", settings.store_int8))
+    cache = StoreCache(tiered, "default", settings.store_int8, settings.shared_cache_across_tenants)
+    catalog = Catalog(index, texts, blobs, tiered, enqueue or (lambda tenant, doc_id, version: None), cache)
+    return Store(blobs, index, texts, tiered, catalog, cache)

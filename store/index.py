@@ -14,12 +14,15 @@ shared buckets are then checked for their true distance.
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from store.keys import hamming
+
+log = logging.getLogger(__name__)
 
 STATUSES = ("queued", "ready", "failed", "stale")
 BANDS = 4
@@ -80,6 +83,22 @@ class DocumentRecord:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+class CorruptDocumentRecord(DocumentRecord):
+    """Stands in for a stored record that failed its checksum or could not be parsed: only the ids are
+    known; ``status`` is ``failed`` and ``metadata["error"]`` says to re-ingest. Re-ingesting (or any
+    write of the record) replaces it and drops whatever secondary entries the lost record had."""
+
+    def __init__(self, tenant: str, doc_id: str, reason: str):
+        super().__init__(doc_id=doc_id, tenant=tenant, status="failed", version=0,
+                         metadata={"error": f"corrupt index record ({reason}); re-ingest the document"})
+        self.reason = reason
+
+
+def is_corrupt(record: DocumentRecord | None) -> bool:
+    """True for a :class:`CorruptDocumentRecord`."""
+    return isinstance(record, CorruptDocumentRecord)
+
+
 FIELD_NAMES = tuple(f.name for f in fields(DocumentRecord))
 _IMMUTABLE = ("doc_id", "tenant")
 
@@ -125,26 +144,47 @@ class DocumentIndex(ABC):
 
     def __init__(self, clock=time.time) -> None:
         self.clock = clock
+        self.corrupt_reads = 0  # reads that found a corrupt record (exported as a metric)
 
-    @abstractmethod
+    def _corrupt(self, tenant: str, doc_id: str, reason: str) -> CorruptDocumentRecord:
+        """Count and log a corrupt read; the stand-in record."""
+        self.corrupt_reads += 1
+        log.warning("corrupt index record %s/%s (%s); reported as failed until re-ingested", tenant, doc_id, reason)
+        return CorruptDocumentRecord(tenant, doc_id, reason)
+
     def upsert(self, record: DocumentRecord) -> DocumentRecord:
         """Insert or replace a record; returns what was stored.
 
         ``created`` is kept from an existing record (or set to now when 0), ``updated`` is set to
         now and ``hits`` are kept from an existing record (they belong to :meth:`incr_hits`).
         """
+        return self.swap(record)[0]
+
+    @abstractmethod
+    def swap(self, record: DocumentRecord) -> tuple[DocumentRecord, DocumentRecord | None]:
+        """:meth:`upsert` that also returns the record it replaced (read in the same atomic step), so the
+        caller learns of a worker that changed it after the caller's own read: ``(stored, replaced)``."""
 
     @abstractmethod
     def get(self, tenant: str, doc_id: str) -> DocumentRecord | None:
-        """The record, or None."""
+        """The record, or None; a :class:`CorruptDocumentRecord` when the stored one is corrupt."""
 
-    @abstractmethod
     def delete(self, tenant: str, doc_id: str) -> bool:
         """Remove a record and its secondary entries; True if it existed."""
+        return self.pop(tenant, doc_id) is not None
+
+    @abstractmethod
+    def pop(self, tenant: str, doc_id: str) -> DocumentRecord | None:
+        """Remove a record and its secondary entries atomically; the record removed, or None.
+
+        The caller learns exactly which cache the removed record pointed at, even when a worker set it
+        between an earlier read and this call.
+        """
 
     @abstractmethod
     def list(self, tenant: str, offset: int = 0, limit: int = 100) -> list[DocumentRecord]:
-        """Records of ``tenant`` ordered by ``doc_id`` (code point order), ``limit`` from ``offset``."""
+        """Records of ``tenant`` ordered by ``doc_id`` (code point order), ``limit`` from ``offset``;
+        corrupt ones as :class:`CorruptDocumentRecord` (status ``failed``)."""
 
     @abstractmethod
     def count(self, tenant: str) -> int:
@@ -156,8 +196,9 @@ class DocumentIndex(ABC):
     ) -> DocumentRecord | None:
         """Set ``status`` (and any other ``fields``, e.g. ``cache_key``, ``num_tokens``) atomically.
 
-        Returns the updated record, or None when the record is absent or ``version`` is given and
-        differs from the stored one (a worker finishing an outdated version must not win).
+        Returns the updated record, or None when the record is absent or corrupt (only an upsert
+        replaces a corrupt one) or ``version`` is given and differs from the stored one (a worker
+        finishing an outdated version must not win).
 
         Raises:
             ValueError: unknown status or field.

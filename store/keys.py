@@ -2,7 +2,8 @@
 
 A cache key is ``sha256(fingerprint)[:16] + "-" + f"{simhash:016x}" + "-" + content_hash``. Only the
 fingerprint and the exact ``content_hash`` decide whether a cache may be reused; the SimHash in the
-middle merely groups near-duplicates for the index and never selects a cache by itself.
+middle merely groups near-duplicates for the index and never selects a cache by itself. The fingerprint
+of a tenant's keys includes the tenant (:func:`tenant_fingerprint`) unless caches are shared.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def _simhash_class():
 def hamming(a: int, b: int) -> int:
     """Number of differing bits between two 64-bit hashes."""
     return ((a ^ b) & 0xFFFF_FFFF_FFFF_FFFF).bit_count()
+
+
+DEFAULT_TENANT = "default"
+
+
+def tenant_fingerprint(fingerprint: str, tenant: str, shared: bool = False) -> str:
+    """The fingerprint a tenant's cache keys are made from: ``fingerprint`` with the tenant folded in,
+    so that tenants never share a cache and a cache hit (or its timing) tells one tenant nothing about
+    another's documents (the class of vLLM's CVE-2025-46570, fixed there with a per-tenant cache salt).
+
+    ``shared`` (all tenants trust each other) and the single-tenant ``"default"`` tenant use the bare
+    fingerprint, so the keys of a single-tenant store are the same with either setting.
+    """
+    if shared or tenant == DEFAULT_TENANT:
+        return fingerprint
+    return f"{fingerprint}\0tenant={tenant}"
 
 
 def fingerprint_digest(fingerprint: str) -> str:

@@ -92,8 +92,9 @@ class LmdbEnv:
 
     Args:
         path: folder of the environment (created if missing).
-        map_size: initial map size in bytes (an existing larger map is kept).
-        max_map_size: upper bound in bytes for growth.
+        map_size: initial map size in bytes (at most ``max_map_size``; an existing larger map is kept).
+        max_map_size: upper bound in bytes for growth: the data file never grows past it (documents are
+            evicted instead), even when it is below ``map_size``.
         max_dbs: number of named sub-databases allowed.
         sync: fsync on every commit (crash-safe against power loss; process kills are safe either way).
     """
@@ -108,9 +109,10 @@ class LmdbEnv:
     ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.max_map_size = max(int(max_map_size), int(map_size))
-        self.env = lmdb.open(
-            str(self.path), map_size=int(map_size), max_dbs=max_dbs, sync=sync, readahead=False, lock=True
+        self.max_map_size = int(max_map_size)
+        self.env = lmdb.open(  # a limit below the default start size is honoured: start at the limit
+            str(self.path), map_size=min(int(map_size), self.max_map_size), max_dbs=max_dbs, sync=sync,
+            readahead=False, lock=True
         )
         self._dbs: dict[bytes, object] = {}
         self._lock = _RWLock()

@@ -3,7 +3,8 @@
 Keys, under a configurable ``prefix`` (default ``"kvlink:"``); ``q()`` percent-encodes an id so that
 ``:`` inside ids cannot collide:
 
-- ``{p}doc:{q(tenant)}:{q(doc_id)}``            hash of the record's fields (metadata as JSON)
+- ``{p}doc:{q(tenant)}:{q(doc_id)}``            hash of the record's fields (metadata as JSON) and their
+  checksum (:func:`store.integrity.fields_sum`; a corrupt hash reads as a failed :class:`CorruptDocumentRecord`)
 - ``{p}docs:{q(tenant)}``                       sorted set of doc_ids, all score 0 (lexical order)
 - ``{p}band:{q(tenant)}:{band}:{value:04x}``    set of doc_ids
 - ``{p}hash:{q(tenant)}:{content_hash}``        set of doc_ids
@@ -20,9 +21,12 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
-from store.index import DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status
+from store.index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status,
+                         is_corrupt)
+from store.integrity import SUM_FIELD, fields_sum
 
 DEFAULT_PREFIX = "kvlink:"
+_MAX_RANGE = 2**63 - 1  # largest index of a Redis range
 _INT_FIELDS = ("simhash", "num_tokens", "nbytes", "version", "hits")
 _FLOAT_FIELDS = ("created", "updated")
 
@@ -32,14 +36,24 @@ def q(part: str) -> str:
     return quote(part, safe="")
 
 
+def _glob(text: str) -> str:
+    """``text`` with the glob characters of ``SCAN MATCH`` escaped."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _encode(rec: DocumentRecord) -> dict[str, str]:
     d = rec.to_dict()
     d["metadata"] = json.dumps(d["metadata"])
-    return {k: str(v) for k, v in d.items()}
+    out = {k: str(v) for k, v in d.items()}
+    out[SUM_FIELD] = fields_sum(out)
+    return out
 
 
 def _decode(h: dict[str, str]) -> DocumentRecord:
-    d: dict[str, Any] = dict(h)
+    """The record of a hash; raises ValueError when its checksum (if any) or a field is wrong."""
+    if SUM_FIELD in h and fields_sum(h) != h[SUM_FIELD]:
+        raise ValueError("checksum mismatch")
+    d: dict[str, Any] = {k: v for k, v in h.items() if k != SUM_FIELD}
     for k in _INT_FIELDS:
         d[k] = int(d[k])
     for k in _FLOAT_FIELDS:
@@ -98,19 +112,46 @@ class RedisIndex(DocumentIndex):
     # -- helpers -----------------------------------------------------------------------------------
     def _load(self, conn, tenant: str, doc_id: str) -> DocumentRecord | None:
         h = conn.hgetall(self._doc(tenant, doc_id))
-        return _decode(h) if h else None
+        return self._parse(tenant, doc_id, h) if h else None
 
-    def _unlink(self, pipe, rec: DocumentRecord) -> None:
-        for i, v in bands(rec.simhash):
-            pipe.srem(self._band(rec.tenant, i, v), rec.doc_id)
+    def _parse(self, tenant: str, doc_id: str, h: dict[str, str]) -> DocumentRecord:
+        """The record of hash ``h``, or a :class:`CorruptDocumentRecord` (counted) when it is corrupt."""
+        try:
+            rec = _decode(h)
+            if (rec.tenant, rec.doc_id) != (tenant, doc_id):
+                raise ValueError("ids differ from its key")
+            return rec
+        except ValueError as e:
+            return self._corrupt(tenant, doc_id, str(e) if str(e) in ("checksum mismatch", "ids differ from its key")
+                                 else f"fields: {type(e).__name__}")
+        except (TypeError, KeyError, AttributeError) as e:
+            return self._corrupt(tenant, doc_id, f"fields: {type(e).__name__}")
+
+    def _secondary(self, rec: DocumentRecord | None) -> list[tuple[str, str]]:
+        """``(set key, member)`` of ``rec``'s secondary entries; a corrupt record's are found by scanning
+        (read before ``MULTI``)."""
+        if rec is None:
+            return []
+        member = f"{q(rec.tenant)}:{q(rec.doc_id)}"
+        if is_corrupt(rec):
+            t = _glob(self.prefix)
+            keys = [(k, rec.doc_id) for pat in (f"band:{_glob(q(rec.tenant))}:*", f"hash:{_glob(q(rec.tenant))}:*")
+                    for k in self.r.scan_iter(match=t + pat, count=1000)]
+            keys += [(k, member) for k in self.r.scan_iter(match=t + "ckey:*", count=1000)]
+            pipe = self.r.pipeline(transaction=False)
+            for k, m in keys:
+                pipe.sismember(k, m)
+            return [km for km, yes in zip(keys, pipe.execute(), strict=True) if yes]
+        out = [(self._band(rec.tenant, i, v), rec.doc_id) for i, v in bands(rec.simhash)]
         if rec.content_hash:
-            pipe.srem(self._hash(rec.tenant, rec.content_hash), rec.doc_id)
+            out.append((self._hash(rec.tenant, rec.content_hash), rec.doc_id))
         if rec.cache_key:
-            pipe.srem(self._ckey(rec.cache_key), f"{q(rec.tenant)}:{q(rec.doc_id)}")
+            out.append((self._ckey(rec.cache_key), member))
+        return out
 
-    def _store(self, pipe, rec: DocumentRecord, old: DocumentRecord | None) -> None:
-        if old is not None:
-            self._unlink(pipe, old)
+    def _store(self, pipe, rec: DocumentRecord, stale: list[tuple[str, str]]) -> None:
+        for k, m in stale:
+            pipe.srem(k, m)
         key = self._doc(rec.tenant, rec.doc_id)
         pipe.delete(key)
         pipe.hset(key, mapping=_encode(rec))
@@ -129,56 +170,59 @@ class RedisIndex(DocumentIndex):
 
         def txn(pipe):
             old = self._load(pipe, tenant, doc_id)
+            stale = self._secondary(old)
             new, result = fn(old)
             pipe.multi()
             if new is not None:
-                self._store(pipe, new, old)
+                self._store(pipe, new, stale)
             return result
 
         return self.r.transaction(txn, key, value_from_callable=True)
 
     # -- interface ---------------------------------------------------------------------------------
-    def upsert(self, record: DocumentRecord) -> DocumentRecord:
+    def swap(self, record: DocumentRecord) -> tuple[DocumentRecord, DocumentRecord | None]:
         now = self.clock()
 
         def fn(old):
             created = old.created if old is not None else (record.created or now)
             hits = old.hits if old is not None else record.hits
             rec = apply_fields(record, {"created": created, "updated": now, "hits": hits})
-            return rec, rec
+            return rec, (rec, old)
 
         return self._update(record.tenant, record.doc_id, fn)
 
     def get(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         return self._load(self.r, tenant, doc_id)
 
-    def delete(self, tenant: str, doc_id: str) -> bool:
+    def pop(self, tenant: str, doc_id: str) -> DocumentRecord | None:
         key = self._doc(tenant, doc_id)
 
         def txn(pipe):
             old = self._load(pipe, tenant, doc_id)
+            stale = self._secondary(old)
             pipe.multi()
             if old is None:
-                return False
-            self._unlink(pipe, old)
+                return None
+            for k, m in stale:
+                pipe.srem(k, m)
             pipe.delete(key)
             pipe.zrem(self._docs(tenant), doc_id)
-            return True
+            return old
 
-        existed = self.r.transaction(txn, key, value_from_callable=True)
-        if existed and not self.r.zcard(self._docs(tenant)):
+        old = self.r.transaction(txn, key, value_from_callable=True)
+        if old is not None and not self.r.zcard(self._docs(tenant)):
             self.r.srem(f"{self.prefix}tenants", tenant)
-        return existed
+        return old
 
     def list(self, tenant: str, offset: int = 0, limit: int = 100) -> list[DocumentRecord]:
         check_id("tenant", tenant)
-        if limit <= 0:
+        if limit <= 0 or offset < 0 or offset >= _MAX_RANGE:  # Redis ranges are signed 64-bit
             return []
-        ids = self.r.zrange(self._docs(tenant), offset, offset + limit - 1)
+        ids = self.r.zrange(self._docs(tenant), offset, min(offset + limit - 1, _MAX_RANGE))
         pipe = self.r.pipeline(transaction=False)
         for d in ids:
             pipe.hgetall(self._doc(tenant, d))
-        return [_decode(h) for h in pipe.execute() if h]
+        return [self._parse(tenant, d, h) for d, h in zip(ids, pipe.execute(), strict=True) if h]
 
     def count(self, tenant: str) -> int:
         return int(self.r.zcard(self._docs(tenant)))
@@ -193,7 +237,7 @@ class RedisIndex(DocumentIndex):
         now = self.clock()
 
         def fn(old):
-            if old is None or (version is not None and old.version != version):
+            if old is None or is_corrupt(old) or (version is not None and old.version != version):
                 return None, None
             rec = apply_fields(old, {**fields, "status": status, "updated": now})
             return rec, rec
@@ -209,13 +253,18 @@ class RedisIndex(DocumentIndex):
             if exists:
                 pipe.hincrby(key, "hits", n)
 
-        res = self.r.transaction(txn, key)
+        import redis
+
+        try:
+            res = self.r.transaction(txn, key)
+        except redis.exceptions.ResponseError:  # a corrupt hits field: the record reads as corrupt anyway
+            return None
         return int(res[0]) if res else None
 
     def find_by_content_hash(self, tenant: str, content_hash: str) -> list[DocumentRecord]:
         ids = sorted(self.r.smembers(self._hash(tenant, content_hash)))
         recs = (self._load(self.r, tenant, d) for d in ids)
-        return [r for r in recs if r is not None]
+        return [r for r in recs if r is not None and not is_corrupt(r)]
 
     def find_by_cache_key(self, cache_key: str) -> list[tuple[str, str]]:
         rows = (m.split(":") for m in self.r.smembers(self._ckey(cache_key)))
@@ -226,7 +275,7 @@ class RedisIndex(DocumentIndex):
         pipe = self.r.pipeline(transaction=False)
         for d in ids:
             pipe.hget(self._doc(tenant, d), "simhash")
-        return {d: int(h) for d, h in zip(ids, pipe.execute(), strict=True) if h is not None}
+        return {d: int(h) for d, h in zip(ids, pipe.execute(), strict=True) if h is not None and h.isdigit()}
 
     def _band_candidates(self, tenant: str, simhash: int) -> dict[str, int]:
         pipe = self.r.pipeline(transaction=False)
@@ -241,7 +290,7 @@ class RedisIndex(DocumentIndex):
     def drop_all(self) -> int:
         """Delete every key under this index's prefix (tests, resets); returns the number deleted."""
         n = 0
-        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        pattern = _glob(self.prefix) + "*"
         for key in self.r.scan_iter(match=pattern, count=500):
             n += self.r.delete(key)
         return n

@@ -1,14 +1,20 @@
 """Document texts by (tenant, document id), in the ``texts`` sub-database of the shared LMDB env.
 
-Workers read the text to encode from here; the version guards against encoding an outdated text.
+Workers read the text to encode from here; the version guards against encoding an outdated text. Each
+value is checksummed (:mod:`store.integrity`) and also holds the title and metadata, so the document
+index can be rebuilt from the texts alone (:func:`store.recovery.rebuild_index`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 
+from store.integrity import CorruptEntry, load_json, seal
 from store.lmdb_env import LmdbEnv
 
+log = logging.getLogger(__name__)
 TEXTS_DB = b"texts"
 
 
@@ -17,22 +23,74 @@ def _k(tenant: str, doc_id: str) -> bytes:
 
 
 class TextStore:
-    """``put``/``get``/``delete`` of ``{"version", "text", "title"}`` per document."""
+    """``put``/``get``/``delete`` of ``{"version", "text", "title", "metadata"}`` per document.
+
+    Attributes:
+        corrupt_reads: reads that found a corrupt entry (exported as a metric).
+    """
 
     def __init__(self, env: LmdbEnv):
         self.env = env
         self._db = env.db(TEXTS_DB)
+        self.corrupt_reads = 0
 
-    def put(self, tenant: str, doc_id: str, version: int, text: str, title: str = "") -> None:
-        """Store (replacing) the text of version ``version``."""
-        value = json.dumps({"version": version, "text": text, "title": title}).encode()
-        self.env.write(lambda txn: txn.put(_k(tenant, doc_id), value, db=self._db))
+    def put(self, tenant: str, doc_id: str, version: int, text: str, title: str = "",
+            metadata: dict | None = None) -> None:
+        """Store (replacing) the text of version ``version``, checksummed."""
+        value = json.dumps({"version": version, "text": text, "title": title, "metadata": metadata or {}}).encode()
+        self.env.write(lambda txn: txn.put(_k(tenant, doc_id), seal(value), db=self._db))
 
     def get(self, tenant: str, doc_id: str) -> dict | None:
-        """``{"version", "text", "title"}`` or None."""
+        """``{"version", "text", "title", "metadata"}`` or None.
+
+        Raises:
+            store.integrity.CorruptEntry: the stored entry failed its checksum (counted in
+                :attr:`corrupt_reads`); never a silently altered text.
+        """
         with self.env.read() as txn:
             raw = txn.get(_k(tenant, doc_id), db=self._db)
-        return None if raw is None else json.loads(bytes(raw))
+            raw = None if raw is None else bytes(raw)
+        return None if raw is None else self._parse(tenant, doc_id, raw)
+
+    def _parse(self, tenant: str, doc_id: str, raw: bytes) -> dict:
+        try:
+            d = load_json(raw, f"stored text of document {doc_id!r}")
+            if not isinstance(d.get("text"), str) or not isinstance(d.get("version"), int):
+                raise CorruptEntry(f"stored text of document {doc_id!r}", "fields")
+        except CorruptEntry as e:
+            self.corrupt_reads += 1
+            log.warning("tenant %s: %s", tenant, e)
+            raise
+        d.setdefault("title", "")
+        d.setdefault("metadata", {})
+        return d
+
+    def items(self) -> Iterator[tuple[str, str, dict | CorruptEntry]]:
+        """``(tenant, doc_id, stored)`` of every text in key order; ``stored`` is the
+        :class:`CorruptEntry` instead when the entry is corrupt (so a scan never stops on one)."""
+        start = b""
+        while True:
+            with self.env.read() as txn:  # pages of 256, no read transaction held while the caller works
+                cur = txn.cursor(db=self._db)
+                rows = []
+                ok = cur.set_range(start)
+                while ok and len(rows) < 256:
+                    rows.append((bytes(cur.key()), bytes(cur.value())))
+                    ok = cur.next()
+            for k, v in rows:
+                tenant, _, doc_id = k.decode("utf-8", "replace").partition("\0")
+                try:
+                    yield tenant, doc_id, self._parse(tenant, doc_id, v)
+                except CorruptEntry as e:
+                    yield tenant, doc_id, e
+            if len(rows) < 256:
+                return
+            start = rows[-1][0] + b"\0"
+
+    def empty(self) -> bool:
+        """True when no text is stored."""
+        with self.env.read() as txn:
+            return not txn.cursor(db=self._db).first()
 
     def delete(self, tenant: str, doc_id: str) -> bool:
         """Remove; True if it existed."""

@@ -54,3 +54,26 @@ def test_without_keys_the_server_is_single_tenant_and_says_so(make_client, caplo
         assert c.app_state.store.index.get("default", "x") is not None
         assert c.get("/readyz").json()["tenancy"] == "single-tenant"
     assert any("single-tenant" in r.getMessage() for r in caplog.records)
+
+
+def _first_query_hit_of_b(make_client, **settings) -> tuple[bool, bool]:
+    """Tenant A ingests and queries a text (twice: encoded, then cached); tenant B ingests the same text and
+    queries it once: ``(A's second query hit, B's first query hit)``."""
+    text = {"id": "guess", "text": "The vault combination is KIWI42, changed every Monday."}
+    query = {"question": "What is the combination?", "document_ids": ["guess"]}
+    with make_client(api_keys=KEYS, precompute_threads=0, **settings) as c:  # caches only from queries
+        assert c.post("/v1/documents", json=text, headers=A).status_code == 202
+        assert c.post("/v1/query", json=query, headers=A).json()["documents"][0]["cache_hit"] is False
+        a_hit = c.post("/v1/query", json=query, headers=A).json()["documents"][0]["cache_hit"]
+        assert c.post("/v1/documents", json=text, headers=B).status_code == 202
+        b = c.post("/v1/query", json=query, headers=B)
+        assert b.status_code == 200, b.text
+        return a_hit, b.json()["documents"][0]["cache_hit"]
+
+
+def test_a_tenant_learns_nothing_from_another_tenants_caches(make_client):
+    assert _first_query_hit_of_b(make_client) == (True, False)  # B's first use of the text is a miss
+
+
+def test_tenants_that_trust_each_other_can_share_caches(make_client):
+    assert _first_query_hit_of_b(make_client, shared_cache_across_tenants=True) == (True, True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from factories import tiny_text_engine
+from kvlink_rag.engine import Document
 from kvlink_rag.settings import Settings
 from store.factory import open_store
 
@@ -17,7 +19,7 @@ def _setup(tmp_path):
     settings = Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20)
     st = open_store(settings, enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path, cache=None)
-    engine.cache = st.cache
+    engine.cache = st.cache.for_tenant("acme")  # the tests' tenant: its keys are the catalog's for "acme"
     return st, engine, queue
 
 
@@ -83,3 +85,163 @@ def test_near_duplicates_are_reported_and_tenants_are_separate(tmp_path):
     assert st.index.get("acme", "twin").cache_key == key
     st.catalog.delete("acme", "a")
     assert st.blobs.contains(key)
+
+
+def _meanwhile(engine, action):
+    """The engine, running ``action`` while it encodes (a DELETE or PUT arriving mid-precompute)."""
+    import copy
+
+    eng = copy.copy(engine)
+
+    def encode(doc):
+        action()
+        return engine.encode(doc)
+
+    eng.encode = encode
+    return eng
+
+
+def test_a_delete_during_precompute_leaves_no_cache(tmp_path):
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "lh", TEXT)
+    eng = _meanwhile(engine, lambda: st.catalog.delete("acme", "lh"))
+    assert st.catalog.precompute("acme", "lh", 1, eng) is None
+    assert st.blobs.keys() == [] and st.index.get("acme", "lh") is None
+
+
+def test_an_update_during_precompute_keeps_only_the_new_versions_cache(tmp_path):
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "lh", TEXT)
+    queue.clear()
+    eng = _meanwhile(engine, lambda: st.catalog.ingest("acme", "lh", EDITED))
+    assert st.catalog.precompute("acme", "lh", 1, eng) is None  # v1 lost the race: its cache is dropped
+    assert st.blobs.keys() == []
+    [ready] = _drain(st, engine, queue)
+    assert ready.version == 2 and st.blobs.keys() == [ready.cache_key]
+    # an update back to the first text while v3 waits: v2's task is skipped, v3 reuses nothing stale
+    st.catalog.ingest("acme", "lh", TEXT)
+    st.catalog.ingest("acme", "lh", EDITED)
+    v3, v4 = _drain(st, engine, queue)
+    assert v3 is None and v4.version == 4 and v4.cache_key == ready.cache_key  # same text, same key
+    assert st.blobs.keys() == [ready.cache_key]
+
+
+def test_a_cache_a_query_wrote_for_a_document_deleted_meanwhile_is_dropped(tmp_path):
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "lh", TEXT)
+    _, doc = st.catalog.document("acme", "lh")
+    _, hit = engine.get_or_encode(doc)  # a query encodes it on the spot and stores the cache
+    assert not hit and len(st.blobs.keys()) == 1
+    assert st.catalog.delete("acme", "lh")  # the queued record pointed at no cache yet
+    assert st.catalog.adopt("acme", "lh", 1, doc, engine) is None
+    assert st.blobs.keys() == []
+    st.catalog.ingest("acme", "lh", TEXT)  # and the usual case: the query's cache becomes the record's
+    rec, doc = st.catalog.document("acme", "lh")
+    engine.get_or_encode(doc)
+    ready = st.catalog.adopt("acme", "lh", rec.version, doc, engine)
+    assert ready.status == "ready" and st.blobs.keys() == [ready.cache_key]
+
+
+def test_tenants_get_separate_caches_of_the_same_text(tmp_path):
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "lh", TEXT)
+    st.catalog.ingest("globex", "lh", TEXT)
+    a, g = _drain(st, engine, queue)
+    assert a.cache_key != g.cache_key and sorted(st.blobs.keys()) == sorted([a.cache_key, g.cache_key])
+    assert a.cache_key == engine.cache_key(Document(TEXT)) == st.catalog.cache_key("acme", Document(TEXT), engine)
+    st.catalog.delete("globex", "lh")
+    assert st.blobs.keys() == [a.cache_key]
+
+
+def test_reposting_a_queued_document_queues_it_again(tmp_path):
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "lh", TEXT)
+    queue.clear()  # the task was lost (a crash)
+    again = st.catalog.ingest("acme", "lh", TEXT)
+    assert again.queued and not again.changed and queue == [("acme", "lh", 1)]
+    _drain(st, engine, queue)
+    assert not st.catalog.ingest("acme", "lh", TEXT).queued and queue == []  # ready: nothing to do
+
+
+def test_a_corrupt_text_is_marked_failed_and_reingesting_repairs_it(tmp_path):
+    from store.integrity import CorruptEntry
+
+    st, engine, queue = _setup(tmp_path)
+    st.catalog.ingest("acme", "code", "The door code is KIWI42.")
+    key = b"acme\0code"
+
+    def flip(txn):
+        txn.put(key, bytes(txn.get(key, db=st.texts._db)).replace(b"KIWI42", b"KIWI92"), db=st.texts._db)
+
+    st.texts.env.write(flip)
+    assert _drain(st, engine, queue) == [None] and st.blobs.keys() == []
+    rec = st.index.get("acme", "code")
+    assert rec.status == "failed" and "corrupt (checksum mismatch); re-ingest" in rec.metadata["error"]
+    with pytest.raises(CorruptEntry):
+        st.catalog.document("acme", "code")
+    again = st.catalog.ingest("acme", "code", "The door code is KIWI42.")  # same text: repairs it
+    assert again.queued and again.record.version == 2
+    [ready] = _drain(st, engine, queue)
+    assert ready.status == "ready" and st.catalog.document("acme", "code")[1].text == "The door code is KIWI42."
+
+
+def test_a_document_larger_than_the_whole_store_is_marked_failed_with_the_reason(tmp_path):
+    from store.catalog import CacheTooLarge
+
+    queue: list[tuple[str, str, int]] = []
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=1 << 20),
+                    enqueue=lambda *task: queue.append(task))
+    engine = tiny_text_engine(tmp_path, layers=8, kv_dtype="float32", cache=None)  # 2 KiB of KV a token
+    engine.cache = st.cache.for_tenant("acme")
+    st.catalog.ingest("acme", "huge", "word " * 700)  # ~1.4 MB of KV, the store holds at most 1 MiB
+    with pytest.raises(CacheTooLarge, match=r"does not fit the document store"):  # a ValueError: permanent
+        _drain(st, engine, queue)
+    rec = st.index.get("acme", "huge")
+    assert rec.status == "failed" and "raise KVLINK_RAG_STORE_MAX_BYTES" in rec.metadata["error"]
+    assert st.blobs.keys() == []
+    kv, hit = engine.get_or_encode(Document("word " * 700))  # the query path: answered from the fresh KV
+    assert not hit and kv.num_tokens > 600 and st.blobs.keys() == []
+
+
+def test_a_storm_of_concurrent_updates_and_deletes_leaves_every_cache_referenced(tmp_path):
+    import queue
+    import random
+    import threading
+
+    from store.check import check_store
+
+    tasks: queue.Queue = queue.Queue()
+    settings = Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20)
+    st = open_store(settings, enqueue=lambda *task: tasks.put(task))
+    engine = tiny_text_engine(tmp_path, cache=None)
+    stop = threading.Event()
+
+    def worker():  # two precompute workers racing the updates (as Celery workers do)
+        while not (stop.is_set() and tasks.empty()):
+            try:
+                task = tasks.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            st.catalog.precompute(*task, engine)
+
+    workers = [threading.Thread(target=worker) for _ in range(2)]
+    for w in workers:
+        w.start()
+    rng = random.Random(0)
+    notices = [f"Notice {i}: the harbour closes at {i + 5} pm." for i in range(4)]  # shared texts: shared keys
+    for _ in range(150):
+        doc_id = f"d{rng.randrange(3)}"
+        if rng.random() < 0.2:
+            st.catalog.delete("acme", doc_id)
+        else:
+            st.catalog.ingest("acme", doc_id, rng.choice(notices))
+    stop.set()
+    for w in workers:
+        w.join()
+    while not tasks.empty():  # anything queued again at the very end
+        st.catalog.precompute(*tasks.get(), engine)
+    report = check_store(st, min_age_s=0)
+    assert report.problems == 0, report.to_dict()
+    recs = st.index.list("acme")
+    assert all(r.status == "ready" and r.cache_key in st.blobs for r in recs)
+    assert sorted(st.blobs.keys()) == sorted({r.cache_key for r in recs})

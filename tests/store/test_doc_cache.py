@@ -25,3 +25,13 @@ def test_int8_cache_serves_the_round_trip_from_memory_and_disk(tmp_path):
     err = (from_disk.keys.float() - fresh.keys.float()).abs().max() / fresh.keys.float().abs().max()
     assert 0 < err < 0.02  # quantised, and close
     assert st.blobs.meta(key)["dtype"] == "int8"
+
+
+def test_tenant_views_key_the_same_text_apart_unless_shared(tmp_path):
+    text = "The door code is KIWI42."
+    isolated = open_store(Settings(home=tmp_path / "a", model="unused", store_max_bytes=64 << 20)).cache
+    shared = open_store(Settings(home=tmp_path / "b", model="unused", store_max_bytes=64 << 20,
+                                 shared_cache_across_tenants=True)).cache
+    assert isolated.for_tenant("A").key("fp", text) != isolated.for_tenant("B").key("fp", text)
+    assert shared.for_tenant("A").key("fp", text) == shared.for_tenant("B").key("fp", text)
+    assert isolated.key("fp", text) == shared.key("fp", text)  # the default tenant (CLI): unchanged keys

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from store.embedded_index import EmbeddedIndex
-from store.index import DocumentRecord, open_index
+from store.index import DocumentRecord, is_corrupt, open_index
 from store.keys import content_hash, simhash64
 
 # A real server; tests write under a unique key prefix and delete it afterwards.
@@ -198,7 +198,70 @@ def test_embedded_index_writes_survive_a_blob_store_at_its_limit(tmp_path, make_
     for i in range(8):  # ~131 KB each: fills the 512 KiB map and evicts
         blobs.put(f"d{i}", make_kv(layers=2, heads=2, tokens=256, dim=16, seed=i))
     before = blobs.evictions
-    for i in range(300):  # ~0.5 KB each in four sub-databases; blobs make room
-        idx.upsert(rec(f"doc-{i:04d}", metadata={"pad": "x" * 300}))
+    for i in range(300):  # ~0.5 KB each (checksummed) in four sub-databases; blobs make room
+        idx.upsert(rec(f"doc-{i:04d}", metadata={"pad": "x" * 250}))
     assert idx.count("t1") == 300 and blobs.evictions > before
     env.close()
+
+
+def _flip(index, tenant: str, doc_id: str, old: str, new: str) -> None:
+    """Change a few stored bytes of a record behind the index's back (one flipped character)."""
+    if isinstance(index, EmbeddedIndex):
+        key = f"{tenant}\0{doc_id}".encode()
+
+        def write(txn):
+            raw = bytes(txn.get(key, db=index._rec))
+            assert old.encode() in raw
+            txn.put(key, raw.replace(old.encode(), new.encode()), db=index._rec)
+
+        index.env.write(write)
+        return
+    h = index.r.hgetall(index._doc(tenant, doc_id))
+    name = next(k for k, v in h.items() if old in v)
+    index.r.hset(index._doc(tenant, doc_id), name, h[name].replace(old, new))
+
+
+def test_a_corrupt_record_is_reported_failed_and_the_tenant_keeps_working(index):
+    index.upsert(rec("a", title="KIWI42", cache_key="ck-a"))
+    index.upsert(rec("b", cache_key="ck-b"))
+    index.upsert(rec("c", tenant="t2"))
+    _flip(index, "t1", "a", "KIWI42", "KIWI92")
+    bad = index.get("t1", "a")
+    assert is_corrupt(bad) and bad.status == "failed" and bad.title == ""  # never the altered title
+    assert bad.metadata["error"] == "corrupt index record (checksum mismatch); re-ingest the document"
+    assert [(r.doc_id, r.status) for r in index.list("t1")] == [("a", "failed"), ("b", "queued")]
+    assert index.get("t1", "b").cache_key == "ck-b" and index.count("t1") == 2 and index.get("t2", "c")
+    assert index.corrupt_reads == 2
+    assert index.set_status("t1", "a", "ready") is None  # only a re-ingest (upsert) replaces it
+    index.incr_hits("t1", "a")
+    assert is_corrupt(index.get("t1", "a"))
+    assert index.find_by_content_hash("t1", content_hash("text of a")) == []
+    # re-ingesting replaces it and drops every secondary entry the lost record had
+    index.upsert(rec("a", text="a new text"))
+    assert index.get("t1", "a").content_hash == content_hash("a new text")
+    assert index.find_by_cache_key("ck-a") == [] and index.find_by_cache_key("ck-b") == [("t1", "b")]
+    assert [d for d, _ in index.near_duplicates(simhash64("text of a"), "t1", max_distance=0)] == []
+    # and deleting a corrupt record removes its secondary entries as well
+    index.upsert(rec("z", title="KIWI42", cache_key="ck-z"))
+    _flip(index, "t1", "z", "KIWI42", "KIWI92")
+    assert is_corrupt(index.pop("t1", "z")) and index.find_by_cache_key("ck-z") == []
+
+
+def test_records_written_before_checksums_are_still_read(index):
+    import json
+
+    stored = index.upsert(rec("old", title="T", metadata={"m": 1}))
+    if isinstance(index, EmbeddedIndex):
+        index.env.write(lambda txn: txn.put(b"t1\0old", json.dumps(stored.to_dict()).encode(), db=index._rec))
+    else:
+        index.r.hdel(index._doc("t1", "old"), "_sum")
+    assert index.get("t1", "old") == stored and index.corrupt_reads == 0
+
+
+def test_swap_and_pop_return_the_record_they_replaced(index):
+    first, before = index.swap(rec("d1", cache_key="ck-1"))
+    assert before is None
+    index.set_status("t1", "d1", "ready", cache_key="ck-2")  # a worker, after the caller's own read
+    stored, replaced = index.swap(rec("d1", version=2))
+    assert replaced.cache_key == "ck-2" and stored.version == 2 and stored.created == first.created
+    assert index.pop("t1", "d1") == stored and index.pop("t1", "d1") is None

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from store.keys import cache_key, content_hash, hamming, normalize_text, parse_cache_key, simhash64, text_key
+from store.keys import (KEY_RE, cache_key, content_hash, hamming, normalize_text, parse_cache_key, simhash64,
+                        tenant_fingerprint, text_key)
 
 
 def test_normalisation_is_nfc_strip_and_whitespace_collapse():
@@ -60,3 +61,14 @@ def test_cache_key_rejects_bad_parts():
         cache_key("fp", content_hash("x"), 1 << 64)
     with pytest.raises(ValueError):
         parse_cache_key("abc")
+
+
+def test_tenants_get_their_own_keys_unless_caches_are_shared():
+    text = "The door code is KIWI42."
+    a, b = (text_key(tenant_fingerprint("fp", t), text) for t in ("tenant-a", "tenant-b"))
+    assert a != b and KEY_RE.match(a) and KEY_RE.match(b)
+    assert a.split("-")[1:] == b.split("-")[1:]  # only the fingerprint part differs
+    shared = {text_key(tenant_fingerprint("fp", t, shared=True), text) for t in ("tenant-a", "tenant-b")}
+    assert shared == {text_key("fp", text)}
+    # the single-tenant default keeps the bare fingerprint: its caches are the same under either setting
+    assert tenant_fingerprint("fp", "default") == "fp" == tenant_fingerprint("fp", "default", shared=True)

@@ -119,3 +119,20 @@ def test_reads_continue_while_another_thread_grows_the_map(tmp_path):
         t.join()
     assert errors == [] and env.grow_count >= 4
     env.close()
+
+
+def test_a_store_limit_below_the_default_map_size_is_honoured(tmp_path, make_kv):
+    from kvlink_rag.settings import Settings
+    from store.factory import open_store
+
+    limit = 20_000_000  # under the 64 MiB the map used to start at (it then reached 63 MB on disk)
+    store = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=limit))
+    env = store.blobs.env
+    try:
+        for i in range(40):  # ~1 MB each: twice the limit
+            store.blobs.put(f"d{i:02d}", make_kv(layers=4, heads=4, tokens=1024, dim=16, seed=i))
+        assert store.blobs.evictions > 0 and "d39" in store.blobs
+        assert env.map_size <= limit and env.max_map_size == limit
+        assert (env.path / "data.mdb").stat().st_size <= limit
+    finally:
+        env.close()

@@ -1,0 +1,142 @@
+"""``kvlink-rag store check [--repair]``: find (and fix) what the store and the index disagree on.
+
+Problems found by :func:`check_store`, and what ``repair`` does about each:
+
+* caches no record points at (left by a crash, or by an older release) -> deleted;
+* ``ready`` records whose cache is gone -> ``queued`` again and their precompute enqueued;
+* texts without a record (a lost or corrupt index record) -> the record is recreated from the text
+  (:func:`store.recovery.restore_record`);
+* records without a text (and not already ``failed``) -> marked ``failed`` ("re-ingest it");
+* corrupt texts -> deleted, their record marked ``failed`` ("re-ingest it");
+* corrupt records without a readable text -> replaced by a ``failed`` record ("re-ingest it").
+
+Caches younger than ``min_age_s`` are never reported unreferenced: a precompute may be about to point a
+record at them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from store.index import DocumentRecord, is_corrupt
+from store.integrity import CorruptEntry
+from store.recovery import iter_records, restore_record
+
+TEXT_MISSING = "stored text is missing; re-ingest the document"
+
+
+@dataclass
+class CheckReport:
+    """Findings of :func:`check_store` (before any repair); ``(tenant, doc_id)`` pairs unless noted.
+
+    Attributes:
+        unreferenced_caches: ``(cache key, payload bytes)`` of caches no record points at.
+        missing_caches: ``(tenant, doc_id, cache key)`` of ready records whose cache is not stored.
+        texts_without_records, records_without_texts, corrupt_texts, corrupt_records: as named.
+        repaired: ``repair`` was asked for and done.
+    """
+
+    unreferenced_caches: list[tuple[str, int]] = field(default_factory=list)
+    missing_caches: list[tuple[str, str, str]] = field(default_factory=list)
+    texts_without_records: list[tuple[str, str]] = field(default_factory=list)
+    records_without_texts: list[tuple[str, str]] = field(default_factory=list)
+    corrupt_texts: list[tuple[str, str]] = field(default_factory=list)
+    corrupt_records: list[tuple[str, str]] = field(default_factory=list)
+    repaired: bool = False
+
+    @property
+    def problems(self) -> int:
+        """Number of problems found."""
+        return sum(len(v) for v in asdict(self).values() if isinstance(v, list))
+
+    @property
+    def unreferenced_bytes(self) -> int:
+        return sum(n for _, n in self.unreferenced_caches)
+
+    def to_dict(self) -> dict:
+        """JSON-able: every list, ``problems``, ``unreferenced_bytes`` and ``repaired``."""
+        d = {k: [list(x) for x in v] if isinstance(v, list) else v for k, v in asdict(self).items()}
+        return {**d, "problems": self.problems, "unreferenced_bytes": self.unreferenced_bytes}
+
+
+def _scan(store) -> tuple[dict, dict]:
+    """``{(tenant, doc_id): record}`` and ``{(tenant, doc_id): text entry or CorruptEntry}``."""
+    records = {(t, r.doc_id): r for t in store.index.tenants() for r in iter_records(store.index, t)}
+    texts = {(t, d): v for t, d, v in store.texts.items()}
+    return records, texts
+
+
+def _unreferenced(store, records: dict, min_age_s: float, now: float) -> list[tuple[str, int]]:
+    used = {r.cache_key for r in records.values() if r.cache_key}
+    out = []
+    for key, row in sorted(store.blobs.access.rows().items()):
+        if key in used or now - row["created"] < min_age_s or store.index.find_by_cache_key(key):
+            continue
+        out.append((key, int(row["nbytes"])))
+    return out
+
+
+def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.0, clock=time.time) -> CheckReport:
+    """Compare caches, records and texts of every tenant; with ``repair``, fix what was found (see the
+    module docstring).
+
+    Args:
+        store: ``store.factory.Store``.
+        repair: fix the problems.
+        engine: lets a recreated record find its stored cache (``ready`` at once); without one it is
+            queued, and its cache (unreferenced until then) is deleted and encoded again.
+        min_age_s: caches written less than this many seconds ago are left alone.
+        clock: unix seconds.
+    Raises:
+        redis.exceptions.ConnectionError: the Redis index is unreachable.
+    """
+    records, texts = _scan(store)
+    report = CheckReport()
+    for (t, d), rec in sorted(records.items()):
+        text = texts.get((t, d))
+        if is_corrupt(rec):
+            report.corrupt_records.append((t, d))
+        elif text is None and rec.status != "failed":
+            report.records_without_texts.append((t, d))
+        elif rec.status == "ready" and rec.cache_key and not store.blobs.contains(rec.cache_key):
+            report.missing_caches.append((t, d, rec.cache_key))
+    for (t, d), text in sorted(texts.items()):
+        if isinstance(text, CorruptEntry):
+            report.corrupt_texts.append((t, d))
+        elif (t, d) not in records:
+            report.texts_without_records.append((t, d))
+    report.unreferenced_caches = _unreferenced(store, records, min_age_s, clock())
+    if repair:
+        _repair(store, report, texts, engine, min_age_s, clock)
+    return report
+
+
+def _repair(store, report: CheckReport, texts: dict, engine, min_age_s: float, clock) -> None:
+    index, catalog = store.index, store.catalog
+    for t, d in report.texts_without_records + report.corrupt_records:
+        text = texts.get((t, d))
+        if text is not None and not isinstance(text, CorruptEntry):
+            restore_record(store, t, d, text, engine)
+        else:  # nothing to rebuild it from: keep it visible as failed
+            index.upsert(DocumentRecord(doc_id=d, tenant=t, status="failed", version=0,
+                                        metadata={"error": "index record was corrupt and the text is unreadable; "
+                                                           "re-ingest the document"}))
+    for t, d in report.corrupt_texts:
+        err = texts[(t, d)]
+        store.texts.delete(t, d)
+        rec = index.get(t, d)
+        if rec is not None and not is_corrupt(rec):
+            index.set_status(t, d, "failed", metadata={**rec.metadata, "error": str(err)})
+    for t, d in report.records_without_texts:
+        rec = index.get(t, d)
+        if rec is not None and not is_corrupt(rec):
+            index.set_status(t, d, "failed", metadata={**rec.metadata, "error": TEXT_MISSING})
+    for t, d, key in report.missing_caches:
+        rec = index.set_status(t, d, "queued", cache_key="") if index.get(t, d) else None
+        if rec is not None:
+            catalog.enqueue(t, d, rec.version)
+    records, _ = _scan(store)  # recreated records may point at caches now
+    for key, _ in _unreferenced(store, records, min_age_s, clock()):
+        catalog.drop_cache(key)
+    report.repaired = True
