@@ -1,4 +1,7 @@
-"""Typed FastAPI dependencies: the running state, the caller's tenant (API key), the services."""
+"""Typed FastAPI dependencies: the running state, the caller's tenant (API key), the services.
+
+They are ``async`` (they never block), so resolving them takes no worker thread.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ DEFAULT_TENANT = "default"
 _bearer = HTTPBearer(auto_error=False, description="API key (KVLINK_RAG_API_KEYS maps keys to tenants).")
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
     """The app's :class:`ServiceState`.
 
     Raises:
@@ -40,7 +43,7 @@ def tenant_for_key(api_keys: dict[str, str], key: str) -> str | None:
     return found
 
 
-def get_tenant(state: StateDep,
+async def get_tenant(state: StateDep,
                creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
     """The caller's tenant: from ``Authorization: Bearer <key>``, or ``default`` when no keys are configured.
 
@@ -61,7 +64,7 @@ def get_tenant(state: StateDep,
 TenantDep = Annotated[str, Depends(get_tenant)]
 
 
-def get_queries(state: StateDep) -> QueryService:
+async def get_queries(state: StateDep) -> QueryService:
     return state.queries
 
 

@@ -61,6 +61,26 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable)
 
 
+def error_of(exc: BaseException) -> tuple[int, str, str]:
+    """``(status, code, message)`` the API answers for ``exc``: an :class:`ApiError` as it says, an
+    unreachable Redis 503, anything else 500 ``internal_error``."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.code, exc.message
+    if isinstance(exc, redis_errors()):
+        return 503, "redis_unavailable", f"{REDIS_DOWN} ({exc})"
+    return 500, "internal_error", f"internal error: {type(exc).__name__}: {exc}"
+
+
+def stream_error_body(exc: BaseException, where: str) -> dict:
+    """The error body that ends a stream which failed with ``exc`` (logged unless it is an ApiError)."""
+    status, code, message = error_of(exc)
+    if status == 503:
+        log.warning("Redis unreachable during a stream of %s: %s", where, exc)
+    elif status >= 500:
+        log.error("unhandled error in a stream of %s", where, exc_info=exc)
+    return error_body(status, code, message)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
@@ -81,13 +101,13 @@ def install(app: FastAPI) -> None:
 
     async def _redis_down(request: Request, exc: Exception):
         log.warning("Redis unreachable during %s %s: %s", request.method, request.url.path, exc)
-        return error_response(503, "redis_unavailable", f"{REDIS_DOWN} ({exc})")
+        return error_response(*error_of(exc))
 
     for exc_type in redis_errors():
         app.add_exception_handler(exc_type, _redis_down)
 
     async def _unexpected(request: Request, exc: Exception):
         log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}: {exc}")
+        return error_response(*error_of(exc))
 
     app.add_exception_handler(Exception, _unexpected)  # JSON 500 (Starlette still re-raises it to the server)

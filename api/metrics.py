@@ -17,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods labelled as themselves; any other method name a client sends is labelled ``other``."""
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 STAGES = ("retrieval_s", "queue_wait_s", "cache_load_s", "link_s", "ttft_s", "total_s")
 
@@ -43,6 +45,12 @@ class StoreCollector:
             c = CounterMetricFamily("kvlink_checksum_failures", "Stored KV records that failed their checksum.")
             c.add_metric([], blobs.checksum_failures)
             yield c
+            corrupt = CounterMetricFamily("kvlink_corrupt_records", "Reads of a stored text or index record that "
+                                          "failed its checksum (the document is reported failed, never served).",
+                                          labels=["kind"])
+            corrupt.add_metric(["text"], store.texts.corrupt_reads)
+            corrupt.add_metric(["record"], store.index.corrupt_reads)
+            yield corrupt
         queue = getattr(self.state, "queue", None)
         if queue is not None:
             g = GaugeMetricFamily("kvlink_precompute_queue_depth", "Precompute tasks waiting (or running, embedded).")
@@ -114,9 +122,19 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
+def request_labels(scope: dict, status: int) -> tuple[str, str, str]:
+    """``(method, route, status)`` labels of a request, from closed sets (clients cannot add series):
+    a known method or ``other``, the route template (``/v1/documents/{doc_id}``) or ``unmatched``, and the
+    status code the app answered."""
+    method = scope.get("method", "")
+    route = getattr(scope.get("route"), "path", None)
+    return (method if method in METHODS else "other", route if isinstance(route, str) else "unmatched",
+            str(int(status)))
+
+
 class RequestTimer:
-    """ASGI middleware: observe each request's latency, to its last byte, under its route template
-    (``/v1/documents/{doc_id}``; ``unmatched`` for unknown paths)."""
+    """ASGI middleware: observe each request's latency, to its last byte, labelled by
+    :func:`request_labels`."""
 
     def __init__(self, app, metrics: Metrics):
         self.app, self.metrics = app, metrics
@@ -135,5 +153,4 @@ class RequestTimer:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], path, str(status[0])).observe(time.perf_counter() - t0)
+            self.metrics.requests.labels(*request_labels(scope, status[0])).observe(time.perf_counter() - t0)

@@ -7,12 +7,14 @@ class RecordingCache:
     """Wraps a tenant's ``StoreCache`` for one request; every other attribute is the wrapped cache's.
 
     ``hits[key]`` is True when the first lookup of ``key`` found it (memory tier or LMDB) and False when
-    it was missing and encoded now (a ``put``).
+    it was missing and encoded now (a ``put``); ``unstored[key]`` says why a document encoded now could
+    not be stored (too large for the store).
     """
 
     def __init__(self, inner):
         self.inner = inner
         self.hits: dict[str, bool] = {}
+        self.unstored: dict[str, str] = {}
         if hasattr(inner, "resolve"):  # the engine streams LMDB documents layer by layer through it
             self.resolve = self._resolve
 
@@ -35,4 +37,6 @@ class RecordingCache:
 
     def put(self, key: str, kv) -> None:
         self.hits[key] = False
-        self.inner.put(key, kv)
+        reason = self.inner.put(key, kv)
+        if isinstance(reason, str):
+            self.unstored[key] = reason

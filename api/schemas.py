@@ -4,9 +4,37 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-DOC_ID_PATTERN = r"^[^/\x00-\x1f]{1,200}$"
+DOC_ID_MAX_BYTES = 200
+DOC_ID_FORBIDDEN = "/\\?#%"
+DOC_ID_RULE = (f"1-{DOC_ID_MAX_BYTES} bytes (UTF-8), none of / \\ ? # % or control characters, and not '.' or '..' "
+               "(every id must be addressable as /v1/documents/{id} by an ordinary HTTP client)")
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0..2^64-1
+MAX_NEW_TOKENS_CAP = 1 << 20  # the configured KVLINK_RAG_MAX_NEW_TOKENS_LIMIT is checked in QueryService.plan
+MAX_LIST_OFFSET = 10**9
+MAX_CHAT_MESSAGES = 1024
+MAX_IDS_PER_QUERY = 10_000  # the configured KVLINK_RAG_MAX_QUERY_DOCUMENTS is checked in QueryService.plan
+
+
+def check_doc_id(value: str) -> str:
+    """``value`` if it is a valid document id (see ``DOC_ID_RULE``).
+
+    URL paths drop ``.``/``..`` segments and split at ``/`` (and ``\\`` in browsers), a ``?``/``#`` ends the
+    path and ``%`` starts an escape, so such ids could be stored but never read, updated or deleted.
+
+    Raises:
+        ValueError: the id breaks the rule (pydantic reports it as a 422 naming the field).
+    """
+    bad = sorted({c for c in value if c in DOC_ID_FORBIDDEN or ord(c) < 0x20 or ord(c) == 0x7F})
+    if not value or len(value.encode()) > DOC_ID_MAX_BYTES or bad or value in (".", ".."):
+        shown = f" (contains {', '.join(repr(c) for c in bad)})" if bad else ""
+        raise ValueError(f"invalid document id {value[:40]!r}{shown}: use {DOC_ID_RULE}")
+    return value
+
+
+DocId = Annotated[str, AfterValidator(check_doc_id)]
+"""A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
 
 # -- documents ---------------------------------------------------------------------------------------
 
@@ -15,7 +43,7 @@ class DocumentIn(BaseModel):
     """One document to ingest; ``id`` is generated (32 hex digits) when omitted."""
 
     model_config = ConfigDict(extra="forbid")
-    id: str | None = Field(None, pattern=DOC_ID_PATTERN, description="Document id: 1-200 characters, no '/'.")
+    id: DocId | None = Field(None, description=f"Document id: {DOC_ID_RULE}.")
     text: str = Field(..., min_length=1, description="Document text (characters; limit KVLINK_RAG_MAX_DOCUMENT_CHARS).")
     title: str = Field("", max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -101,24 +129,42 @@ class Deleted(BaseModel):
 # -- queries -----------------------------------------------------------------------------------------
 
 
+MaxNewTokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP, description="At most "
+                                    "KVLINK_RAG_MAX_NEW_TOKENS_LIMIT (checked when the query is planned).")]
+Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1.")]
+TopK = Annotated[int, Field(ge=1, description="At most KVLINK_RAG_MAX_TOP_K (checked when the query is planned).")]
+LinkK = Annotated[int, Field(ge=0, le=1024, description="Link tokens per document (0 = naive reuse); at most the "
+                             "loaded K (checked when the query is planned).")]
+DocIds = Annotated[list[DocId], Field(max_length=MAX_IDS_PER_QUERY, description="At most "
+                                      "KVLINK_RAG_MAX_QUERY_DOCUMENTS distinct ids (checked when planned).")]
+
+
 class Sampling(BaseModel):
-    max_new_tokens: int | None = Field(None, ge=1, description="Limit KVLINK_RAG_MAX_NEW_TOKENS_LIMIT.")
-    temperature: float | None = Field(None, ge=0.0, le=5.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
+    max_new_tokens: MaxNewTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
 
 
 class QueryIn(Sampling):
-    """A question over named documents (``document_ids``) or the ``top_k`` best BM25 matches."""
+    """A question over named documents (``document_ids``) or the ``top_k`` best BM25 matches.
+
+    Every field is range-checked here (422 ``invalid_request`` naming the field); limits that depend on
+    settings (question length, top_k, max_new_tokens, number of ids, k) are checked by ``QueryService.plan``.
+    """
 
     model_config = ConfigDict(extra="forbid")
-    question: str = Field(..., min_length=1)
-    document_ids: list[str] | None = None
-    top_k: int | None = Field(None, ge=1)
+    question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.")
+    document_ids: DocIds | None = None
+    top_k: TopK | None = None
     stream: bool = False
-    k: int | None = Field(None, ge=0, description="Link tokens per document (0 = naive reuse); at most the loaded K.")
-    adapter: str | None = Field(None, description="'default' (the loaded link tokens and query-side adapter), 'none' "
-                                "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links (GET /v1/adapters).")
+    k: LinkK | None = None
+    adapter: str | None = Field(None, max_length=64,
+                                description="'default' (the loaded link tokens and query-side adapter), 'none' "
+                                "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links "
+                                "(GET /v1/adapters).")
 
 
 class UsedDocument(BaseModel):
@@ -156,7 +202,7 @@ class QueryOut(BaseModel):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: str
+    role: str = Field(..., max_length=64)
     content: str | list[dict[str, Any]] | None = None
 
     def text(self) -> str:
@@ -168,17 +214,43 @@ class ChatMessage(BaseModel):
 
 class ChatIn(BaseModel):
     """``/v1/chat/completions``: the last user message is the question; documents by ``document_ids``
-    or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). Other OpenAI fields are ignored."""
+    or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service cannot
+    honour are refused (``n`` > 1, ``stop``, ``logprobs``); others (penalties, ``user``...) are ignored."""
 
     model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    messages: list[ChatMessage] = Field(..., min_length=1)
+    model: str | None = Field(None, max_length=200)
+    messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=5.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
-    document_ids: list[str] | None = None
-    top_k: int | None = Field(None, ge=1)
-    k: int | None = Field(None, ge=0)
+    max_tokens: MaxNewTokens | None = None
+    max_completion_tokens: MaxNewTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    n: int | None = Field(None, ge=1, description="Only 1: one choice per request.")
+    stop: Any = Field(None, description="Not supported (answers end at the model's end-of-turn token or max_tokens).")
+    logprobs: bool | None = Field(None, description="Not supported.")
+    document_ids: DocIds | None = None
+    top_k: TopK | None = None
+    k: LinkK | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise ValueError(f"n={v} is not supported: the service returns one choice per request (n=1)")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _no_stop(cls, v: Any) -> Any:
+        if v not in (None, [], ""):
+            raise ValueError("stop sequences are not supported: answers end at the model's end-of-turn token "
+                             "or after max_tokens")
+        return None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, v: bool | None) -> bool | None:
+        if v:
+            raise ValueError("logprobs are not supported")
+        return v

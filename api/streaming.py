@@ -2,7 +2,8 @@
 
 The generator runs entirely in one thread (so locks it takes are released by that thread), items are
 handed to the event loop as they come, and when the consumer stops early (client disconnected) the
-generator is closed before its next item.
+generator is closed before its next item. The consumer returns only once that thread has ended, so a
+capacity token held around the iteration (``api.concurrency.Gates.model_slot``) covers the whole run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+
+import anyio
 
 _END = object()
 
@@ -24,6 +27,7 @@ async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
+    ended = asyncio.Event()
 
     def emit(item) -> None:
         try:
@@ -42,9 +46,15 @@ async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             emit(_Raised(e))
         finally:
-            if gen is not None and hasattr(gen, "close"):
-                gen.close()
-            emit(_END)
+            try:
+                if gen is not None and hasattr(gen, "close"):
+                    gen.close()
+            finally:
+                emit(_END)
+                try:
+                    loop.call_soon_threadsafe(ended.set)
+                except RuntimeError:  # the loop is gone
+                    pass
 
     threading.Thread(target=run, name="stream", daemon=True).start()
     try:
@@ -57,3 +67,5 @@ async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
             yield item
     finally:
         stop.set()
+        with anyio.CancelScope(shield=True):  # the thread stops before its next item (and releases its locks)
+            await ended.wait()

@@ -7,6 +7,7 @@ of adapters (LoRA: Hu et al., 2021, arXiv 2106.09685).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -39,7 +40,9 @@ def add_lora(lm: LoadedModel, name: str, rank: int = 16, alpha: int = 32,
     if name in lm.adapters:
         raise ValueError(f"adapter {name!r} is already loaded")
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
-    inject_adapter_in_model(config, lm.model, adapter_name=name)
+    with warnings.catch_warnings():  # several named adapters on one model is the design, not a mistake
+        warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute", category=UserWarning)
+        inject_adapter_in_model(config, lm.model, adapter_name=name)
     if state is not None:
         result = set_peft_model_state_dict(lm.model, state, adapter_name=name)
         missing = [k for k in result.missing_keys if ".lora_" in k and f".{name}." in k]
@@ -48,6 +51,28 @@ def add_lora(lm: LoadedModel, name: str, rank: int = 16, alpha: int = 32,
                              f"unexpected {list(result.unexpected_keys)[:3]}")
     lm.model.to(lm.device)
     lm.adapters.add(name)
+    for layer in _tuner_layers(lm):
+        layer.enable_adapters(False)
+
+
+def remove_lora(lm: LoadedModel, name: str) -> None:
+    """Delete adapter ``name`` from ``lm.model`` (its LoRA weights are freed); every adapter stays off.
+
+    Call it with no :func:`adapter_scope` open (under the lock that serialises model calls).
+
+    Raises:
+        KeyError: ``name`` is not loaded.
+    """
+    import warnings
+
+    from peft.tuners.tuners_utils import BaseTunerLayer, delete_adapter
+
+    if name not in lm.adapters:
+        raise KeyError(f"adapter {name!r} is not loaded")
+    with warnings.catch_warnings():  # "active adapter deleted, setting another": all stay disabled below
+        warnings.simplefilter("ignore")
+        delete_adapter(lm.model, adapter_name=name, prefix="lora_", layer_cls=BaseTunerLayer)
+    lm.adapters.discard(name)
     for layer in _tuner_layers(lm):
         layer.enable_adapters(False)
 

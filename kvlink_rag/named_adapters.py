@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
+from .adapters import remove_lora
 from .engine import Engine
-from .links import load_link_tokens
+from .links import LinkTokens, load_link_tokens
 
 RESERVED = ("default", "none")
+Signature = tuple[int, int, int, int]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -51,27 +55,85 @@ def adapter_names(links_dir: Path) -> list[str]:
     return [*RESERVED, *found]
 
 
+@dataclass
+class _Loaded:
+    """A named adapter resident in the model: its file's signature and its engine
+    (``engine.adapter`` is the name of the LoRA injected into the shared model)."""
+
+    signature: Signature
+    engine: Engine
+
+
 class AdapterVariants:
-    """Engine variants per adapter name over one model and one document cache (loaded once, memoised).
+    """Engine variants per adapter name over one model and one document cache.
+
+    At most ``max_loaded`` named adapters keep their LoRA in the shared model; using another evicts the
+    least recently used one (its LoRA weights are deleted; it is reloaded from its file when asked for
+    again, with the same result). A file rewritten under the same name replaces its old copy. ``default``
+    (the engine's own adapter) is never evicted.
 
     Args:
         engine: the default engine (its settings' ``links_dir`` unless ``links_dir`` is given).
+        max_loaded: named adapters resident at once (``KVLINK_RAG_MAX_LOADED_ADAPTERS``; at least 1).
 
-    Loading a named adapter injects its LoRA into the shared model: call :meth:`get` under the lock
-    that serialises model calls.
+    :meth:`get` injects and deletes LoRAs in the shared model: call it under the lock that serialises
+    model calls, and use the engine it returns before releasing that lock (a later :meth:`get` may evict
+    it). :meth:`check` only reads the file and may be called anywhere.
     """
 
-    def __init__(self, engine: Engine, links_dir: Path | None = None):
+    def __init__(self, engine: Engine, links_dir: Path | None = None, max_loaded: int | None = None):
         self.engine = engine
         self.links_dir = Path(links_dir) if links_dir is not None else engine.settings.links_dir
-        self._memo: dict[tuple[str, float], Engine] = {}
+        limit = max_loaded if max_loaded is not None else getattr(engine.settings, "max_loaded_adapters", 4)
+        self.max_loaded = max(1, int(limit))
+        self._loaded: OrderedDict[str, _Loaded] = OrderedDict()  # least recently used first
+        self._artifacts: OrderedDict[tuple[str, Signature], LinkTokens] = OrderedDict()
+        self._none: Engine | None = None
         self._lock = threading.Lock()
 
     def names(self) -> list[str]:
         return adapter_names(self.links_dir)
 
+    def _file(self, name: str) -> tuple[Path, Signature]:
+        """The artifact's path and signature (inode, mtime, ctime, size: any rewrite, in place or by
+        rename, changes it). Raises UnknownAdapter."""
+        try:
+            path = adapter_path(self.links_dir, name)
+            st = path.stat() if path.is_file() else None
+        except (ValueError, OSError):
+            st = None
+        if st is None:
+            raise UnknownAdapter(f"unknown adapter {name!r}; available: {', '.join(self.names())}")
+        return path, (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+    def _artifact(self, name: str, path: Path, signature: Signature) -> LinkTokens:
+        """The link tokens of one version of a file (a few recent versions are memoised)."""
+        key = (name, signature)
+        with self._lock:
+            lt = self._artifacts.get(key)
+            if lt is not None:
+                self._artifacts.move_to_end(key)
+                return lt
+        lt = load_link_tokens(path, self.engine.lm)
+        with self._lock:
+            self._artifacts[key] = lt
+            while len(self._artifacts) > 2 * self.max_loaded:
+                self._artifacts.popitem(last=False)
+        return lt
+
+    def check(self, name: str | None) -> LinkTokens | None:
+        """The link tokens ``name`` would use (for validating ``k``), without touching the model.
+
+        Raises:
+            UnknownAdapter: no such adapter.
+            kvlink_rag.links.LinkTokensMismatch: the artifact was made for another base model.
+        """
+        if name is None or name in RESERVED:
+            return self.engine.link_tokens
+        return self._artifact(name, *self._file(name))
+
     def get(self, name: str | None) -> Engine:
-        """The engine for ``name`` (None = ``default``).
+        """The engine for ``name`` (None = ``default``), its LoRA loaded; call under the model lock.
 
         Raises:
             UnknownAdapter: no such adapter.
@@ -80,15 +142,33 @@ class AdapterVariants:
         if name is None or name == "default":
             return self.engine
         if name == "none":
-            return self.engine.with_link_tokens(self.engine.link_tokens, adapter=False)
-        try:
-            path = adapter_path(self.links_dir, name)
-        except ValueError:
-            path = None
-        if path is None or not path.is_file():
-            raise UnknownAdapter(f"unknown adapter {name!r}; available: {', '.join(self.names())}")
-        key = (name, path.stat().st_mtime)  # a retrained file under the same name is reloaded
-        with self._lock:
-            if key not in self._memo:
-                self._memo[key] = self.engine.with_link_tokens(load_link_tokens(path, self.engine.lm))
-            return self._memo[key]
+            if self._none is None:
+                self._none = self.engine.with_link_tokens(self.engine.link_tokens, adapter=False)
+            return self._none
+        path, signature = self._file(name)
+        entry = self._loaded.get(name)
+        if entry is not None and entry.signature == signature and self._resident(entry.engine):
+            self._loaded.move_to_end(name)
+            return entry.engine
+        lt = self._artifact(name, path, signature)
+        if entry is not None:  # rewritten file (or its LoRA was removed): drop the old copy first
+            self._unload(name)
+        self._loaded[name] = _Loaded(signature, self.engine.with_link_tokens(lt))
+        while len(self._loaded) > self.max_loaded:
+            self._unload(next(iter(self._loaded)))
+        return self._loaded[name].engine
+
+    def loaded(self) -> list[str]:
+        """Names of the resident named adapters, least recently used first."""
+        return list(self._loaded)
+
+    def _resident(self, eng: Engine) -> bool:
+        return eng.adapter is None or eng.adapter in eng.lm.adapters
+
+    def _unload(self, name: str) -> None:
+        """Forget ``name`` and delete its LoRA unless the default or another resident adapter shares it."""
+        entry = self._loaded.pop(name)
+        lora = entry.engine.adapter
+        shared = {self.engine.adapter} | {e.engine.adapter for e in self._loaded.values()}
+        if lora is not None and lora not in shared and lora in self.engine.lm.adapters:
+            remove_lora(self.engine.lm, lora)

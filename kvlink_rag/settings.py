@@ -54,11 +54,18 @@ class Settings(BaseSettings):
         description="Anchor prefix text; part of the cache key in anchored mode.",
     )
     index_url: str = Field("", description="Document index: '' = embedded in the LMDB store, or redis://host:port/db.")
-    store_max_bytes: int = Field(8 << 30, ge=1 << 20, description="LMDB map size limit (bytes); past it caches are evicted.")
+    store_max_bytes: int = Field(
+        8 << 30, ge=1 << 20, description="LMDB map size limit (bytes, at least 1 MiB): the store's data file never "
+        "grows past it; least valuable caches are evicted instead, and a document whose KV alone does not fit is "
+        "answered uncached (its status says why).")
     store_int8: bool = Field(False, description="Store K and V as int8 (keys per channel, values per token).")
     host_cache_bytes: int = Field(1 << 30, ge=0, description="Host-memory tier budget (bytes).")
     device_cache_bytes: int = Field(0, ge=0, description="Accelerator tier budget (bytes); 0 = no device tier.")
     fair_eviction: bool = Field(True, description="Fair per-tenant eviction in the memory tiers (else LRU).")
+    shared_cache_across_tenants: bool = Field(
+        False, description="Let tenants share the KV cache of identical texts (only when all tenants trust each "
+        "other: a cache hit and its timing reveal that another tenant holds the text). Off: each tenant's "
+        "caches are keyed by tenant, so its first use of a text is a miss.")
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -90,6 +97,10 @@ class Settings(BaseSettings):
     default_top_k: int = Field(3, ge=1, description="top_k of a query that names neither documents nor top_k.")
     max_query_documents: int = Field(20, ge=1, description="Most document ids one query may name.")
     max_new_tokens_limit: int = Field(512, ge=1, description="Largest max_new_tokens a request may ask for.")
+    max_loaded_adapters: int = Field(
+        4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
+        "using another unloads the least recently used (it is reloaded from its file when needed)."
+    )
     bm25_refresh_s: float = Field(
         30.0, ge=0.0, description="Seconds after which a tenant's BM25 index is rebuilt from the index anyway "
         "(picks up documents ingested by other processes)."

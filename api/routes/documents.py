@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body, Query
 from api.deps import StateDep, TenantDep
 from api.errors import ApiError
 from api.precompute import QueueUnavailable
-from api.schemas import (Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
+from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
                          IngestBatchOut, IngestIn, IngestOut, NearDuplicate)
 from api.state import ServiceState
 from kvlink_rag.engine import Document
@@ -50,10 +50,13 @@ def check_limits(state: ServiceState, doc_id: str, text: str, title: str, metada
         n = int(state.engine.document_ids(Document(text.strip(), title or None)).numel())
     except ValueError as e:
         raise ApiError(422, "invalid_document", f"document {doc_id!r}: {e}") from e
-    limit = min(s.max_document_tokens, state.engine.lm.max_positions)
-    if n > limit:
-        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is {limit} "
-                       "(KVLINK_RAG_MAX_DOCUMENT_TOKENS, and the model's context)")
+    if n > s.max_document_tokens:
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is "
+                       f"{s.max_document_tokens} (KVLINK_RAG_MAX_DOCUMENT_TOKENS)")
+    fits = state.engine.max_document_tokens()  # what a query over this document alone can hold
+    if n > fits:
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is {fits}: "
+                       f"{state.engine.document_budget_text()}")
 
 
 def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str, metadata) -> IngestOut:
@@ -101,7 +104,7 @@ def ingest(state: StateDep, tenant: TenantDep, body: Annotated[IngestIn, Body()]
 
 
 @router.get("", response_model=DocumentPage)
-def list_documents(state: StateDep, tenant: TenantDep, offset: Annotated[int, Query(ge=0)] = 0,
+def list_documents(state: StateDep, tenant: TenantDep, offset: Annotated[int, Query(ge=0, le=MAX_LIST_OFFSET)] = 0,
                    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> DocumentPage:
     """The tenant's documents ordered by id, ``limit`` from ``offset``."""
     recs = state.store.index.list(tenant, offset=offset, limit=limit)
@@ -119,13 +122,12 @@ def _record(state: ServiceState, tenant: str, doc_id: str):
 @router.get("/{doc_id}", response_model=DocumentOut)
 def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
                  include_text: Annotated[bool, Query(description="Also return the text.")] = False) -> DocumentOut:
-    """One document of the caller's tenant (404 for unknown ids and other tenants' documents)."""
-    rec = _record(state, tenant, doc_id)
-    text = None
-    if include_text:
-        stored = state.store.texts.get(tenant, doc_id)
-        text = stored["text"] if stored else None
-    return document_out(rec, text)
+    """One document of the caller's tenant (404 for unknown ids and other tenants' documents). A document
+    whose stored text or record is corrupt is ``failed``, ``metadata.error`` saying so: re-ingest it."""
+    rec, stored = state.store.catalog.verified(tenant, doc_id)  # the text is checked (marks it failed if corrupt)
+    if rec is None:
+        raise ApiError(404, "document_not_found", f"unknown document id: {doc_id}")
+    return document_out(rec, stored["text"] if include_text and stored else None)
 
 
 @router.put("/{doc_id}", status_code=202, response_model=IngestOut)
@@ -139,8 +141,9 @@ def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: Docum
 
 @router.delete("/{doc_id}", response_model=Deleted)
 def delete_document(state: StateDep, tenant: TenantDep, doc_id: str) -> Deleted:
-    """Remove the record, the text and the cache (unless another document has the same text)."""
-    _record(state, tenant, doc_id)
-    state.store.catalog.delete(tenant, doc_id)
+    """Remove the record, the text and the cache (unless another document has the same text); also a text
+    whose record the index lost."""
+    if not state.store.catalog.delete(tenant, doc_id, state.engine):
+        raise ApiError(404, "document_not_found", f"unknown document id: {doc_id}")
     state.retrieval.invalidate(tenant)
     return Deleted(id=doc_id, deleted=True)

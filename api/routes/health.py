@@ -1,55 +1,85 @@
 """``/healthz`` (the process is up), ``/readyz`` (model loaded, store open, Redis reachable when
-configured; 503 otherwise) and ``/metrics`` (Prometheus text format)."""
+configured; 503 otherwise) and ``/metrics`` (Prometheus text format).
+
+All three are ``async`` and never wait for the model or for Starlette's thread pool: liveness answers on
+the event loop; readiness checks and metrics collection (which may touch LMDB or Redis) run in a few
+threads of their own (``api.concurrency.Gates.probe``), each with a deadline, so they answer in
+milliseconds however many queries are waiting.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from api.concurrency import ProbeTimeout
+from api.errors import error_response
+
 router = APIRouter(tags=["health"])
+CHECK_TIMEOUT_S = 2.0
+METRICS_TIMEOUT_S = 10.0
 
 
 @router.get("/healthz")
-def healthz() -> dict:
+async def healthz() -> dict:
     """Liveness: 200 while the process serves HTTP."""
     return {"status": "ok"}
 
 
-def readiness(state) -> dict[str, str]:
+def _ping(client, timeout: float = CHECK_TIMEOUT_S) -> None:
+    """PING over a new connection to ``client``'s server with short socket timeouts (the index client
+    itself may have none). Raises redis errors when unreachable."""
+    import redis
+
+    pool = client.connection_pool
+    probe_pool = redis.ConnectionPool(connection_class=pool.connection_class, **{
+        **pool.connection_kwargs, "socket_timeout": timeout, "socket_connect_timeout": timeout})
+    try:
+        redis.Redis(connection_pool=probe_pool).ping()
+    finally:
+        probe_pool.disconnect()
+
+
+def _read_store(state) -> None:
+    with state.store.blobs.env.read():
+        pass
+
+
+def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:
+    """``{check: (fn raising when it fails, prefix of the failure)}`` for store, index (Redis index
+    only) and queue (broker only) of an opened ``state``."""
+    checks = {"store": (lambda: _read_store(state), "unreadable")}
+    if state.settings.index_url:
+        checks["index"] = (lambda: _ping(state.store.index.r), "Redis unreachable")
+    if state.settings.distributed and state.queue is not None:
+        checks["queue"] = (state.queue.ping, "Redis broker unreachable")
+    return checks
+
+
+async def readiness(state) -> dict[str, str]:
     """``{check: "ok" | reason}`` for model, store, index (Redis index only) and queue (broker only)."""
-    checks: dict[str, str] = {}
     if state is None:
         return {"model": "not loaded", "store": "not open"}
-    checks["model"] = "ok" if state.engine is not None and state.queries is not None else "not loaded"
+    checks = {"model": "ok" if state.engine is not None and state.queries is not None else "not loaded"}
     if state.store is None:
         checks["store"] = "not open"
-    else:
+        return checks
+    for name, (fn, failure) in blocking_checks(state).items():
         try:
-            with state.store.blobs.env.read():
-                pass
-            checks["store"] = "ok"
-        except Exception as e:  # noqa: BLE001
-            checks["store"] = f"unreadable: {e}"
-        if state.settings.index_url:
-            try:
-                state.store.index.r.ping()
-                checks["index"] = "ok"
-            except Exception as e:  # noqa: BLE001
-                checks["index"] = f"Redis unreachable: {e}"
-    if state.settings.distributed and state.queue is not None:
-        try:
-            state.queue.ping()
-            checks["queue"] = "ok"
-        except Exception as e:  # noqa: BLE001
-            checks["queue"] = f"Redis broker unreachable: {e}"
+            await state.gates.probe(fn, timeout=CHECK_TIMEOUT_S)
+            checks[name] = "ok"
+        except Exception as e:  # noqa: BLE001 - ProbeTimeout included
+            checks[name] = f"{failure}: {e}"
     return checks
 
 
 @router.get("/readyz", responses={503: {"description": "not ready (see checks)"}})
-def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request) -> JSONResponse:
     """Readiness: 200 ``{"status": "ready", "checks": {...}}`` or 503 ``{"status": "not ready", ...}``."""
     state = getattr(request.app.state, "service", None)
-    checks = readiness(state)
+    checks = await readiness(state)
     ok = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ok else "not ready", "checks": checks}
     if state is not None:
@@ -57,8 +87,16 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
-def metrics(request: Request) -> Response:
-    """Prometheus metrics of this process."""
-    data, content_type = request.app.state.metrics.render()
+@router.get("/metrics", responses={503: {"description": "collection did not finish in time"}})
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics of this process (collected in a probe thread: the queue depth may ask Redis)."""
+    render = request.app.state.metrics.render
+    state = getattr(request.app.state, "service", None)
+    if state is None:
+        data, content_type = render()
+    else:
+        try:
+            data, content_type = await state.gates.probe(render, timeout=METRICS_TIMEOUT_S)
+        except ProbeTimeout as e:
+            return error_response(503, "metrics_timeout", f"metrics collection did not finish: {e}")
     return Response(data, media_type=content_type)

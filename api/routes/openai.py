@@ -4,7 +4,8 @@ The last user message is the question (earlier turns are ignored: every answer i
 documents). Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
 ``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The response carries the usual
 fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is ``chat.completion.chunk``
-events ending with ``data: [DONE]``.
+events ending with ``data: [DONE]``; a failure once the stream has started sends an error object
+(``{"error": {...}}``, which the openai client raises) and then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sse_starlette import EventSourceResponse
 
 from api.answering import QueryResult
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.errors import ApiError, error_body
+from api.errors import ApiError, stream_error_body
 from api.schemas import ChatIn
 from api.streaming import iterate_in_thread
 
@@ -47,30 +48,34 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None =
                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
 
 
-async def _stream(queries, plan, cid: str, created: int, model: str):
-    yield {"data": _chunk(cid, created, model, {"role": "assistant", "content": ""})}
+async def _stream(state, plan, cid: str, created: int, model: str):
+    """Chunks of :meth:`QueryService.stream` (run once the model is free), always ending ``[DONE]``."""
     try:
-        async for kind, value in iterate_in_thread(lambda: queries.stream(plan)):
-            if kind == "token":
-                yield {"data": _chunk(cid, created, model, {"content": value})}
-            else:
-                yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
-                                      kvlink=_extras(value))}
-    except ApiError as e:
-        yield {"data": json.dumps(error_body(e.status, e.code, e.message))}
+        yield {"data": _chunk(cid, created, model, {"role": "assistant", "content": ""})}
+        async with state.gates.model_slot():
+            async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
+                if kind == "token":
+                    yield {"data": _chunk(cid, created, model, {"content": value})}
+                else:
+                    yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
+                                          kvlink=_extras(value))}
+    except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
+        yield {"data": json.dumps(stream_error_body(e, "/v1/chat/completions"))}
     yield {"data": "[DONE]"}
 
 
 @router.post("/chat/completions")
-def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep):
+async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
-    plan = queries.plan(tenant, _question(body), body.document_ids, body.top_k, body.k,
-                        max_new_tokens=body.max_completion_tokens or body.max_tokens, temperature=body.temperature,
-                        top_p=body.top_p, seed=body.seed)
+    question = _question(body)
+    plan = await state.gates.run_planning(lambda: queries.plan(
+        tenant, question, body.document_ids, body.top_k, body.k,
+        max_new_tokens=body.max_completion_tokens or body.max_tokens, temperature=body.temperature,
+        top_p=body.top_p, seed=body.seed))
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID
     if body.stream:
-        return EventSourceResponse(_stream(queries, plan, cid, created, model))
-    r = queries.answer(plan)
+        return EventSourceResponse(_stream(state, plan, cid, created, model))
+    r = await state.gates.run_model(queries.answer, plan)
     return {"id": cid, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
                          "finish_reason": r.finish_reason, "logprobs": None}],
@@ -78,7 +83,7 @@ def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep):
 
 
 @router.get("/models")
-def models(state: StateDep, tenant: TenantDep) -> dict:
+async def models(state: StateDep, tenant: TenantDep) -> dict:
     """The one served model (OpenAI ``models.list``)."""
     return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": int(state.started),
                                         "owned_by": "kvlink-rag", "root": state.settings.model}]}

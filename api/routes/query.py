@@ -1,7 +1,12 @@
 """``POST /v1/query``: answer a question over the tenant's documents from their cached KV.
 
 With ``stream: true`` the answer comes as server-sent events: ``event: token`` (``{"text": piece}``)
-per piece, then ``event: done`` with the documents and timings (or ``event: error`` with the error body).
+per piece, then ``event: done`` with the documents and timings. Any failure once the stream has started
+ends it with ``event: error`` and the error body (``{"error": {...}}``, as a JSON error response would
+have); failures while planning (unknown ids, limits) are ordinary JSON 4xx responses.
+
+The route is asynchronous: planning runs in a thread of its own limiter, and the query waits for the
+model on the event loop (:mod:`api.concurrency`), holding no thread while it waits.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.answering import QueryResult
-from api.deps import QueriesDep, TenantDep
-from api.errors import ApiError, error_body
+from api.deps import QueriesDep, StateDep, TenantDep
+from api.errors import stream_error_body
 from api.schemas import QueryIn, QueryOut
 from api.streaming import iterate_in_thread
 
@@ -26,27 +31,29 @@ def query_out(r: QueryResult) -> dict:
                     completion_tokens=len(r.token_ids), finish_reason=r.finish_reason).model_dump()
 
 
-async def sse_events(queries, plan):
-    """SSE dicts for ``sse_starlette`` from :meth:`QueryService.stream`."""
+async def sse_events(state, plan):
+    """SSE dicts for ``sse_starlette`` from :meth:`QueryService.stream`, run once the model is free;
+    the last event is ``done`` or ``error``."""
     try:
-        async for kind, value in iterate_in_thread(lambda: queries.stream(plan)):
-            if kind == "token":
-                yield {"event": "token", "data": json.dumps({"text": value})}
-            else:
-                yield {"event": "done", "data": json.dumps(query_out(value))}
-    except ApiError as e:
-        yield {"event": "error", "data": json.dumps(error_body(e.status, e.code, e.message))}
+        async with state.gates.model_slot():
+            async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
+                if kind == "token":
+                    yield {"event": "token", "data": json.dumps({"text": value})}
+                else:
+                    yield {"event": "done", "data": json.dumps(query_out(value))}
+    except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error event
+        yield {"event": "error", "data": json.dumps(stream_error_body(e, "/v1/query"))}
 
 
 @router.post("/query", response_model=QueryOut,
              responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE with stream=true"},
                         404: {"description": "unknown document ids / nothing matches"},
                         422: {"description": "over a limit"}})
-def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep):
+async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents."""
-    plan = queries.plan(tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter,
-                        max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p,
-                        seed=body.seed)
+    plan = await state.gates.run_planning(lambda: queries.plan(
+        tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter,
+        max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed))
     if body.stream:
-        return EventSourceResponse(sse_events(queries, plan))
-    return query_out(queries.answer(plan))
+        return EventSourceResponse(sse_events(state, plan))
+    return query_out(await state.gates.run_model(queries.answer, plan))

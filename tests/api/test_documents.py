@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 
-from api_helpers import wait_ready
+from api_helpers import parse_sse, wait_ready
 from store.keys import content_hash, normalize_text, simhash64
 
 LONG = ("The lighthouse on Skerry Point was built in 1851 and painted red and white. Its keeper, Ann Morrow, kept "
@@ -32,7 +33,8 @@ def test_ingest_one_and_a_batch_answers_202_with_hashes_and_near_duplicates(clie
     [dup] = second["near_duplicates"]
     assert dup["id"] == "long" and 0 < dup["distance"] <= 3
 
-    again = client.post("/v1/documents", json=fixture_docs[0]).json()  # same text: nothing new
+    wait_ready(client, "lighthouse")
+    again = client.post("/v1/documents", json=fixture_docs[0]).json()  # same text, ready: nothing new
     assert again["queued"] is False and again["version"] == 1
 
 
@@ -105,3 +107,59 @@ def test_limits_and_malformed_requests_are_clear_4xx(make_client):
         assert bad.json()["error"]["code"] == "malformed_json" and "malformed JSON" in err(bad, 422)
         assert "empty" in err(c.post("/v1/documents", json={"text": "   "}), 422)
         assert c.get("/v1/documents").json()["total"] == 0  # nothing of the rejected batches was stored
+
+
+def test_documents_that_can_never_be_queried_are_refused_at_ingest(make_client, tmp_path):
+    """96-position model, 29-token prefix, K=5, shortest question 9 tokens, 1 new token: at most 52 tokens."""
+    from factories import tiny_text_engine
+
+    small = tiny_text_engine(tmp_path / "small", max_positions=96, max_new_tokens=4)
+    with make_client(engine=small) as c:
+        r = c.post("/v1/documents", json={"id": "long", "text": "word " * 80})  # 83 tokens
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["code"] == "document_too_large"
+        assert ("has 83 tokens; the limit is 52: the model's context of 96 positions less the 29-token prefix, "
+                "5 link tokens, a question of at least 9 tokens and 1 new token") in r.json()["error"]["message"]
+        for doc_id in ("a", "b"):
+            assert c.post("/v1/documents", json={"id": doc_id, "text": "word " * 30}).status_code == 202  # 33 tokens
+            wait_ready(c, doc_id)
+        one = c.post("/v1/query", json={"question": "what is it?", "document_ids": ["a"], "max_new_tokens": 100})
+        assert one.status_code == 200, one.text
+        body = one.json()
+        assert body["finish_reason"] == "length" and body["context_tokens"] + body["completion_tokens"] == 96
+        streamed = c.post("/v1/query", json={"question": "what is it?", "document_ids": ["a"], "max_new_tokens": 100,
+                                             "stream": True})
+        done = json.loads(parse_sse(streamed.text)[-1][1])
+        assert done["finish_reason"] == "length" and done["completion_tokens"] == body["completion_tokens"]
+        both = c.post("/v1/query", json={"question": "what is it?", "document_ids": ["a", "b"]})
+        assert both.status_code == 422, both.text
+        assert both.json()["error"]["code"] == "context_too_long"
+        assert "the prompt needs 117 tokens" in both.json()["error"]["message"]
+
+
+def test_ids_that_an_http_client_could_not_address_are_refused_at_ingest(client):
+    for bad in (".", "..", "a/b", "a\\b", "what?", "a#b", "100%", "tab\there", "x" * 201, "é" * 101):
+        r = client.post("/v1/documents", json={"id": bad, "text": "Some text."})
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["error"]["code"] == "invalid_request"
+        message = r.json()["error"]["message"]
+        assert "body.document.id" in message and "invalid document id" in message
+        q = client.post("/v1/query", json={"question": "what?", "document_ids": ["ok", bad]})
+        assert q.status_code == 422 and "document_ids.1" in q.json()["error"]["message"], (bad, q.text)
+    for good in ("...", "a.b", "a b", "naïve", "x" * 200, "é" * 100):
+        assert client.post("/v1/documents", json={"id": good, "text": "Some text."}).status_code == 202, good
+        assert client.get(f"/v1/documents/{good}").json()["id"] == good  # reachable as it was ingested
+
+
+def test_list_offsets_are_bounded_and_past_the_end_is_empty_on_redis(make_client):
+    from service_support import claimed_redis_db
+
+    with claimed_redis_db() as url, make_client(index_url=url) as c:
+        c.post("/v1/documents", json={"documents": [{"id": "a", "text": "One."}, {"id": "b", "text": "Two."}]})
+        page = c.get("/v1/documents", params={"offset": 10**9, "limit": 1000})
+        assert page.status_code == 200 and page.json()["documents"] == [] and page.json()["total"] == 2
+        huge = c.get("/v1/documents", params={"offset": 2**63 - 1})
+        assert huge.status_code == 422 and "offset" in huge.json()["error"]["message"]
+        index = c.app_state.store.index
+        assert index.list("default", offset=2**63 - 1, limit=1000) == []  # the index itself never overflows
+        assert [r.doc_id for r in index.list("default", offset=1, limit=2**63)] == ["b"]

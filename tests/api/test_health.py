@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from api_helpers import wait_ready
 
 
@@ -66,3 +68,72 @@ def test_a_corrupt_cache_is_counted_recomputed_and_the_query_still_answers(make_
         assert r.status_code == 200 and r.json()["documents"][0]["cache_hit"] is False
         assert store.blobs.checksum_failures == 1 and key in store.blobs  # re-encoded and stored again
         assert _sample(c.get("/metrics").text, "kvlink_checksum_failures_total") == 1
+
+
+def test_documents_streamed_from_lmdb_count_as_lmdb_hits(make_client, fixture_docs):
+    with make_client(host_cache_bytes=0) as c:  # no memory tier: the query streams the document from LMDB
+        c.post("/v1/documents", json=fixture_docs[1])
+        wait_ready(c, "paris")
+        r = c.post("/v1/query", json={"question": "capital of France?", "document_ids": ["paris"]})
+        assert r.status_code == 200 and r.json()["documents"][0]["cache_hit"] is True
+        text = c.get("/metrics").text
+        assert _sample(text, "kvlink_cache_hits_total", tier="lmdb") == 1
+        assert _sample(text, "kvlink_cache_misses_total", tier="lmdb") == 0
+
+
+def test_health_and_readiness_answer_while_60_queries_wait_for_a_busy_model(tmp_path, tiny_engine, fixture_docs):
+    """Waiting queries hold no worker thread: the probes answer at once (latency printed, not asserted)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from api.main import create_app
+    from api_helpers import service_settings
+    from service_support import LiveServer, wait_for
+
+    app = create_app(service_settings(tmp_path / "home"), tiny_engine)
+    with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
+        http.post("/v1/documents", json=fixture_docs[1])
+        wait_ready(http, "paris")
+        state = app.state.service
+        ask = {"question": "What is the capital of France?", "document_ids": ["paris"], "max_new_tokens": 2}
+        with ThreadPoolExecutor(60) as pool:
+            with state.model_lock:  # the model is busy (as with a long answer or precompute)
+                futures = [pool.submit(http.post, "/v1/query", json={**ask, "stream": i % 2 == 1}) for i in range(60)]
+                model = state.gates.model
+                wait_for(lambda: model.borrowed_tokens == 1 and model.statistics().tasks_waiting == 59, 60,
+                         what="60 queries waiting for the model")
+                t0 = time.perf_counter()
+                health = http.get("/healthz")
+                t1 = time.perf_counter()
+                ready = http.get("/readyz")
+                t2 = time.perf_counter()
+                metrics = http.get("/metrics")
+                print(f"\nwith 60 queries waiting: /healthz {1000 * (t1 - t0):.1f} ms, "
+                      f"/readyz {1000 * (t2 - t1):.1f} ms")
+                assert health.status_code == 200 and health.json() == {"status": "ok"}
+                assert ready.status_code == 200 and ready.json()["checks"] == {"model": "ok", "store": "ok"}
+                assert metrics.status_code == 200 and "kvlink_request_duration_seconds" in metrics.text
+                assert http.get("/v1/documents").json()["total"] == 1  # sync routes keep their threads too
+                assert not any(f.done() for f in futures)
+            answers = [f.result() for f in futures]
+        assert [r.status_code for r in answers] == [200] * 60
+        assert all(r.text.rstrip().splitlines()[-1].startswith("data: ") for r in answers[1::2])
+        assert all("event: done" in r.text for r in answers[1::2])
+
+
+def test_metrics_labels_come_from_a_closed_set(client):
+    import random
+
+    rng = random.Random(0)
+    for i in range(300):
+        method = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(rng.randint(3, 12)))
+        path = rng.choice(["/v1/query", "/healthz", f"/nope/{i}", f"/v1/documents/{i}"])
+        assert client.request(method, path).status_code in (404, 405)
+    text = client.get("/metrics").text
+    series = [line for line in text.splitlines() if line.startswith("kvlink_request_duration_seconds_count")]
+    assert len(series) == 4, series  # one per route template (or unmatched) and status, all method "other"
+    assert {re.search(r'route="([^"]*)"', line).group(1) for line in series} == {
+        "/v1/query", "/healthz", "unmatched", "/v1/documents/{doc_id}"}
+    assert all('method="other"' in line for line in series)

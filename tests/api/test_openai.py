@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -56,3 +58,41 @@ def test_openai_client_chat_completion_streaming_and_errors(server):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).chat.completions.create(
             model="kvlink-rag", messages=[{"role": "user", "content": question}])
+
+
+def test_chat_fields_are_range_checked_and_a_failing_stream_ends_with_an_error_then_done(client, fixture_docs,
+                                                                                         monkeypatch):
+    from api_helpers import parse_sse
+
+    client.post("/v1/documents", json=fixture_docs[3])
+    wait_ready(client, "volcano")
+    ask = {"model": "kvlink-rag", "messages": [{"role": "user", "content": "Which volcano has a lava lake?"}],
+           "document_ids": ["volcano"], "max_tokens": 2}
+
+    def refused(**fields):
+        r = client.post("/v1/chat/completions", json={**ask, **fields})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+        return r.json()["error"]["message"]
+
+    for stream in (False, True):
+        assert "body.seed: Input should be less than or equal to 18446744073709551615" in refused(seed=2**64,
+                                                                                                  stream=stream)
+    assert "n=2 is not supported" in refused(n=2)
+    assert "stop sequences are not supported" in refused(stop=["\n"])
+    assert "body.max_tokens" in refused(max_tokens=0)
+    assert "body.messages" in refused(messages=[{"role": "user", "content": "x"}] * 1025)
+    assert "invalid document id" in refused(document_ids=[".."])
+    ok = client.post("/v1/chat/completions", json={**ask, "seed": 2**64 - 1, "n": 1, "stop": None})
+    assert ok.status_code == 200, ok.text
+
+    def broken(plan):
+        yield "token", "Ere"
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(client.app_state.queries, "stream", broken)
+    data = [d for _, d in parse_sse(client.post("/v1/chat/completions", json={**ask, "stream": True}).text)]
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["code"] == "internal_error" and "RuntimeError: boom" in error["message"]
+    assert [json.loads(d)["choices"][0]["delta"] for d in data[:2]] == [{"role": "assistant", "content": ""},
+                                                                          {"content": "Ere"}]

@@ -154,3 +154,95 @@ def test_named_adapters_are_listed_and_chosen_per_query_without_re_encoding(make
         bad = c.post("/v1/query", json={**ask, "adapter": "foreign"})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "adapter_mismatch"
         assert "made for model eeeeeeeeeeee" in bad.json()["error"]["message"]
+
+
+def test_a_document_larger_than_the_whole_store_is_answered_uncached(make_client, tmp_path):
+    from factories import tiny_text_engine
+    from service_support import wait_for
+
+    big = tiny_text_engine(tmp_path / "big", layers=8, kv_dtype="float32", max_new_tokens=4)  # 2 KiB of KV a token
+    with make_client(engine=big, store_max_bytes=1 << 20, host_cache_bytes=1 << 20) as c:  # the smallest store
+        assert c.post("/v1/documents", json={"id": "huge", "text": "word " * 700}).status_code == 202  # ~1.4 MB of KV
+
+        def failed():
+            d = c.get("/v1/documents/huge").json()
+            return d if d["status"] == "failed" else None
+
+        assert "does not fit the document store" in wait_for(failed, 60, what="precompute failed")["metadata"]["error"]
+        ask = {"question": "Which word is repeated?", "document_ids": ["huge"]}
+        for _ in range(2):  # neither LMDB nor the memory tier can hold it: encoded for every query
+            r = c.post("/v1/query", json=ask)
+            assert r.status_code == 200, r.text
+            assert r.json()["documents"][0]["cache_hit"] is False and r.json()["completion_tokens"] >= 1
+        events = parse_sse(c.post("/v1/query", json={**ask, "stream": True}).text)
+        assert events[-1][0] == "done" and json.loads(events[-1][1])["documents"][0]["cache_hit"] is False
+        assert c.get("/v1/documents/huge").json()["status"] == "failed" and c.app_state.store.blobs.keys() == []
+
+
+def test_fields_out_of_range_are_refused_where_they_enter(client, fixture_docs):
+    client.post("/v1/documents", json=fixture_docs[1])
+    wait_ready(client, "paris")
+    ask = {"question": "What is the capital of France?", "document_ids": ["paris"], "max_new_tokens": 2}
+
+    def refused(body, raw: bytes | None = None):
+        r = client.post("/v1/query", json=body) if raw is None else client.post(
+            "/v1/query", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "invalid_request"
+        return r.json()["error"]["message"]
+
+    for stream in (False, True):  # refused before any stream starts
+        assert "body.seed: Input should be less than or equal to 18446744073709551615" in refused(
+            {**ask, "seed": 2**64, "stream": stream})
+    assert "body.seed" in refused({**ask, "seed": -1})
+    assert "body.max_new_tokens" in refused({**ask, "max_new_tokens": 2**70})
+    assert "body.temperature" in refused({}, b'{"question": "q", "top_k": 1, "temperature": NaN}')
+    assert "body.top_p" in refused({}, b'{"question": "q", "top_k": 1, "top_p": Infinity}')
+    assert "body.top_k" in refused({"question": "q", "top_k": 0})
+    assert "body.k" in refused({**ask, "k": 10**6})
+    assert "body.adapter" in refused({**ask, "adapter": "a" * 65})
+    ok = client.post("/v1/query", json={**ask, "seed": 2**64 - 1, "temperature": 1.0})
+    assert ok.status_code == 200, ok.text
+
+
+def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture_docs, monkeypatch):
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.types import ContextTooLong
+
+    client.post("/v1/documents", json=fixture_docs[1])
+    wait_ready(client, "paris")
+    ask = {"question": "What is the capital of France?", "document_ids": ["paris"]}
+    queries = client.app_state.queries
+
+    def broken(plan):
+        yield "token", "Par"
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(queries, "stream", broken)
+    r = client.post("/v1/query", json={**ask, "stream": True})
+    assert r.status_code == 200
+    events = parse_sse(r.text)
+    assert [e for e, _ in events] == ["token", "error"]
+    assert json.loads(events[-1][1]) == {"error": {"code": "internal_error", "message": "internal error: RuntimeError: "
+                                                   "boom", "type": "server_error"}}
+    monkeypatch.undo()
+
+    def too_long(self, *args, **kwargs):
+        raise ContextTooLong("prompt of 3000 tokens exceeds the model's 2048")
+
+    monkeypatch.setattr(Engine, "link_context", too_long)
+    events = parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)
+    assert [e for e, _ in events] == ["error"]
+    assert json.loads(events[0][1])["error"]["code"] == "context_too_long"
+    whole = client.post("/v1/query", json=ask)
+    assert whole.status_code == 422 and whole.json()["error"]["code"] == "context_too_long"
+
+    def other_value_error(self, *args, **kwargs):
+        raise ValueError("Overflow when unpacking long long")  # e.g. from inside torch: not the client's prompt
+
+    monkeypatch.setattr(Engine, "link_context", other_value_error)
+    monkeypatch.setattr(client._transport, "raise_server_exceptions", False)  # answer the 500 as a server would
+    r = client.post("/v1/query", json=ask)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+    assert json.loads(parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)[-1][1])["error"][
+        "code"] == "internal_error"

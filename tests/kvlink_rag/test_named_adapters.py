@@ -61,3 +61,33 @@ def test_unknown_and_foreign_adapters_fail_clearly(tmp_path):
         variants.get("../../etc/passwd")
     with pytest.raises(LinkTokensMismatch, match="made for model ffffffffffff"):
         variants.get("other-model")
+
+
+def test_resident_adapters_are_bounded_and_a_rewritten_file_replaces_its_copy(tmp_path):
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32")
+    links = tmp_path / "links"
+    names = [f"n{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        save_adapter(engine, links, name, seed=10 + i)
+    base = set(engine.lm.adapters)  # the default engine's own LoRA (if any) is never evicted
+    variants = AdapterVariants(engine, links, max_loaded=2)
+    docs = [Document("The lamp at Skerry Point was kept by Ada Quill.")]
+
+    def logits(name):
+        ctx, _ = variants.get(name).link_context("Who kept the lamp?", docs)
+        return ctx.last_logits
+
+    def resident():
+        return engine.lm.adapters - base
+
+    first = {name: logits(name) for name in names}
+    assert len(resident()) == 2 and variants.loaded() == ["n4", "n5"]
+    assert torch.equal(logits("n0"), first["n0"])  # evicted, reloaded from its file: the same output
+    assert len(resident()) == 2 and variants.loaded() == ["n5", "n0"]
+    assert not torch.allclose(first["n0"], first["n1"])
+
+    for k in (4, 5, 6):  # rewritten three times (another K each time): one copy, the newest
+        save_adapter(engine, links, "n5", k=k, seed=20 + k)
+        assert variants.get("n5").link_tokens.k == k
+        assert len(resident()) == 2 and variants.loaded() == ["n0", "n5"]
+    assert variants.get("default") is engine and base <= engine.lm.adapters
