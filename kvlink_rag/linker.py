@@ -19,19 +19,20 @@ from .rope import apply_rope, rope_cos_sin
 from .types import ContextTooLong, DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings
 
 
-def plan_layout(prefix_len: int, doc_lens: list[int], k: int, question_len: int) -> list[Segment]:
-    """Contiguous positions for ``[prefix][d1][L1]...[dN][LN][question]``.
+def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int) -> list[Segment]:
+    """Contiguous positions for ``[prefix][d1][L1]...[dN][LN][question]`` (lengths in tokens).
 
-    Link segments are omitted when k=0, the prefix segment when ``prefix_len`` is 0.
+    ``num_links`` link tokens follow each document; link segments are omitted when it is 0, the prefix
+    segment when ``prefix_len`` is 0.
     """
     segments = [Segment("prefix", -1, 0, prefix_len)] if prefix_len else []
     pos = prefix_len
     for i, n in enumerate(doc_lens):
         segments.append(Segment("document", i, pos, n))
         pos += n
-        if k > 0:
-            segments.append(Segment("link", i, pos, k))
-            pos += k
+        if num_links > 0:
+            segments.append(Segment("link", i, pos, num_links))
+            pos += num_links
     segments.append(Segment("question", -1, pos, question_len))
     return segments
 
@@ -52,7 +53,7 @@ def slot_link_embeds(link_embeds: torch.Tensor, n_docs: int) -> list[torch.Tenso
 
 def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDocuments,
                       link_embeds: torch.Tensor | None, question_ids: torch.Tensor, new_tokens: int = 0) -> int:
-    """Validate inputs; returns K (0 without link tokens).
+    """Validate inputs; returns the number of link tokens per document (0 without link tokens).
 
     Args:
         new_tokens: positions that must stay free after the question (generation).
@@ -67,19 +68,19 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
         raise ValueError("question is empty")
     if link_embeds is not None and link_embeds.dim() not in (2, 3):
         raise ValueError(f"link embeddings must be [K, hidden] or [slots, K, hidden], got {tuple(link_embeds.shape)}")
-    k = 0 if link_embeds is None else int(link_embeds.shape[-2])
+    num_links = 0 if link_embeds is None else int(link_embeds.shape[-2])
     if link_embeds is not None and link_embeds.shape[-1] != lm.config.hidden_size:
         raise ValueError(f"link embeddings have width {link_embeds.shape[-1]}, model hidden size is "
                          f"{lm.config.hidden_size}")
     n_docs = len(docs.num_tokens)
     p_len = prefix.num_tokens if prefix is not None else 0
     d_len, q_len = sum(docs.num_tokens), int(question_ids.numel())
-    total = p_len + d_len + k * n_docs + q_len
+    total = p_len + d_len + num_links * n_docs + q_len
     if total + new_tokens > lm.max_positions:
         raise ContextTooLong(
-            f"the prompt needs {total} tokens (prefix {p_len}, {n_docs} documents {d_len}, link tokens {k * n_docs}, "
+            f"the prompt needs {total} tokens (prefix {p_len}, {n_docs} documents {d_len}, link tokens {num_links * n_docs}, "
             f"question {q_len}) plus {new_tokens} new token(s); the model's context holds {lm.max_positions}")
-    return k
+    return num_links
 
 
 @torch.no_grad()
@@ -144,10 +145,10 @@ def link(
         if not docs:
             raise ValueError("at least one document is required to link (a question alone has no documents)")
         docs = LayeredDocuments.from_documents(docs)
-    k = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
+    num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, docs.num_tokens, k, int(question_ids.numel()))
+    segments = plan_layout(p_len, docs.num_tokens, num_links, int(question_ids.numel()))
 
     t0 = time.perf_counter()
     doc_k, doc_v = rotate_documents(lm, docs, segments, prefix)
@@ -156,21 +157,35 @@ def link(
     timings.rope_s = time.perf_counter() - t0 - docs.wait_s
 
     t0 = time.perf_counter()
-    cached_pos = torch.cat([torch.arange(p_len), _positions(segments, ("document",))])
-    new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
-    storage_pos = torch.cat([cached_pos, new_pos])
-    mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
-
-    q_embeds = lm.embed_tokens(question_ids.to(lm.device))
-    parts = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if k else []
-    embeds = torch.cat(parts + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
-    out = lm.model(
-        inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
-        cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
-    )
+    slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
+    out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep)
     timings.link_forward_s = time.perf_counter() - t0
     return LinkedContext(
         cache=out.cache, segments=segments, storage_positions=storage_pos,
         next_position=segments[-1].end, last_logits=out.logits[0, -1].float(), timings=timings,
         logits=out.logits[0] if logits_to_keep > 1 else None,
     )
+
+
+def _forward_new_tokens(lm: LoadedModel, cache, segments: list[Segment], slot_links: list[torch.Tensor],
+                        question_ids: torch.Tensor, anchored: bool, logits_to_keep: int):
+    """One forward over every slot's link tokens and the question, on top of the re-rotated cache,
+    under the KVLink mask (:func:`kvlink_rag.mask.allowed`).
+
+    Args:
+        slot_links: per document slot ``[K, hidden]`` link embeddings in the compute dtype (empty: K=0).
+    Returns:
+        the model output (its ``cache`` extended) and ``[total_tokens]`` int64 storage positions.
+    """
+    p_len = segments[0].length if segments[0].kind == "prefix" else 0
+    cached_pos = torch.cat([torch.arange(p_len), _positions(segments, ("document",))])
+    new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
+    storage_pos = torch.cat([cached_pos, new_pos])
+    mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
+    q_embeds = lm.embed_tokens(question_ids.to(lm.device))
+    embeds = torch.cat(slot_links + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
+    out = lm.model(
+        inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
+        cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
+    )
+    return out, storage_pos
