@@ -12,6 +12,7 @@ RUN pip install "torch>=2.3" --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./
 COPY kvlink_rag ./kvlink_rag
 COPY store ./store
+COPY service ./service
 COPY api ./api
 COPY workers ./workers
 COPY training ./training

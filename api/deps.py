@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.answering import QueryService
 from api.errors import ApiError
 from api.state import ServiceState
+from service.queries import QueryService
 
 DEFAULT_TENANT = "default"
 _bearer = HTTPBearer(auto_error=False, description="API key (KVLINK_RAG_API_KEYS maps keys to tenants).")
@@ -25,7 +25,7 @@ async def get_state(request: Request) -> ServiceState:
     Raises:
         ApiError: 503 while the app is starting or stopping.
     """
-    state = getattr(request.app.state, "service", None)
+    state = request.app.state.service
     if state is None or state.queries is None:
         raise ApiError(503, "not_ready", "the service is starting (loading the model); retry shortly")
     return state

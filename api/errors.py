@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.precompute import QueueUnavailable
+from service.errors import ServiceError, redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +23,7 @@ REDIS_DOWN = ("Redis is unreachable: the document index and the task queue are u
               "still answer. Retry when Redis is back.")
 
 
-class ApiError(Exception):
-    """An error with an HTTP status, a stable machine code and a human message."""
-
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+ApiError = ServiceError  # the routes raise the service's error: it carries its HTTP status
 
 
 def error_body(status: int, code: str, message: str, **extra) -> dict:
@@ -52,13 +47,6 @@ def describe_validation(errors) -> str:
         loc = ".".join(str(x) for x in e.get("loc", ()))
         parts.append(f"{loc}: {e.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
-
-
-def redis_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that mean "Redis (index or broker) is unreachable"."""
-    import redis
-
-    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable)
 
 
 def error_of(exc: BaseException) -> tuple[int, str, str]:

@@ -38,7 +38,7 @@ class StoreCollector:
         return []
 
     def collect(self):
-        store = getattr(self.state, "store", None)
+        store = self.state.store
         if store is not None:
             yield from self._tiers(store)
             blobs = store.blobs
@@ -51,7 +51,7 @@ class StoreCollector:
             corrupt.add_metric(["text"], store.texts.corrupt_reads)
             corrupt.add_metric(["record"], store.index.corrupt_reads)
             yield corrupt
-        queue = getattr(self.state, "queue", None)
+        queue = self.state.queue
         if queue is not None:
             g = GaugeMetricFamily("kvlink_precompute_queue_depth", "Precompute tasks waiting (or running, embedded).")
             try:
@@ -82,7 +82,7 @@ class StoreCollector:
         ratio.add_metric(["lmdb"], lmdb_hits / (lmdb_hits + lmdb_misses) if lmdb_hits + lmdb_misses else 0.0)
         evictions.add_metric(["lmdb"], store.blobs.evictions)
         try:
-            used.add_metric(["lmdb"], store.blobs.env.used_bytes)
+            used.add_metric(["lmdb"], store.blobs.used_bytes())
         except Exception:  # noqa: BLE001
             pass
         yield from (hits, misses, ratio, evictions, used)
@@ -109,7 +109,7 @@ class Metrics:
         self.registry.register(StoreCollector(state))
 
     def observe_query(self, result) -> None:
-        """Record an :class:`api.answering.QueryResult`."""
+        """Record an :class:`service.queries.QueryResult`."""
         self.ttft.observe(result.timings["ttft_s"])
         for stage in STAGES:
             if stage in result.timings:

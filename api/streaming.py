@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 
 import anyio
 
@@ -22,8 +22,9 @@ class _Raised:
         self.exc = exc
 
 
-async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
-    """Yield the items of ``make()`` (called in a new thread); its exceptions are re-raised here."""
+async def iterate_in_thread(make: Callable[[], Generator]) -> AsyncIterator:
+    """Yield the items of the generator ``make()`` (called in a new thread; closed when the consumer stops
+    or it ends); its exceptions are re-raised here."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
@@ -47,7 +48,7 @@ async def iterate_in_thread(make: Callable[[], Iterator]) -> AsyncIterator:
             emit(_Raised(e))
         finally:
             try:
-                if gen is not None and hasattr(gen, "close"):
+                if gen is not None:
                     gen.close()
             finally:
                 emit(_END)

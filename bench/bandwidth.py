@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvlink_rag.types import DocumentKV
-from store.blobs import BlobStore
+from store.blob_store import BlobStore
 
 from .timing import measure
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kvlink_rag.engine import Document, Engine
+from kvlink_rag.engine import Engine
 from kvlink_rag.nq import NQExample
+from kvlink_rag.types import Document
 
 
 def documents_for_budget(engine: Engine, examples: list[NQExample], n_docs: int, total_tokens: int,

@@ -6,8 +6,9 @@ import time
 
 import torch
 
-from kvlink_rag.engine import Document, Engine
-from store.blobs import BlobStore
+from kvlink_rag.engine import Engine
+from kvlink_rag.types import Document
+from store.blob_store import BlobStore
 
 
 @torch.inference_mode()

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import torch
 
-from kvlink_rag.engine import Document, Engine
-from kvlink_rag.types import DocumentKV
-from store.blobs import BlobStore
-from store.index import DocumentRecord, open_index
+from kvlink_rag.engine import Engine
+from kvlink_rag.types import Document, DocumentKV
+from store.backends import open_index
+from store.index import DocumentRecord
+from store.lmdb_blobs import LmdbBlobStore
 
 from .ttft import ttft_full, ttft_linked
 
@@ -44,7 +45,7 @@ def store_scaling(root: Path, sizes: list[int], lookups: int = 200) -> list[dict
     rows = []
     for size in sizes:
         path = root / f"store-{size}"
-        blobs = BlobStore(path, max_map_size=4 << 30)
+        blobs = LmdbBlobStore(path, max_map_size=4 << 30)
         index = open_index(f"lmdb://{path}", env=blobs.env)
         rng = random.Random(size)
         t0 = time.perf_counter()

@@ -21,6 +21,8 @@ from .settings import Settings, get_settings
 from .terminal import console, out, progress_bar, results_only_stdout
 
 if TYPE_CHECKING:
+    from service.runtime import Runtime
+
     from .engine import Engine
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
@@ -42,19 +44,25 @@ def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: s
                   **extra) -> Settings:
     """Settings from the environment with CLI overrides; a bad value exits with a message."""
     overrides = {"link_k": k, "encoding": encoding, "kv_dtype": kv_dtype, **extra}
+    from pydantic import ValidationError
+
     try:
         return get_settings(**{k_: v for k_, v in overrides.items() if v is not None})
-    except Exception as e:  # pydantic ValidationError: show the messages only
-        errors = getattr(e, "errors", None)
-        msg = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors()) if errors else str(e)
-        fail(f"invalid setting: {msg}")
+    except ValidationError as e:  # the messages only
+        fail("invalid setting: " + "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()))
+    except Exception as e:  # noqa: BLE001 - any other bad value: one line, no traceback
+        fail(f"invalid setting: {e}")
 
 
-def make_engine(settings: Settings, timings: dict[str, float] | None = None, cache=None) -> Engine:
-    """Load the engine (model, prefix, link tokens, document store); errors exit with a message.
+def make_engine(settings: Settings, timings: dict[str, float] | None = None, cache=None,
+                runtime: Runtime | None = None) -> Engine:
+    """Load the engine (model, prefix, link tokens, document store) through :mod:`service.runtime`;
+    errors exit with a message.
 
     Args:
-        cache: the document cache; by default the store under ``settings.home`` is opened.
+        cache: the document cache (no store is opened then).
+        runtime: a runtime whose engine to load (on its store's cache); by default one is built
+            (``build_runtime``: the store under ``settings.home``, no queue, no recovery).
         timings: if given, filled with seconds spent in ``import_s`` (torch, transformers, the engine),
             ``store_open_s``, ``model_load_s`` (weights, tokenizer, fingerprint; converts the default
             model on first use) and ``engine_setup_s`` (prefix KV, link tokens, query-side LoRA).
@@ -62,35 +70,27 @@ def make_engine(settings: Settings, timings: dict[str, float] | None = None, cac
     t = {} if timings is None else timings
     t0 = time.perf_counter()
     with results_only_stdout():
-        import torch
+        import torch  # noqa: F401 - imported here so that import_s counts it
 
-        from .engine import Engine
-        from .model import load_model
+        from service.runtime import apply_torch_threads, build_runtime, load_engine
 
-        if settings.torch_threads > 0:
-            torch.set_num_threads(settings.torch_threads)
+        from . import engine, model  # noqa: F401 - imported here so that import_s counts them
+
+        apply_torch_threads(settings)
         t1 = time.perf_counter()
-        cache = open_cache(settings) if cache is None else cache
-        t2 = time.perf_counter()
+        stages: dict[str, float] = {}
         try:
-            lm = load_model(settings)
-            t3 = time.perf_counter()
-            engine = Engine(settings, lm=lm, cache=cache)
-        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            if cache is None:
+                runtime = runtime or build_runtime(settings, queue="none", recover=False, load_engine=False)
+                loaded = runtime.load_engine()
+                stages = runtime.timings
+            else:
+                loaded = load_engine(settings, cache, stages)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:  # StoreOpenError is a RuntimeError
             fail(str(e))
-    t.update(import_s=t1 - t0, store_open_s=t2 - t1, model_load_s=t3 - t2, engine_setup_s=time.perf_counter() - t3)
+    t.update(import_s=t1 - t0, **{k: stages.get(k, 0.0) for k in ("store_open_s", "model_load_s", "engine_setup_s")})
     atexit.register(gc.freeze)  # at exit, skip the interpreter's last collections over torch's objects (~1-2 s)
-    return engine
-
-
-def open_cache(settings: Settings):
-    """The persistent document cache under ``settings.home``: memory tiers over the LMDB store."""
-    from store.factory import open_store
-
-    try:
-        return open_store(settings).cache
-    except Exception as e:  # noqa: BLE001 - any store failure becomes one clear message
-        fail(f"cannot open the store under {settings.store_dir}: {e}")
+    return loaded
 
 
 @model_app.command("fetch")
@@ -109,7 +109,7 @@ def model_fetch() -> None:
 
 def _read_docs(paths: list[Path]):
     """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
-    from .document import Document
+    from .types import Document
     from .service_cli import read_documents
 
     return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]

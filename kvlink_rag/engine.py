@@ -7,16 +7,14 @@ and ``generate``.
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
 from .adapters import adapter_scope, add_lora
-from .document import Document  # also importable from here, as before
+from .cache import DocumentCache, MemoryCache
 from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
 from .linker import link
 from .links import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
@@ -24,28 +22,7 @@ from .model import LoadedModel, load_model
 from .precompute import encode_document, encode_prefix, encoding_fingerprint
 from .prompt import PromptTemplate, has_special_text
 from .settings import Settings
-from .types import ContextTooLong, DocumentKV, LinkedContext
-
-
-class DocumentCache(Protocol):
-    """Where encoded documents are kept between queries (``store.doc_cache.StoreCache`` on LMDB)."""
-
-    def key(self, fingerprint: str, text: str) -> str: ...
-
-    def get(self, key: str) -> DocumentKV | None: ...
-
-    def put(self, key: str, kv: DocumentKV) -> None: ...
-
-
-class MemoryCache(dict):
-    """A plain in-process :class:`DocumentCache`."""
-
-    def key(self, fingerprint: str, text: str) -> str:
-        """sha256 of the encoding fingerprint and the document's exact prompt text."""
-        return hashlib.sha256(f"{fingerprint}|{text}".encode()).hexdigest()
-
-    def put(self, key: str, kv: DocumentKV) -> None:
-        self[key] = kv
+from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
 
 
 @dataclass
@@ -136,15 +113,19 @@ class Engine:
         """``[tokens]`` int64 ids of ``doc`` tokenised alone. Raises ValueError if empty."""
         return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
 
-    def cache_key(self, doc: Document) -> str:
+    def cache_key(self, doc: Document, cache: DocumentCache | None = None) -> str:
         """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text.
+
+        Args:
+            cache: the cache whose keys to make (e.g. one tenant's view of the store); default this
+                engine's cache.
 
         A text holding a special token's string gets a salted key: its ids changed when user text stopped
         being parsed for special tokens, so a cache stored before must not be reused.
         """
         text = self.template.document_text(doc.text, doc.title)
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
-        return self.cache.key(self.fingerprint + salt, text)
+        return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
 
     def max_document_tokens(self) -> int:
         """Longest document (tokens, framing included) that can still be asked about alone.
@@ -239,27 +220,24 @@ class Engine:
         ctx.timings.load_s += lookup_s
         return ctx, hits
 
-    def _resolve(self, docs: list[Document]):
-        """Documents as a link source and the number of cache hits.
+    def _resolve(self, docs: list[Document]) -> tuple[list[DocumentKV] | LayeredDocuments, int]:
+        """Documents as a link source and the number of cache hits (:meth:`DocumentCache.resolve`).
 
-        With a store cache, documents in the memory tiers are used in place, those only in LMDB are
-        streamed layer by layer (prefetch overlapping the linker), and missing ones are encoded now.
+        Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
+        (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
+        encoded now, once per key, and put in the cache.
         """
-        resolve = getattr(self.cache, "resolve", None)
-        if resolve is None:
-            kvs, hits = [], 0
-            for d in docs:
-                kv, hit = self.get_or_encode(d)
-                kvs.append(kv)
-                hits += hit
-            return kvs, hits
         keys = [self.cache_key(d) for d in docs]
-        items = resolve(keys)
+        items = [None if isinstance(it, DocumentKV) and it.fingerprint != self.fingerprint else it
+                 for it in self.cache.resolve(keys)]
         hits = sum(it is not None for it in items)
+        encoded: dict[str, DocumentKV] = {}
         for i, (d, it) in enumerate(zip(docs, items)):
             if it is None:
-                items[i] = self.encode(d)
-                self.cache.put(keys[i], items[i])
+                if keys[i] not in encoded:
+                    encoded[keys[i]] = self.encode(d)
+                    self.cache.put(keys[i], encoded[keys[i]])
+                items[i] = encoded[keys[i]]
         if any(isinstance(it, str) for it in items):
             try:
                 return self.cache.stream(items), hits
@@ -267,27 +245,53 @@ class Engine:
                 return [self.get_or_encode(d)[0] for d in docs], 0
         return items, hits
 
-    def _finish(self, ctx: LinkedContext, t0: float, params: SamplingParams, hits: int) -> Answer:
+    def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,
+                 pieces: bool = True) -> Generator[str, None, Answer]:
+        """Decode from ``ctx`` (under this engine's adapter): the one decode-and-time loop.
+
+        Yields the answer's text pieces as generated (nothing when ``pieces`` is False) and returns the
+        :class:`Answer` (``yield from`` gives it; closing the generator early stops decoding).
+
+        Args:
+            ctx: a linked or fully prefilled context; its KV cache is extended in place.
+            params: sampling parameters (:meth:`sampling`).
+            t0: ``time.perf_counter()`` the answer's ``ttft_s`` and ``total_s`` count from.
+            hits: documents served from the cache (reported in the Answer).
+        """
         ids: list[int] = []
-        ttft = None
-        with adapter_scope(self.lm, self.adapter):
-            for tok in decode(self.lm, ctx, params):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
+        first: list[float] = []
+
+        def timed(tokens: Iterator[int]) -> Iterator[int]:
+            for tok in tokens:
+                if not first:
+                    first.append(time.perf_counter())
                 ids.append(tok)
-        total = time.perf_counter() - t0
+                yield tok
+
+        with adapter_scope(self.lm, self.adapter):
+            tokens = timed(decode(self.lm, ctx, params))
+            if pieces:
+                yield from stream_text(self.lm.tokenizer, tokens)
+            else:
+                for _ in tokens:
+                    pass
+        end = time.perf_counter()
         t = ctx.timings
         return Answer(text=self.lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
-                      ttft_s=ttft if ttft is not None else total, total_s=total, cache_hits=hits,
+                      ttft_s=(first[0] if first else end) - t0, total_s=end - t0, cache_hits=hits,
                       context_tokens=ctx.next_position,
                       timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s},
                       finish_reason=ctx.finish_reason or "length")
+
+    def finish(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0) -> Answer:
+        """The whole answer from ``ctx`` (:meth:`generate` run to its end, no text pieces)."""
+        return run_to_end(self.generate(ctx, params, t0, hits, pieces=False))
 
     def answer(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Answer:
         """Answer from reused document caches, re-linked with link tokens (KVLink)."""
         t0 = time.perf_counter()
         ctx, hits = self.link_context(question, docs, k)
-        return self._finish(ctx, t0, self.sampling(**sampling), hits)
+        return self.finish(ctx, self.sampling(**sampling), t0, hits)
 
     def answer_full(self, question: str, docs: list[Document], **sampling) -> Answer:
         """Answer with ordinary full prefill of the same prompt ids (the baseline).
@@ -299,10 +303,20 @@ class Engine:
         ids = self.prompt_ids(question, docs)
         with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
             ctx = full_prefill(self.lm, ids, new_tokens=1)
-        return self._finish(ctx, t0, self.sampling(**sampling), 0)
+        return self.finish(ctx, self.sampling(**sampling), t0)
 
-    def stream(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Iterator[str]:
-        """Text pieces of the linked answer as they are generated."""
-        ctx, _ = self.link_context(question, docs, k)
-        with adapter_scope(self.lm, self.adapter):
-            yield from stream_text(self.lm.tokenizer, decode(self.lm, ctx, self.sampling(**sampling)))
+    def stream(self, question: str, docs: list[Document], k: int | None = None,
+               **sampling) -> Generator[str, None, Answer]:
+        """Text pieces of the linked answer as they are generated; returns the :class:`Answer`."""
+        t0 = time.perf_counter()
+        ctx, hits = self.link_context(question, docs, k)
+        return (yield from self.generate(ctx, self.sampling(**sampling), t0, hits))
+
+
+def run_to_end(gen: Generator[object, None, Answer]) -> Answer:
+    """Exhaust ``gen`` (an :meth:`Engine.generate`-style generator) and return what it returns."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value

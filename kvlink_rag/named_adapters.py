@@ -84,7 +84,7 @@ class AdapterVariants:
     def __init__(self, engine: Engine, links_dir: Path | None = None, max_loaded: int | None = None):
         self.engine = engine
         self.links_dir = Path(links_dir) if links_dir is not None else engine.settings.links_dir
-        limit = max_loaded if max_loaded is not None else getattr(engine.settings, "max_loaded_adapters", 4)
+        limit = max_loaded if max_loaded is not None else engine.settings.max_loaded_adapters
         self.max_loaded = max(1, int(limit))
         self._loaded: OrderedDict[str, _Loaded] = OrderedDict()  # least recently used first
         self._artifacts: OrderedDict[tuple[str, Signature], LinkTokens] = OrderedDict()

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .document import Document
+from .types import Document
 
 GOLD_POSITIONS = ("first", "middle", "last", "random")
 

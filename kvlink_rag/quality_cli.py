@@ -74,7 +74,8 @@ def register(app: typer.Typer) -> None:
             fail(str(e))
         from training.eval import evaluate, plot_by_position, position_for, summarise
 
-        from .engine import Engine, MemoryCache
+        from .cache import MemoryCache
+        from .engine import Engine
         from .links import load_link_tokens
 
         n = min(n, len(examples))
@@ -83,10 +84,11 @@ def register(app: typer.Typer) -> None:
         if int8:  # a throw-away int8 store: caches are served as the int8 round trip
             import tempfile
 
-            from store.factory import open_store
+            from service.runtime import build_runtime
 
             tmp_home = Path(tempfile.mkdtemp(prefix="kvlink-eval-int8-"))
-            base.cache = open_store(settings.model_copy(update={"home": tmp_home, "store_int8": True})).cache
+            build_runtime(settings.model_copy(update={"home": tmp_home, "store_int8": True}), base, queue="none",
+                          recover=False)  # base.cache is now the store's
         trained: dict[Path, Engine] = {}
 
         def engine_for(path: Path) -> Engine:
@@ -176,7 +178,7 @@ def register(app: typer.Typer) -> None:
         from training.loop import TrainConfig, Trainer
         from training.report import plot_losses, validation_accuracy
 
-        from .engine import MemoryCache
+        from .cache import MemoryCache
 
         engine = make_engine(settings, cache=MemoryCache())  # training memoises document encodings in memory
         cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from .cli import console, fail, make_settings, out
 from .nq import DataFormatError, iter_jsonl
 from .terminal import progress_bar, results_only_stdout
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="A running server, e.g. http://127.0.0.1:8000 "
                                                "(default: work on the store directly).")]
@@ -129,11 +132,11 @@ def register(app: typer.Typer) -> None:
     def worker(pool: Annotated[str, typer.Option(help="Celery pool: solo (one task at a time) or threads.")] = "solo",
                loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO") -> None:
         """Run one Celery precompute worker (needs KVLINK_RAG_BROKER_URL); the model loads on the first task."""
-        from workers.celery_app import make_celery
+        from workers.celery_app import make_worker_app
 
         settings = make_settings()
         try:
-            celery = make_celery(settings)
+            celery = make_worker_app(settings)
         except ValueError as e:
             fail(str(e))
         celery.worker_main(["worker", "-P", pool, "-l", loglevel, "-Q", settings.task_queue, "-c", "1",
@@ -195,25 +198,24 @@ def _ingest_remote(docs: list[dict], url: str, api_key: str | None, batch_size: 
     return results
 
 
-def _open_direct(settings):
-    from store.factory import open_store
+def _open_direct(settings) -> Runtime:
+    """The store under ``settings.home`` (``build_runtime``: Celery queue with a broker, else none; no
+    engine yet, no recovery); exits when it cannot be opened."""
+    from service.runtime import StoreOpenError, build_runtime
 
-    queue = None
-    if settings.distributed:
-        from api.precompute import CeleryQueue
-
-        queue = CeleryQueue(settings)
     try:
-        return open_store(settings, enqueue=queue), queue
-    except Exception as e:  # noqa: BLE001
-        fail(f"cannot open the store under {settings.store_dir}: {e}")
+        return build_runtime(settings, queue="auto" if settings.distributed else "none", recover=False,
+                             load_engine=False)
+    except StoreOpenError as e:
+        fail(str(e))
 
 
 def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict]:
     from .cli import make_engine
 
     settings = make_settings()
-    store, queue = _open_direct(settings)
+    runtime = _open_direct(settings)
+    store = runtime.store
     results, todo = [], []
     try:
         with progress_bar(f"ingesting into {settings.store_dir}", len(docs)) as bar:
@@ -224,8 +226,8 @@ def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict
                 if res.queued:
                     todo.append(res.record)
                 bar.advance()
-        if todo and precompute and queue is None:
-            engine = make_engine(settings, cache=store.cache)  # one LMDB environment per process
+        if todo and precompute and not settings.distributed:
+            engine = make_engine(settings, runtime=runtime)  # one LMDB environment per process
             with progress_bar("precomputing", len(todo)) as bar, results_only_stdout():
                 for rec in todo:
                     try:
@@ -237,7 +239,7 @@ def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict
     except Exception as e:  # noqa: BLE001 - invalid ids, Redis or broker down
         fail(f"ingest failed: {e}")
     finally:
-        store.blobs.close()
+        runtime.close()
     return results
 
 
@@ -252,28 +254,24 @@ def _query_remote(body: dict, url: str, api_key: str | None) -> dict:
 
 
 def _query_direct(body: dict, tenant: str) -> dict:
-    import threading
-
-    from api.answering import QueryService
-    from api.errors import ApiError
-    from api.retrieval import Retrieval
     from api.routes.query import query_out
+    from service.errors import ServiceError
 
     from .cli import make_engine
 
     settings = make_settings()
-    store, _ = _open_direct(settings)
-    engine = make_engine(settings, cache=store.cache)  # one LMDB environment per process
-    service = QueryService(engine, store, Retrieval(store.index, store.texts), threading.Lock(), settings)
+    runtime = _open_direct(settings)
+    make_engine(settings, runtime=runtime)  # one LMDB environment per process
+    service = runtime.queries
     try:
         with results_only_stdout():
             plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
                                 adapter=body.get("adapter"), max_new_tokens=body.get("max_new_tokens"))
             return query_out(service.answer(plan))
-    except ApiError as e:
+    except ServiceError as e:
         fail(e.message)
     except Exception as e:  # noqa: BLE001 - e.g. Redis index down
         fail(f"query failed: {e}")
     finally:
-        store.blobs.close()
+        runtime.close()
 

@@ -32,10 +32,10 @@ def _say(message: str) -> None:
 def _lines(report) -> list[str]:
     rows = [f"unreferenced_cache\t{k}\t{n}" for k, n in report.unreferenced_caches]
     rows += [f"missing_cache\t{t}\t{d}\t{k}" for t, d, k in report.missing_caches]
-    for name, kind in (("texts_without_records", "text_without_record"),
-                       ("records_without_texts", "record_without_text"),
-                       ("corrupt_texts", "corrupt_text"), ("corrupt_records", "corrupt_record")):
-        rows += [f"{kind}\t{t}\t{d}" for t, d in getattr(report, name)]
+    for pairs, kind in ((report.texts_without_records, "text_without_record"),
+                        (report.records_without_texts, "record_without_text"),
+                        (report.corrupt_texts, "corrupt_text"), (report.corrupt_records, "corrupt_record")):
+        rows += [f"{kind}\t{t}\t{d}" for t, d in pairs]
     return rows
 
 
@@ -56,7 +56,7 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
     from .service_cli import _open_direct
 
     settings = make_settings()
-    store, _ = _open_direct(settings)
+    store = _open_direct(settings).store
     try:
         report = check_store(store, min_age_s=min_age_s)
         if repair and report.problems:
@@ -101,7 +101,7 @@ def index_rebuild(as_json: JsonOpt = False) -> None:
     from .service_cli import _open_direct
 
     settings = make_settings()
-    store, _ = _open_direct(settings)
+    store = _open_direct(settings).store
     try:
         report = rebuild_index(store, make_engine(settings))
     except typer.Exit:

@@ -1,20 +1,35 @@
 """Boundary dataclasses between the core, the store and the service.
 
-Shapes follow the convention ``[layers, kv_heads, tokens, head_dim]`` for KV tensors.
+Shapes follow the convention ``[layers, kv_heads, tokens, head_dim]`` for KV tensors. Importing this
+module does not import torch (the CLI reads documents before it loads the model); the functions that
+need torch import it when called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+def kv_dtypes() -> dict[str, torch.dtype]:
+    """``{name: torch dtype}`` of the supported KV/compute dtypes (:data:`DTYPE_NAMES`)."""
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document as given by a user: text and optional title."""
+
+    text: str
+    title: str | None = None
 
 
 class ContextTooLong(ValueError):
@@ -34,14 +49,14 @@ def parse_dtype(name: str) -> torch.dtype:
         ValueError: for any other name.
     """
     try:
-        return DTYPES[name]
+        return kv_dtypes()[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPE_NAMES)}") from None
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """Inverse of :func:`parse_dtype`."""
-    for name, d in DTYPES.items():
+    for name, d in kv_dtypes().items():
         if d == dtype:
             return name
     raise ValueError(f"unsupported dtype {dtype}")
@@ -105,6 +120,8 @@ class LayeredDocuments:
     @classmethod
     def from_documents(cls, docs: list[DocumentKV]) -> "LayeredDocuments":
         """In-memory documents as a layer stream (no copy beyond the per-layer concatenation)."""
+        import torch
+
         if len({d.fingerprint for d in docs}) > 1:
             raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
         layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))

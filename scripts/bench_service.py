@@ -95,8 +95,8 @@ def bench_worker(args, engine, examples) -> dict:
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from kvlink_rag.engine import Document
     from kvlink_rag.settings import Settings
+    from kvlink_rag.types import Document
 
     home = Path(tempfile.mkdtemp(prefix="kvlink-bench-worker-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVLINK_RAG_")}

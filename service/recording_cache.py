@@ -2,41 +2,54 @@
 
 from __future__ import annotations
 
+from kvlink_rag.cache import DocumentCache
+from kvlink_rag.types import DocumentKV, LayeredDocuments
 
-class RecordingCache:
-    """Wraps a tenant's ``StoreCache`` for one request; every other attribute is the wrapped cache's.
 
+class RecordingCache(DocumentCache):
+    """A :class:`~kvlink_rag.cache.DocumentCache` over a tenant's cache (``StoreCache``) for one request.
+
+    Every method of the contract is forwarded to ``inner``; lookups are recorded on the way.
     ``hits[key]`` is True when the first lookup of ``key`` found it (memory tier or LMDB) and False when
     it was missing and encoded now (a ``put``); ``unstored[key]`` says why a document encoded now could
     not be stored (too large for the store).
     """
 
-    def __init__(self, inner):
+    def __init__(self, inner: DocumentCache):
         self.inner = inner
         self.hits: dict[str, bool] = {}
         self.unstored: dict[str, str] = {}
-        if hasattr(inner, "resolve"):  # the engine streams LMDB documents layer by layer through it
-            self.resolve = self._resolve
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
     def key(self, fingerprint: str, text: str) -> str:
+        """The inner cache's key."""
         return self.inner.key(fingerprint, text)
 
-    def get(self, key: str):
+    def get(self, key: str) -> DocumentKV | None:
+        """The inner cache's document; the first lookup of ``key`` is recorded as a hit or a miss."""
         kv = self.inner.get(key)
         self.hits.setdefault(key, kv is not None)
         return kv
 
-    def _resolve(self, keys: list[str]):
+    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
+        """The inner cache's resolution; each key's first lookup is recorded (found in memory or stored
+        = hit)."""
         items = self.inner.resolve(keys)
         for k, it in zip(keys, items, strict=True):
             self.hits.setdefault(k, it is not None)
         return items
 
-    def put(self, key: str, kv) -> None:
+    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
+        """The inner cache's layer stream (hits were recorded by :meth:`resolve`).
+
+        Raises:
+            LookupError: a keyed document is no longer stored.
+        """
+        return self.inner.stream(items)
+
+    def put(self, key: str, kv: DocumentKV) -> str | None:
+        """Store through the inner cache; ``key`` is recorded as a miss, and why it was not stored if so."""
         self.hits[key] = False
         reason = self.inner.put(key, kv)
-        if isinstance(reason, str):
+        if reason is not None:
             self.unstored[key] = reason
+        return reason

@@ -1,6 +1,7 @@
 """The document catalog: ingest, update with invalidation, delete, and the precompute step.
 
-Ties the index (records and status), the texts, the blob store and the memory tiers together. The
+Ties the index (records and status), the texts and the document cache (blob store and memory tiers,
+written only through :meth:`store.doc_cache.StoreCache.write`) together. The
 model is not needed here except in :meth:`Catalog.precompute`, which takes the engine as an argument,
 so the web process can ingest without loading a model and a worker can precompute.
 
@@ -18,20 +19,17 @@ Caches are keyed per tenant (:meth:`Catalog.cache_key`) unless shared across ten
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvlink_rag.engine import Document
-from store.blobs import BlobStore
-from store.doc_cache import too_large_reason
+from kvlink_rag.types import Document
+from store.doc_cache import StoreCache, too_large_reason
 from store.index import DocumentIndex, DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.keys import content_hash, normalize_text, simhash64
-from store.texts import TextStore
 from store.lmdb_env import StoreFullError
-from store.tiers import TieredCache
+from store.texts import TextStore
 
 log = logging.getLogger(__name__)
 Enqueue = Callable[[str, str, int], None]
@@ -68,26 +66,20 @@ class Catalog:
     Args:
         index: the document index (embedded or Redis).
         texts: document texts (LMDB).
-        blobs: KV caches (LMDB).
-        tiered: memory tiers in front of ``blobs`` (invalidated on update/delete), or None.
+        cache: the store's :class:`~store.doc_cache.StoreCache` (KV caches in the blob store, memory tiers
+            in front invalidated on update/delete); its :meth:`~StoreCache.for_tenant` views key each
+            tenant's caches, and its :meth:`~StoreCache.write` is how caches are written.
         enqueue: called with ``(tenant, doc_id, version)`` to schedule :meth:`precompute`.
-        cache: the store's ``store.doc_cache.StoreCache``, whose :meth:`~StoreCache.for_tenant` views key
-            each tenant's caches; None: the engine's own cache keys (tests of a bare catalog).
     """
 
-    def __init__(self, index: DocumentIndex, texts: TextStore, blobs: BlobStore, tiered: TieredCache | None,
-                 enqueue: Enqueue, cache=None):
-        self.index, self.texts, self.blobs, self.tiered, self.enqueue = index, texts, blobs, tiered, enqueue
-        self.cache = cache
+    def __init__(self, index: DocumentIndex, texts: TextStore, cache: StoreCache, enqueue: Enqueue):
+        self.index, self.texts, self.cache, self.enqueue = index, texts, cache, enqueue
+        self.blobs, self.tiered = cache.blobs, cache.tiered
 
     def cache_key(self, tenant: str, doc: Document, engine) -> str:
         """The key of ``doc``'s cache for ``tenant``: the engine's fingerprint and prompt text, keyed by the
         tenant's view of the store (tenant folded in unless caches are shared)."""
-        if self.cache is None:
-            return engine.cache_key(doc)
-        eng = copy.copy(engine)  # references only; the shared engine is never mutated
-        eng.cache = self.cache.for_tenant(tenant)
-        return eng.cache_key(doc)
+        return engine.cache_key(doc, self.cache.for_tenant(tenant))
 
     def stored_text(self, tenant: str, doc_id: str) -> dict | None:
         """The stored text entry, or None when absent or corrupt (the record is then marked failed)."""
@@ -195,12 +187,12 @@ class Catalog:
         doc = Document(stored["text"], stored["title"] or None)
         key = self.cache_key(tenant, doc, engine)
         meta = self.blobs.meta(key)
-        int8 = self.cache.int8 if self.cache is not None else getattr(engine.cache, "int8", False)
+        cache = self.cache.for_tenant(tenant)
         kv = None
         if meta is None:
             kv = engine.encode(doc)
             try:
-                nbytes = self.blobs.put(key, kv, int8=int8)
+                nbytes = cache.write(key, kv, fill_tiers=False)
             except StoreFullError as e:
                 reason = too_large_reason(kv, e)
                 log.warning("precompute of %s/%s v%d: %s", tenant, doc_id, version, reason)
@@ -215,7 +207,7 @@ class Catalog:
             self.drop_cache(key, kv)
             return None
         if not self.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again
-            self.blobs.put(key, kv if kv is not None else engine.encode(doc), int8=int8)
+            cache.write(key, kv if kv is not None else engine.encode(doc), fill_tiers=False)
         if rec.cache_key and rec.cache_key != key:
             self.drop_cache(rec.cache_key)
         return ready
@@ -268,11 +260,10 @@ class Catalog:
         if self.index.find_by_cache_key(key):
             return
         self.blobs.delete(key)
-        if self.tiered is not None:
-            self.tiered.invalidate(key)
+        self.tiered.invalidate(key)
         users = self.index.find_by_cache_key(key)
         if users and kv is not None:
-            self.blobs.put(key, kv, int8=self.cache.int8 if self.cache is not None else False)
+            self.cache.write(key, kv, fill_tiers=False)
             return
         for tenant, doc_id in users:
             rec = self.index.get(tenant, doc_id)

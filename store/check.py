@@ -70,7 +70,7 @@ def _scan(store) -> tuple[dict, dict]:
 def _unreferenced(store, records: dict, min_age_s: float, now: float) -> list[tuple[str, int]]:
     used = {r.cache_key for r in records.values() if r.cache_key}
     out = []
-    for key, row in sorted(store.blobs.access.rows().items()):
+    for key, row in sorted(store.blobs.entries().items()):
         if key in used or now - row["created"] < min_age_s or store.index.find_by_cache_key(key):
             continue
         out.append((key, int(row["nbytes"])))

@@ -23,7 +23,7 @@ import safetensors.torch
 import torch
 import xxhash
 
-from kvlink_rag.types import DTYPES, DocumentKV, dtype_name, parse_dtype
+from kvlink_rag.types import DocumentKV, dtype_name, kv_dtypes, parse_dtype
 from store.quant import QuantizedTensor, dequantize, quantize_int8
 
 FORMAT_VERSION = 2  # 2: xxh3_64 checksums (~6x faster to verify than version 1's xxh64); 1 stays readable
@@ -66,7 +66,7 @@ def validate(kv: DocumentKV) -> None:
     """
     if kv.keys.dim() != 4 or kv.keys.shape != kv.values.shape:
         raise ValueError(f"keys/values must share a 4-D shape, got {tuple(kv.keys.shape)} / {tuple(kv.values.shape)}")
-    if kv.keys.dtype != kv.values.dtype or kv.keys.dtype not in DTYPES.values():
+    if kv.keys.dtype != kv.values.dtype or kv.keys.dtype not in kv_dtypes().values():
         raise ValueError(f"unsupported KV dtypes {kv.keys.dtype} / {kv.values.dtype}")
     if kv.token_ids.dim() != 1 or kv.token_ids.numel() != kv.num_tokens:
         raise ValueError(f"token_ids must be [tokens={kv.num_tokens}], got {tuple(kv.token_ids.shape)}")

@@ -1,13 +1,18 @@
-"""The engine's document cache on the store: memory tiers in front of the LMDB blob store."""
+"""The engine's document cache on the store: memory tiers in front of the blob store.
+
+:meth:`StoreCache.write` is the one path by which a document's cache is written (queries through
+:meth:`StoreCache.put`, precompute and the catalog's re-stores directly).
+"""
 
 from __future__ import annotations
 
 import logging
 
+from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import DocumentKV, LayeredDocuments
-from store.blobs import BlobStore
-from store.lmdb_env import StoreFullError
+from store.blob_store import BlobStore
 from store.keys import tenant_fingerprint, text_key
+from store.lmdb_env import StoreFullError
 from store.prefetch import prefetch_layers
 from store.tiers import TieredCache
 
@@ -20,8 +25,8 @@ def too_large_reason(kv: DocumentKV, error: StoreFullError) -> str:
             "on the spot, uncached; raise KVLINK_RAG_STORE_MAX_BYTES to cache it")
 
 
-class StoreCache:
-    """``kvlink_rag.engine.DocumentCache`` for one tenant over a :class:`TieredCache` and its blob store.
+class StoreCache(DocumentCache):
+    """The :class:`kvlink_rag.cache.DocumentCache` of one tenant over a :class:`TieredCache` and its blob store.
 
     Reads go device tier, host tier, then LMDB; documents encoded at query time are written to the
     tiers and to LMDB, so the next process finds them on disk.
@@ -32,9 +37,13 @@ class StoreCache:
         int8: store new documents as int8.
         shared: all tenants share caches of the same text (``shared_cache_across_tenants``); else each
             tenant's keys include the tenant (:func:`store.keys.tenant_fingerprint`).
+    Raises:
+        ValueError: ``tiered`` has no blob store.
     """
 
     def __init__(self, tiered: TieredCache, tenant: str = "default", int8: bool = False, shared: bool = False):
+        if tiered.blob_store is None:
+            raise ValueError("a StoreCache needs memory tiers over a blob store")
         self.tiered, self.tenant, self.int8, self.shared = tiered, tenant, int8, shared
 
     @property
@@ -64,7 +73,7 @@ class StoreCache:
                 kv = tier.get(key, self.tenant)
                 if kv is not None:
                     break
-            if kv is None and self.blobs is not None and self.blobs.contains(key):
+            if kv is None and self.blobs.contains(key):
                 out.append(key)
             else:
                 if kv is None:
@@ -84,24 +93,41 @@ class StoreCache:
 
         return prefetch_layers(self.blobs, items, on_loaded=loaded)
 
-    def put(self, key: str, kv: DocumentKV) -> str | None:
-        """Write to LMDB (atomic) and the memory tiers (each only if the document fits it).
+    def write(self, key: str, kv: DocumentKV, fill_tiers: bool = True) -> int:
+        """The one write path of a document's cache: the blob store (atomic), then the memory tiers.
 
         With int8 storage the tiers get the dequantised copy read back, so a document is served the same
         before and after a restart.
 
+        Args:
+            fill_tiers: also put it in the memory tiers (each only if it fits); False for precompute,
+                whose documents are read from the blob store when first asked for.
         Returns:
-            None when stored in LMDB; else why not (the store is smaller than this document's KV even after
-            evicting every other document; logged as a warning). The caller still has ``kv`` to answer from.
+            payload bytes written to the blob store.
+        Raises:
+            store.lmdb_env.StoreFullError: the store is smaller than this document's KV even after evicting
+                every other document (nothing was written).
+            ValueError: invalid key or document.
         """
-        reason = None
-        if self.blobs is not None:
-            try:
-                self.blobs.put(key, kv, int8=self.int8)
-                if self.int8:
-                    kv = self.blobs.get(key, kv.dtype) or kv
-            except StoreFullError as e:
-                reason = too_large_reason(kv, e)
-                log.warning("document %s not cached: %s", key[:24], reason)
-        self.tiered.put(key, kv, self.tenant)
-        return reason
+        nbytes = self.blobs.put(key, kv, int8=self.int8)
+        if fill_tiers:
+            if self.int8:
+                kv = self.blobs.get(key, kv.dtype) or kv
+            self.tiered.put(key, kv, self.tenant)
+        return nbytes
+
+    def put(self, key: str, kv: DocumentKV) -> str | None:
+        """:meth:`write` to the blob store and the memory tiers; a document too large for the blob store is
+        kept in the tiers only.
+
+        Returns:
+            None when stored; else why not (logged as a warning). The caller still has ``kv`` to answer from.
+        """
+        try:
+            self.write(key, kv)
+        except StoreFullError as e:
+            reason = too_large_reason(kv, e)
+            log.warning("document %s not cached: %s", key[:24], reason)
+            self.tiered.put(key, kv, self.tenant)
+            return reason
+        return None

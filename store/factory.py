@@ -7,10 +7,12 @@ from dataclasses import dataclass
 import torch
 
 from kvlink_rag.settings import Settings
-from store.blobs import BlobStore
+from store.backends import open_blob_store, open_index
+from store.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
 from store.doc_cache import StoreCache
-from store.index import DocumentIndex, open_index
+from store.index import DocumentIndex
+from store.lmdb_env import open_env
 from store.policies import FairPolicy, LRUPolicy
 from store.texts import TextStore
 from store.tiers import CacheTier, TieredCache
@@ -18,7 +20,8 @@ from store.tiers import CacheTier, TieredCache
 
 @dataclass
 class Store:
-    """Handles to every part of the store (one LMDB environment under ``settings.store_dir``)."""
+    """Handles to every part of the store (one LMDB environment under ``settings.store_dir`` holds the
+    texts, the embedded index and, with the default ``lmdb://`` blob store, the KV caches)."""
 
     blobs: BlobStore
     index: DocumentIndex
@@ -48,11 +51,14 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
         ValueError: bad index URL; redis errors when a Redis index is unreachable.
     """
     settings.store_dir.mkdir(parents=True, exist_ok=True)
-    blobs = BlobStore(settings.store_dir, max_map_size=settings.store_max_bytes, on_corrupt=on_corrupt)
+    blobs = open_blob_store(f"lmdb://{settings.store_dir}", max_map_size=settings.store_max_bytes,
+                            on_corrupt=on_corrupt)
+    # texts and the embedded index: the process-wide environment of the folder, the lmdb:// blob store's own
+    env = open_env(settings.store_dir, max_map_size=settings.store_max_bytes)
     url = settings.index_url or f"lmdb://{settings.store_dir}"
-    index = open_index(url, env=blobs.env if url.startswith("lmdb://") else None)
-    texts = TextStore(blobs.env)
+    index = open_index(url, env=env if url.startswith("lmdb://") else None)
+    texts = TextStore(env)
     tiered = TieredCache(memory_tiers(settings), blobs)
     cache = StoreCache(tiered, "default", settings.store_int8, settings.shared_cache_across_tenants)
-    catalog = Catalog(index, texts, blobs, tiered, enqueue or (lambda tenant, doc_id, version: None), cache)
+    catalog = Catalog(index, texts, cache, enqueue or (lambda tenant, doc_id, version: None))
     return Store(blobs, index, texts, tiered, catalog, cache)

@@ -1,6 +1,6 @@
 """The document index: one :class:`DocumentRecord` per (tenant, document), behind one interface.
 
-Backends are chosen by URL scheme with :func:`open_index`:
+Backends are chosen by URL scheme with :func:`store.backends.open_index`:
 
 - ``lmdb://PATH``: :class:`store.embedded_index.EmbeddedIndex`, sub-databases of the same LMDB
   environment as the blob store (no server).
@@ -242,28 +242,3 @@ class DocumentIndex(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (the LMDB environment of the embedded index stays open)."""
-
-
-def open_index(url: str, env=None, **kwargs: Any) -> DocumentIndex:
-    """Open the index named by ``url``.
-
-    Args:
-        url: ``lmdb://PATH`` (embedded, in the store's LMDB environment) or ``redis://host:port/db``
-            (also ``rediss://``, ``unix://``; ``?prefix=...`` sets the key prefix).
-        env: an open :class:`store.lmdb_env.LmdbEnv` to share (embedded only; else opened from PATH).
-        kwargs: passed to the backend (``prefix=`` for Redis, ``clock=`` for both).
-
-    Raises:
-        ValueError: unknown scheme.
-    """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "lmdb":
-        from store.embedded_index import EmbeddedIndex
-        from store.lmdb_env import open_env
-
-        return EmbeddedIndex(env if env is not None else open_env(url[len("lmdb://") :]), **kwargs)
-    if scheme in ("redis", "rediss", "unix"):
-        from store.redis_index import RedisIndex
-
-        return RedisIndex.from_url(url, **kwargs)
-    raise ValueError(f"unknown index URL {url!r}; use lmdb://PATH or redis://host:port/db")

@@ -83,6 +83,12 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+class _ReclaimGuard(threading.local):
+    """Per thread: a reclaimer of this environment is running (its own writes must not reclaim again)."""
+
+    active = False
+
+
 class LmdbEnv:
     """An LMDB environment with named sub-databases and a growable map.
 
@@ -118,7 +124,7 @@ class LmdbEnv:
         self._lock = _RWLock()
         self._write_mutex = threading.Lock()
         self._reclaimers: list[Reclaimer] = []
-        self._reclaim_guard = threading.local()
+        self._reclaim_guard = _ReclaimGuard()
         self.grow_count = 0
         self.db(_ENV_DB)  # created now, not when the map is full
 
@@ -244,7 +250,7 @@ class LmdbEnv:
             self._reclaimers.remove(fn)
 
     def _reclaim(self, wanted: int) -> bool:
-        if getattr(self._reclaim_guard, "active", False):
+        if self._reclaim_guard.active:
             return False  # a reclaimer's own write ran out of space: do not recurse
         self._reclaim_guard.active = True
         try:

@@ -1,6 +1,7 @@
 """Eviction policies of the in-memory cache tiers, as strategy objects.
 
-A policy only *chooses*; the tier (:class:`store.tiers.CacheTier`) removes. The tier calls
+A policy only *chooses*; the tier (:class:`store.tiers.CacheTier`, seen here as a :class:`TierView`)
+removes. The tier calls
 :meth:`EvictionPolicy.choose_victim` repeatedly, under its lock, until the incoming entry fits.
 Pinned entries are never offered as victims.
 """
@@ -8,12 +9,12 @@ Pinned entries are never offered as victims.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kvlink_rag.types import DocumentKV
-    from store.tiers import CacheTier
 
 
 @dataclass
@@ -40,6 +41,16 @@ class CacheEntry:
     pins: int = 0
 
 
+class TierView(Protocol):
+    """What a policy reads of a tier (:class:`store.tiers.CacheTier`): entries least to most recently
+    used, bytes charged per tenant, the byte budget and the tier's clock (seconds)."""
+
+    entries: Mapping[str, CacheEntry]
+    usage: Mapping[str, int]
+    byte_budget: int
+    clock: Callable[[], float]
+
+
 def utility(entry: CacheEntry, now: float) -> float:
     """Worth of keeping an entry: ``(1 + hits) / (1 + seconds since last access)``.
 
@@ -53,7 +64,7 @@ class EvictionPolicy(ABC):
     """Chooses which entry of a full tier goes next."""
 
     @abstractmethod
-    def choose_victim(self, tier: CacheTier, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
+    def choose_victim(self, tier: TierView, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
         """The next entry to evict to make room for ``incoming_nbytes`` of ``incoming_tenant``, or None
         when no unpinned entry is left. ``tier.entries`` is ordered least to most recently used."""
 
@@ -61,7 +72,7 @@ class EvictionPolicy(ABC):
 class LRUPolicy(EvictionPolicy):
     """Least recently used first."""
 
-    def choose_victim(self, tier: CacheTier, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
+    def choose_victim(self, tier: TierView, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
         return next((e for e in tier.entries.values() if not e.pins), None)
 
 
@@ -95,7 +106,7 @@ class FairPolicy(EvictionPolicy):
             raise ValueError("tenant weights must be > 0")
         self.default_weight = default_weight
 
-    def quotas(self, tier: CacheTier, incoming_tenant: str | None = None) -> dict[str, float]:
+    def quotas(self, tier: TierView, incoming_tenant: str | None = None) -> dict[str, float]:
         """Tenant -> quota in bytes, over the tenants present in ``tier`` (and ``incoming_tenant``)."""
         present = set(tier.usage)
         if incoming_tenant is not None:
@@ -104,7 +115,7 @@ class FairPolicy(EvictionPolicy):
         total = sum(w.values()) or 1.0
         return {t: tier.byte_budget * wt / total for t, wt in w.items()}
 
-    def choose_victim(self, tier: CacheTier, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
+    def choose_victim(self, tier: TierView, incoming_tenant: str, incoming_nbytes: int) -> CacheEntry | None:
         quotas = self.quotas(tier, incoming_tenant)
         evictable: dict[str, CacheEntry] = {}  # tenant -> its least recently used unpinned entry
         for e in tier.entries.values():

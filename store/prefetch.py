@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.types import DocumentKV, LayeredDocuments
-from store.blobs import BlobStore
+from store.blob_store import BlobStore
 
 
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int = 2,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kvlink_rag.engine import Document
+from kvlink_rag.types import Document
 from store.index import DocumentIndex, DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.keys import content_hash, simhash64

@@ -3,7 +3,7 @@
 :class:`CacheTier` holds :class:`~kvlink_rag.types.DocumentKV` objects by cache key within a byte
 budget, charging each entry to a tenant, with a pluggable :mod:`eviction policy <store.policies>`
 and pins. :class:`TieredCache` chains tiers (e.g. ``[cuda tier, cpu tier]``) over a
-:class:`~store.blobs.BlobStore`: a hit is promoted to the tiers above, a miss everywhere is loaded
+:class:`~store.blob_store.BlobStore`: a hit is promoted to the tiers above, a miss everywhere is loaded
 from LMDB once (concurrent misses of one key share the load) and fills every tier; an entry evicted
 from a tier is demoted to the tier below.
 
@@ -219,7 +219,7 @@ class TieredCache:
 
     Args:
         tiers: e.g. ``[CacheTier('device', ..., device='cuda'), CacheTier('host', ...)]``.
-        blob_store: a :class:`store.blobs.BlobStore` (anything with ``get(key, dtype)``), or None.
+        blob_store: a :class:`store.blob_store.BlobStore` (only ``get(key, dtype)`` is used here), or None.
         dtype: dtype requested from the blob store (None: as stored).
         demote: put entries evicted from a tier into the next tier.
     """

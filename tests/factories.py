@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2
 from kvlink_rag.engine import Engine
 from kvlink_rag.model import LoadedModel, load_model, wrap_model
 from kvlink_rag.settings import Settings, get_settings
+from kvlink_rag.types import DocumentKV
 
 VOCAB = 256
 
@@ -118,3 +119,25 @@ def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: i
     path = adapter_path(links_dir, name)
     art.save(path, lora_dtype=torch.float32)
     return path
+
+
+def random_kv(
+    layers: int = 3,
+    heads: int = 2,
+    tokens: int = 16,
+    dim: int = 8,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    fingerprint: str = "fp-test",
+    encoding: str = "anchored",
+) -> DocumentKV:
+    """A small random document: keys/values ``[layers, heads, tokens, dim]`` N(0, 1) in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (layers, heads, tokens, dim)
+    return DocumentKV(
+        keys=torch.randn(shape, generator=g).to(dtype),
+        values=torch.randn(shape, generator=g).to(dtype),
+        token_ids=torch.randint(0, 50_000, (tokens,), generator=g, dtype=torch.int64),
+        fingerprint=fingerprint,
+        encoding=encoding,
+    )

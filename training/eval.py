@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from kvlink_rag.adapters import adapter_scope
-from kvlink_rag.engine import Document, Engine
+from kvlink_rag.engine import Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import truncate_cache
 from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
 from kvlink_rag.prompt import encode_user_text
+from kvlink_rag.types import Document
 
 from .modes import EVAL_POSITIONS, FULL_MODES, MODES, ROTATION  # noqa: F401 - re-exported
 

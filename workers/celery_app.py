@@ -1,11 +1,8 @@
-"""The Celery application: Redis broker and result backend, configured from :class:`Settings`.
-
-This module imports neither torch nor the task code, so the web process can build the app and
-enqueue tasks by name (``app.send_task("kvlink.precompute", ...)``); workers import the tasks through
-``include`` when they start.
+"""The worker's Celery application: the configuration of :mod:`service.celery_config` with the task module.
 
 ``celery -A workers.celery_app worker -P solo`` (or ``kvlink-rag worker``) finds the module attribute
-``app``, built lazily from the environment on first access.
+``app``, built lazily from the environment on first access. The web process never imports this module:
+it sends tasks by name (:class:`service.queues.CeleryQueue`).
 """
 
 from __future__ import annotations
@@ -13,64 +10,26 @@ from __future__ import annotations
 from celery import Celery
 
 from kvlink_rag.settings import Settings, get_settings
+from service.celery_config import PRECOMPUTE_TASK, make_celery
 
-PRECOMPUTE_TASK = "kvlink.precompute"
+__all__ = ["PRECOMPUTE_TASK", "TASK_MODULES", "make_worker_app"]
 
-
-def transport_options(settings: Settings) -> dict:
-    """Redis transport options: the visibility timeout (seconds before an unacknowledged task of a dead
-    worker is redelivered) and how often workers sweep for such tasks (at most every 10 s)."""
-    vt = int(settings.broker_visibility_timeout_s)
-    sweep = max(1, min(10, vt // 5))
-    return {"visibility_timeout": vt, "unacked_restore_interval": sweep,
-            "unacked_restore_throttle": 1 if vt < 600 else 10}
+TASK_MODULES = ("workers.tasks",)
 
 
-def celery_config(settings: Settings) -> dict:
-    """Celery settings: late acks (a task is acknowledged after it ran, so a killed worker's task is
-    redelivered), one task prefetched per worker, JSON only, results kept one hour.
+def make_worker_app(settings: Settings) -> Celery:
+    """The worker's Celery app for ``settings``: it imports and registers the tasks when it starts.
 
     Raises:
         ValueError: no broker configured.
     """
-    if not settings.broker_url:
-        raise ValueError("no broker configured: set KVLINK_RAG_BROKER_URL=redis://host:port/db "
-                         "(without one, `kvlink-rag serve` precomputes in its own thread pool)")
-    return {
-        "broker_url": settings.broker_url,
-        "result_backend": settings.result_backend or settings.broker_url,
-        "task_default_queue": settings.task_queue,
-        "task_acks_late": True,
-        "task_reject_on_worker_lost": True,
-        "task_track_started": True,
-        "worker_prefetch_multiplier": 1,
-        "task_serializer": "json",
-        "result_serializer": "json",
-        "accept_content": ["json"],
-        "result_expires": 3600,
-        "broker_transport_options": transport_options(settings),
-        "result_backend_transport_options": {"visibility_timeout": int(settings.broker_visibility_timeout_s)},
-        "broker_connection_retry_on_startup": True,
-        "broker_connection_timeout": 2.0,
-        "worker_hijack_root_logger": False,
-    }
-
-
-def make_celery(settings: Settings) -> Celery:
-    """A Celery app for ``settings`` (tasks are imported by workers only, via ``include``).
-
-    Raises:
-        ValueError: no broker configured.
-    """
-    app = Celery("kvlink", include=["workers.tasks"])
-    app.conf.update(celery_config(settings))
-    return app
+    return make_celery(settings, include=TASK_MODULES)
 
 
 def __getattr__(name: str) -> Celery:
     """``app`` / ``celery_app``: the app of the environment's settings, built on first access."""
     if name in ("app", "celery_app"):
-        built = make_celery(get_settings())
+        built = make_worker_app(get_settings())
         globals()["app"] = globals()["celery_app"] = built
         return built
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

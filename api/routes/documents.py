@@ -15,11 +15,11 @@ from fastapi import APIRouter, Body, Query
 
 from api.deps import StateDep, TenantDep
 from api.errors import ApiError
-from api.precompute import QueueUnavailable
 from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
                          IngestBatchOut, IngestIn, IngestOut, NearDuplicate)
 from api.state import ServiceState
-from kvlink_rag.engine import Document
+from kvlink_rag.types import Document
+from service.queues import QueueUnavailable
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/documents", tags=["documents"])

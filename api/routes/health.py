@@ -42,15 +42,10 @@ def _ping(client, timeout: float = CHECK_TIMEOUT_S) -> None:
         probe_pool.disconnect()
 
 
-def _read_store(state) -> None:
-    with state.store.blobs.env.read():
-        pass
-
-
 def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:
     """``{check: (fn raising when it fails, prefix of the failure)}`` for store, index (Redis index
     only) and queue (broker only) of an opened ``state``."""
-    checks = {"store": (lambda: _read_store(state), "unreadable")}
+    checks = {"store": (state.store.blobs.ping, "unreadable")}
     if state.settings.index_url:
         checks["index"] = (lambda: _ping(state.store.index.r), "Redis unreachable")
     if state.settings.distributed and state.queue is not None:
@@ -78,7 +73,7 @@ async def readiness(state) -> dict[str, str]:
 @router.get("/readyz", responses={503: {"description": "not ready (see checks)"}})
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: 200 ``{"status": "ready", "checks": {...}}`` or 503 ``{"status": "not ready", ...}``."""
-    state = getattr(request.app.state, "service", None)
+    state = request.app.state.service
     checks = await readiness(state)
     ok = all(v == "ok" for v in checks.values())
     body = {"status": "ready" if ok else "not ready", "checks": checks}
@@ -91,7 +86,7 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     """Prometheus metrics of this process (collected in a probe thread: the queue depth may ask Redis)."""
     render = request.app.state.metrics.render
-    state = getattr(request.app.state, "service", None)
+    state = request.app.state.service
     if state is None:
         data, content_type = render()
     else:

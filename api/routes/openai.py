@@ -17,11 +17,11 @@ import uuid
 from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
-from api.answering import QueryResult
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import ApiError, stream_error_body
 from api.schemas import ChatIn
 from api.streaming import iterate_in_thread
+from service.queries import QueryResult
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 MODEL_ID = "kvlink-rag"

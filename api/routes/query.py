@@ -16,11 +16,11 @@ import json
 from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
-from api.answering import QueryResult
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import stream_error_body
 from api.schemas import QueryIn, QueryOut
 from api.streaming import iterate_in_thread
+from service.queries import QueryResult
 
 router = APIRouter(prefix="/v1", tags=["query"])
 

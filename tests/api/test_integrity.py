@@ -7,6 +7,7 @@ import pytest
 
 from api_helpers import wait_ready
 from service_support import claimed_redis_db
+from store.redis_index import RedisIndex
 
 CODE = {"id": "code", "text": "The harbour door code is KIWI42.", "title": "Codes", "metadata": {"tag": "KIWI42"}}
 OTHER = {"id": "tide", "text": "The harbour tide table is posted at the pier."}
@@ -29,7 +30,7 @@ def _flip_text(store) -> None:
 
 def _flip_record(store) -> None:
     index = store.index
-    if hasattr(index, "r"):  # Redis: one field of the record's hash
+    if isinstance(index, RedisIndex):  # Redis: one field of the record's hash
         index.r.hset(index._doc("default", "code"), "metadata", '{"tag": "KIWI92"}')
         return
     key, db = b"default\0code", index._rec

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from factories import tiny_text_engine
-from kvlink_rag.engine import Document
-from kvlink_rag.types import ContextTooLong
+from kvlink_rag.types import ContextTooLong, Document
 
 WORDS40, WORDS80 = Document("word " * 40), Document("word " * 80)  # 43 and 83 tokens with the framing
 

@@ -6,11 +6,10 @@ import pytest
 import torch
 
 from factories import NQ_PATH, real_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.kvcache import cache_tensors
 from kvlink_rag.linker import link
 from kvlink_rag.nq import build_documents, load_nq
-from kvlink_rag.types import ContextTooLong
+from kvlink_rag.types import ContextTooLong, Document
 from reference import Piece, kv_by_position, reference_forward
 
 pytestmark = pytest.mark.e2e

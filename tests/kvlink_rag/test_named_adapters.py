@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from factories import save_adapter, tiny_text_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.links import LinkTokensMismatch
 from kvlink_rag.named_adapters import AdapterVariants, UnknownAdapter, adapter_names, check_name
+from kvlink_rag.types import Document
 
 
 def test_names_are_checked_and_listed(tmp_path):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kvlink_rag.engine import Document
 from kvlink_rag.nq import DataFormatError, NQExample, best_subspan_em, build_documents, load_nq, normalize_answer
+from kvlink_rag.types import Document
 
 
 def test_metric_hand_worked_examples():

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from factories import random_kv
 from kvlink_rag.types import DocumentKV
 
 # ~80 and ~50 word English texts for the SimHash tests.
@@ -22,28 +23,6 @@ PHOTOSYNTHESIS = (
     "that can later be released to fuel the organism's activities. Some of this chemical energy is stored in "
     "carbohydrate molecules such as sugars and starches, which are synthesized from carbon dioxide and water."
 )
-
-
-def random_kv(
-    layers: int = 3,
-    heads: int = 2,
-    tokens: int = 16,
-    dim: int = 8,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-    fingerprint: str = "fp-test",
-    encoding: str = "anchored",
-) -> DocumentKV:
-    """A small random document: keys/values ``[layers, heads, tokens, dim]`` N(0, 1) in ``dtype``."""
-    g = torch.Generator().manual_seed(seed)
-    shape = (layers, heads, tokens, dim)
-    return DocumentKV(
-        keys=torch.randn(shape, generator=g).to(dtype),
-        values=torch.randn(shape, generator=g).to(dtype),
-        token_ids=torch.randint(0, 50_000, (tokens,), generator=g, dtype=torch.int64),
-        fingerprint=fingerprint,
-        encoding=encoding,
-    )
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.settings import Settings
+from kvlink_rag.types import Document
 from store.factory import open_store
 
 TEXT = "The lighthouse on Skerry Point was built in 1851 and painted red and white."

@@ -4,8 +4,8 @@ texts, corrupt entries; and ``--repair``."""
 from __future__ import annotations
 
 from factories import tiny_text_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.settings import Settings
+from kvlink_rag.types import Document
 from store.check import check_store
 from store.factory import open_store
 from store.index import is_corrupt

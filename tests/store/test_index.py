@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
+from store.backends import open_index
 from store.embedded_index import EmbeddedIndex
-from store.index import DocumentRecord, is_corrupt, open_index
+from store.index import DocumentRecord, is_corrupt
 from store.keys import content_hash, simhash64
 
 # A real server; tests write under a unique key prefix and delete it afterwards.
@@ -189,11 +190,11 @@ def test_open_index_by_url(tmp_path, lmdb_env):
 
 
 def test_embedded_index_writes_survive_a_blob_store_at_its_limit(tmp_path, make_kv):
-    from store.blobs import BlobStore
+    from store.lmdb_blobs import LmdbBlobStore
     from store.lmdb_env import open_env
 
     env = open_env(tmp_path / "full", map_size=256 << 10, max_map_size=512 << 10)
-    blobs = BlobStore(env)
+    blobs = LmdbBlobStore(env)
     idx = EmbeddedIndex(env)
     for i in range(8):  # ~131 KB each: fills the 512 KiB map and evicts
         blobs.put(f"d{i}", make_kv(layers=2, heads=2, tokens=256, dim=16, seed=i))

@@ -7,8 +7,8 @@ import time
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.settings import Settings
+from kvlink_rag.types import Document
 from store.factory import open_store
 from store.prefetch import prefetch_layers
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from store.blobs import BlobStore
+from store.lmdb_blobs import LmdbBlobStore
 from store.tiers import CacheTier, TieredCache, entry_nbytes
 
 
@@ -41,7 +41,7 @@ def test_put_moves_to_the_tier_device(make_kv):
 
 @pytest.fixture
 def blob_docs(lmdb_env, make_kv):
-    blobs = BlobStore(lmdb_env)
+    blobs = LmdbBlobStore(lmdb_env)
     docs = {f"d{i}": make_kv(seed=i, dtype=torch.bfloat16) for i in range(4)}
     for k, kv in docs.items():
         blobs.put(k, kv)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.engine import Document
 from kvlink_rag.nq import NQExample
+from kvlink_rag.types import Document
 from training.data import Split
 from training.loop import TrainConfig, Trainer
 

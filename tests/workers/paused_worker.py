@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from store.blobs import BlobStore
+from store.lmdb_blobs import LmdbBlobStore
 from workers.celery_app import app
 
-_put = BlobStore.put
+_put = LmdbBlobStore.put
 
 
 def _paused_put(self, key, kv, int8=False):
@@ -25,6 +25,6 @@ def _paused_put(self, key, kv, int8=False):
 
 
 if __name__ == "__main__":
-    BlobStore.put = _paused_put
+    LmdbBlobStore.put = _paused_put
     sys.exit(app.worker_main(["worker", "-P", "solo", "-l", "INFO", "-n", "paused@%h", "--without-gossip",
                               "--without-mingle", "--without-heartbeat"]))

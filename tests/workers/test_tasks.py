@@ -8,20 +8,19 @@ import pytest
 import workers.runtime as runtime
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
+from service.runtime import build_runtime
 from service_support import free_port
-from store.factory import open_store
-from store.index import open_index
+from store.backends import open_index
 from workers.tasks import precompute
 
 
 @pytest.fixture
 def worker_runtime(tmp_path):
     settings = Settings(home=tmp_path, model="unused", device="cpu", store_max_bytes=64 << 20)
-    store = open_store(settings)
     engine = tiny_text_engine(tmp_path / "engine")
-    engine.cache = store.cache
-    runtime._runtime = runtime.WorkerRuntime(settings, store, engine, 0.0)
+    runtime._runtime = build_runtime(settings, engine, queue="none", recover=False)  # as get_runtime() does
     yield runtime._runtime
+    runtime._runtime.close()
     runtime._runtime = None
 
 

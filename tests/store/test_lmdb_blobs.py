@@ -1,4 +1,4 @@
-"""BlobStore: exact round trips, int8, layer reads, checksums, eviction when the map is at its maximum."""
+"""LmdbBlobStore: exact round trips, int8, layer reads, checksums, eviction when the map is at its maximum."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from store.blobs import BLOBS_DB, BlobStore
 from store.codec import FORMAT_VERSION, CorruptRecordError
+from store.lmdb_blobs import BLOBS_DB, LmdbBlobStore
 from store.lmdb_env import StoreFullError, open_env
 
 
 @pytest.fixture
 def blobs(lmdb_env, clock):
-    store = BlobStore(lmdb_env, clock=clock)
+    store = LmdbBlobStore(lmdb_env, clock=clock)
     yield store
     store.close()
 
@@ -108,7 +108,7 @@ def _flip_last_byte(env, record: str) -> None:
 @pytest.mark.parametrize("record", ["L1", "ids"])
 def test_corrupt_payload_is_a_miss_and_is_deleted(lmdb_env, make_kv, same_kv, record):
     reported = []
-    blobs = BlobStore(lmdb_env, on_corrupt=reported.append)
+    blobs = LmdbBlobStore(lmdb_env, on_corrupt=reported.append)
     kv_ok = make_kv(seed=1)
     blobs.put("good", kv_ok)
     blobs.put("bad", make_kv(seed=2))
@@ -123,7 +123,7 @@ def test_corrupt_payload_is_a_miss_and_is_deleted(lmdb_env, make_kv, same_kv, re
 
 def test_corrupt_layer_during_iter_layers_raises(lmdb_env, make_kv):
     reported = []
-    blobs = BlobStore(lmdb_env, on_corrupt=reported.append)
+    blobs = LmdbBlobStore(lmdb_env, on_corrupt=reported.append)
     blobs.put("bad", make_kv())
     _flip_last_byte(lmdb_env, "bad/L2")
     it = blobs.iter_layers("bad")
@@ -134,7 +134,7 @@ def test_corrupt_layer_during_iter_layers_raises(lmdb_env, make_kv):
 
 
 def test_corrupt_meta_is_a_miss(lmdb_env, make_kv):
-    blobs = BlobStore(lmdb_env)
+    blobs = LmdbBlobStore(lmdb_env)
     blobs.put("m", make_kv())
     with lmdb_env.env.begin(write=True, db=lmdb_env.db(BLOBS_DB)) as txn:
         txn.put(b"m/meta", b"{not json")
@@ -145,7 +145,7 @@ def test_corrupt_meta_is_a_miss(lmdb_env, make_kv):
 
 def test_map_grows_before_evicting(tmp_path, make_kv, same_kv):
     env = open_env(tmp_path / "grow", map_size=256 << 10, max_map_size=64 << 20)
-    blobs = BlobStore(env)
+    blobs = LmdbBlobStore(env)
     docs = {f"d{i}": make_kv(layers=2, heads=2, tokens=256, dim=16, seed=i) for i in range(8)}  # ~131 KB each
     for k, kv in docs.items():
         blobs.put(k, kv)
@@ -158,7 +158,7 @@ def test_map_grows_before_evicting(tmp_path, make_kv, same_kv):
 def test_full_map_evicts_least_valuable_and_keeps_the_rest_intact(tmp_path, make_kv, same_kv, clock):
     env = open_env(tmp_path / "full", map_size=256 << 10, max_map_size=1 << 20)
     evicted = []
-    blobs = BlobStore(env, clock=clock, on_evict=evicted.append)
+    blobs = LmdbBlobStore(env, clock=clock, on_evict=evicted.append)
     docs = {}
     for i in range(20):
         clock.advance(1.0)

@@ -1,4 +1,5 @@
-"""LMDB blob store of document KV caches, readable layer by layer, checksummed, self-evicting.
+"""The LMDB :class:`~store.blob_store.BlobStore`: document KV caches, readable layer by layer,
+checksummed, self-evicting (``lmdb://PATH``).
 
 Records live in the ``blobs`` sub-database of one :class:`~store.lmdb_env.LmdbEnv` (shared with the
 embedded index), under the cache key (see :func:`store.keys.cache_key`)::
@@ -25,6 +26,7 @@ import torch
 from kvlink_rag.types import DocumentKV
 from store import codec
 from store.access_stats import AccessStats
+from store.blob_store import BlobStore
 from store.codec import CorruptRecordError
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 
@@ -45,7 +47,7 @@ def _check_key(key: str) -> bytes:
     return raw
 
 
-class BlobStore:
+class LmdbBlobStore(BlobStore):
     """Document KV caches in LMDB.
 
     Args:
@@ -270,11 +272,13 @@ class BlobStore:
         with self.env.read() as txn:
             return txn.get(_rkey(key, "meta"), db=self._db) is not None
 
-    __contains__ = contains
-
     def keys(self) -> list[str]:
         """All stored cache keys, sorted."""
         return self.access.keys()
+
+    def entries(self) -> dict[str, dict]:
+        """Key -> ``{hits, last_access, created, nbytes}`` from the access stats (buffered reads included)."""
+        return self.access.rows()
 
     def _corrupt(self, key: str, err: Exception) -> None:
         log.warning("corrupt KV record %s (%s); deleting it", key, err)
@@ -330,6 +334,15 @@ class BlobStore:
             "evictions": self.evictions,
             "map_grows": self.env.grow_count,
         }
+
+    def used_bytes(self) -> int:
+        """Bytes of the LMDB map in use (the whole environment: blobs, texts, embedded index)."""
+        return self.env.used_bytes
+
+    def ping(self) -> None:
+        """Open and close one read transaction (raises the LMDB error when the store is unreadable)."""
+        with self.env.read():
+            pass
 
     def close(self) -> None:
         """Flush access stats (the shared environment stays open)."""

@@ -1,6 +1,7 @@
-"""Where the API sends precompute work: a thread pool in the server (embedded) or Celery workers.
+"""Where precompute work goes: a thread pool in this process (embedded), Celery workers, or nowhere.
 
-Both are ``store.catalog.Enqueue`` callables ``(tenant, doc_id, version) -> None`` with a queue depth.
+Every one is a :class:`Queue`: a ``store.catalog.Enqueue`` callable ``(tenant, doc_id, version) -> None``
+with a depth, a reachability check and ``close``.
 """
 
 from __future__ import annotations
@@ -8,12 +9,57 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.settings import Settings
+    from store.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 
 class QueueUnavailable(RuntimeError):
     """The task queue (the Redis broker) cannot be reached."""
+
+
+@runtime_checkable
+class Queue(Protocol):
+    """A precompute queue."""
+
+    def __call__(self, tenant: str, doc_id: str, version: int) -> None:
+        """Schedule the precompute of ``doc_id`` at ``version``; returns at once.
+
+        Raises:
+            QueueUnavailable: the queue cannot be reached.
+        """
+
+    def depth(self) -> int:
+        """Tasks waiting (and, embedded, running)."""
+
+    def ping(self) -> None:
+        """Raises when the queue is unreachable."""
+
+    def close(self) -> None:
+        """Release the queue (embedded: finish its tasks)."""
+
+
+class NoQueue:
+    """Schedules nothing (workers, direct CLI commands): documents are precomputed by whoever holds the
+    engine, or when first queried."""
+
+    def __call__(self, tenant: str, doc_id: str, version: int) -> None:
+        """Does nothing."""
+
+    def depth(self) -> int:
+        """Always 0."""
+        return 0
+
+    def ping(self) -> None:
+        """Always reachable."""
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class EmbeddedQueue:
@@ -26,8 +72,9 @@ class EmbeddedQueue:
     The catalog is attached after the store is opened (:attr:`catalog`), since it needs this queue.
     """
 
-    def __init__(self, engine, model_lock: threading.Lock, threads: int = 1):
-        self.engine, self.model_lock, self.catalog = engine, model_lock, None
+    def __init__(self, engine: Engine | None, model_lock: threading.Lock, threads: int = 1):
+        self.engine, self.model_lock = engine, model_lock
+        self.catalog: Catalog | None = None
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompute") if threads else None
         self._pending = 0
         self._count_lock = threading.Lock()
@@ -76,10 +123,10 @@ class CeleryQueue:
         settings: broker URL, queue name (the web process never imports the task code).
     """
 
-    def __init__(self, settings):
+    def __init__(self, settings: Settings):
         import redis
 
-        from workers.celery_app import PRECOMPUTE_TASK, make_celery
+        from service.celery_config import PRECOMPUTE_TASK, make_celery
 
         self.app = make_celery(settings)
         self.task_name = PRECOMPUTE_TASK

@@ -1,0 +1,25 @@
+"""The error the service raises for bad input or an unservable request, and which exceptions mean Redis is down.
+
+:class:`ServiceError` carries an HTTP-like status (the API answers with it; the CLI prints the message),
+a stable machine code and a human message.
+"""
+
+from __future__ import annotations
+
+from service.queues import QueueUnavailable
+
+
+class ServiceError(Exception):
+    """An error with an HTTP-like status (4xx: the caller's fault; 503: a dependency is down), a stable
+    machine ``code`` and a human ``message``."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def redis_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "Redis (index or broker) is unreachable"."""
+    import redis
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable)

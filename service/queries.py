@@ -1,0 +1,237 @@
+"""Answering a query for a tenant: validate, pick documents (ids or BM25), link cached KV, generate.
+
+The engine is shared by all requests; each request works on a shallow copy whose ``cache`` is the
+tenant's view of the store wrapped in a :class:`RecordingCache` (per-document hit/miss), and every model
+call runs under one lock (one model; the embedded precompute threads take it too). Planning never takes
+that lock (a named adapter is only checked then, and loaded into the model when the query runs), so a
+front end can keep requests that wait for the model out of its threads (the API: ``api.concurrency``).
+Documents are chosen and loaded by :mod:`service.documents_choice`.
+
+All timings are seconds measured from the start of :meth:`QueryService.plan` (request accepted).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvlink_rag.types import ContextTooLong
+from service.documents_choice import DocumentChoice, QueryDoc
+from service.errors import ServiceError, redis_errors
+from service.recording_cache import RecordingCache
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Answer, Engine
+    from kvlink_rag.settings import Settings
+    from service.retrieval import Retrieval
+    from store.factory import Store
+
+__all__ = ["QueryDoc", "QueryPlan", "QueryResult", "QueryService"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QueryPlan:
+    """Validated query with its documents; ``t0`` is ``time.perf_counter()`` at the start."""
+
+    tenant: str
+    question: str
+    docs: list[QueryDoc]
+    retrieval_s: float
+    t0: float
+    k: int | None = None
+    adapter: str | None = None
+    sampling: dict = field(default_factory=dict)
+
+
+@dataclass
+class QueryResult:
+    """Answer text and ids, per-document cache hits, timings (s) and token counts."""
+
+    answer: str
+    token_ids: list[int]
+    docs: list[QueryDoc]
+    cache_hits: list[bool]
+    timings: dict[str, float]
+    context_tokens: int
+    finish_reason: str
+
+    def documents(self) -> list[dict]:
+        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order."""
+        return [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
+                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
+                for d, hit in zip(self.docs, self.cache_hits, strict=True)]
+
+
+class QueryService:
+    """Queries over one shared engine and store.
+
+    Args:
+        engine: the shared engine; its cache is the store's ``StoreCache`` (the store's cache keys).
+        store: the store (texts, index, catalog, cache).
+        retrieval: BM25 over each tenant's documents.
+        model_lock: serialises model calls.
+        settings: limits (question length, top_k, max_new_tokens, documents per query).
+        on_result: called with every finished :class:`QueryResult` (metrics).
+    """
+
+    def __init__(self, engine: Engine, store: Store, retrieval: Retrieval, model_lock: threading.Lock,
+                 settings: Settings, on_result: Callable[[QueryResult], None] | None = None):
+        from kvlink_rag.named_adapters import AdapterVariants
+
+        self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
+        self.settings, self.on_result = settings, on_result
+        self.variants = AdapterVariants(engine, settings.links_dir, settings.max_loaded_adapters)
+        self.choice = DocumentChoice(store, retrieval, settings)
+
+    # -- validation and document choice --------------------------------------------------------------
+    def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
+             k: int | None = None, adapter: str | None = None, **sampling) -> QueryPlan:
+        """Check the limits and pick the documents.
+
+        Raises:
+            ServiceError: 422 over a limit or contradictory fields, 400 unknown adapter, 404 unknown document
+                ids or no document matching the question.
+            redis.exceptions.ConnectionError: retrieval needed the Redis index and it is down.
+        """
+        t0 = time.perf_counter()
+        s = self.settings
+        question = (question or "").strip()
+        if not question:
+            raise ServiceError(422, "invalid_question", "question is empty")
+        if len(question) > s.max_question_chars:
+            raise ServiceError(422, "question_too_long", f"question has {len(question)} characters; the limit "
+                               f"is {s.max_question_chars} (KVLINK_RAG_MAX_QUESTION_CHARS)")
+        if document_ids is not None and top_k is not None:
+            raise ServiceError(422, "invalid_request", "give either document_ids or top_k, not both")
+        mnt = sampling.get("max_new_tokens")
+        if mnt is not None and not 1 <= mnt <= s.max_new_tokens_limit:
+            raise ServiceError(422, "max_new_tokens_out_of_range", "max_new_tokens must be within "
+                               f"1..{s.max_new_tokens_limit} (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {mnt}")
+        self._check_links(k, adapter)
+        if document_ids is not None:
+            docs = self.choice.by_ids(tenant, document_ids)
+        else:
+            docs = self.choice.retrieve(tenant, question, s.default_top_k if top_k is None else top_k)
+        return QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
+                         {k_: v for k_, v in sampling.items() if v is not None})
+
+    def _check_links(self, k: int | None, adapter: str | None, load: bool = False) -> Engine | None:
+        """Check ``adapter`` exists and fits the model and ``k`` is within its K (reads its file only).
+
+        With ``load`` (under the model lock): the adapter's engine, its LoRA loaded into the model.
+        """
+        from kvlink_rag.links import LinkTokensMismatch
+        from kvlink_rag.named_adapters import UnknownAdapter
+
+        try:
+            eng = self.variants.get(adapter) if load else None
+            lt = eng.link_tokens if eng is not None else self.variants.check(adapter)
+        except UnknownAdapter as e:
+            raise ServiceError(400, "unknown_adapter", str(e)) from None
+        except LinkTokensMismatch as e:
+            raise ServiceError(400, "adapter_mismatch", str(e)) from None
+        loaded = lt.k if lt is not None else 0
+        if k is not None and not 0 <= k <= loaded:
+            raise ServiceError(422, "k_out_of_range", f"k (link tokens per document) must be within "
+                               f"0..{loaded}, the number loaded (KVLINK_RAG_LINK_K or the adapter's K); got {k}")
+        return eng
+
+    # -- answering -----------------------------------------------------------------------------------
+    def _request_engine(self, plan: QueryPlan) -> Engine:
+        """The engine of the plan's adapter (loaded now: call under the model lock) with a recording cache.
+
+        The adapter is checked again: its file may have been removed or rewritten since planning.
+        """
+        eng = copy.copy(self._check_links(plan.k, plan.adapter, load=True))  # the shared engines stay as they are
+        eng.cache = RecordingCache(self.store.cache.for_tenant(plan.tenant))
+        return eng
+
+    def answer(self, plan: QueryPlan) -> QueryResult:
+        """Generate the whole answer.
+
+        Raises:
+            ServiceError: 422 when the prompt does not fit the model (``ContextTooLong``), 400 when the
+                adapter was removed or replaced by a foreign one since planning. Anything else is an
+                internal error.
+        """
+        for _, result in self._generate(plan, pieces=False):  # one item: ("done", result)
+            pass
+        return result
+
+    def stream(self, plan: QueryPlan) -> Iterator[tuple[str, object]]:
+        """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``.
+
+        Holds the model lock while generating; closing the generator early releases it. Raises as
+        :meth:`answer` (before the first token).
+        """
+        return self._generate(plan, pieces=True)
+
+    def _generate(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
+        """Link the plan's documents and run :meth:`Engine.generate` under the model lock: ``("token",
+        piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``."""
+        docs = [d.document for d in plan.docs]
+        with self.model_lock:
+            t_call = time.perf_counter()
+            eng = self._request_engine(plan)
+            try:
+                ctx, _ = eng.link_context(plan.question, docs, plan.k)
+            except ContextTooLong as e:
+                raise ServiceError(422, "context_too_long", str(e)) from e
+            ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
+        end = time.perf_counter()
+        timings = {"retrieval_s": plan.retrieval_s, "queue_wait_s": t_call - plan.t0 - plan.retrieval_s,
+                   "cache_load_s": ans.timings["load_s"],
+                   "link_s": ans.timings["rope_s"] + ans.timings["link_forward_s"],
+                   "ttft_s": t_call - plan.t0 + ans.ttft_s, "total_s": end - plan.t0}
+        yield "done", self._finish(plan, eng, ans, timings)
+
+    def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float]) -> QueryResult:
+        keys = [eng.cache_key(d.document) for d in plan.docs]
+        hits = [eng.cache.hits.get(key, False) for key in keys]
+        result = QueryResult(ans.text, ans.token_ids, plan.docs, hits, timings, ans.context_tokens,
+                             ans.finish_reason)
+        self._record(plan, hits, [eng.cache.unstored.get(key) for key in keys])
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+    def _record(self, plan: QueryPlan, hits: list[bool], unstored: list[str | None]) -> None:
+        """Bookkeeping after a query (best effort; skipped while the index is down): documents encoded on
+        the spot become ``ready`` in the index (their cache is already stored, so this does not encode
+        again), those too large for the store ``failed`` (with the reason; queries keep answering them
+        uncached), hit counters of the others go up."""
+        catalog = self.store.catalog
+        try:
+            for d, hit, why in zip(plan.docs, hits, unstored, strict=True):
+                if hit:
+                    self.store.index.incr_hits(plan.tenant, d.doc_id)
+                elif why is not None:
+                    catalog.fail(plan.tenant, d.doc_id, d.version, why)
+                else:
+                    with self.model_lock:  # ready now; or the cache it wrote is dropped if d changed since
+                        catalog.adopt(plan.tenant, d.doc_id, d.version, d.document, self.engine)
+        except redis_errors() as e:
+            log.warning("index unreachable; query bookkeeping skipped (%s)", e)
+        except ValueError as e:  # the document was marked failed (e.g. its cache does not fit the store)
+            log.warning("query bookkeeping: %s", e)
+
+
+def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:
+    """``("token", piece)`` for each piece of an :meth:`Engine.generate` generator; returns its Answer.
+    Closing this generator closes ``gen`` (decoding stops, the adapter scope ends)."""
+    try:
+        while True:
+            try:
+                piece = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            yield "token", piece
+    finally:
+        gen.close()

@@ -1,0 +1,60 @@
+"""Open a store backend by URL: the blob store (:func:`open_blob_store`) and the document index
+(:func:`open_index`).
+
+The only module that names the backends; the interfaces (:mod:`store.blob_store`, :mod:`store.index`)
+import none of them, so adding a backend touches this module and the new one only. Backends are
+imported when their scheme is asked for (a Redis client is not imported for an embedded index).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.blob_store import BlobStore
+from store.index import DocumentIndex
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def open_blob_store(url: str, **kwargs: Any) -> BlobStore:
+    """Open the blob store named by ``url``.
+
+    Args:
+        url: ``lmdb://PATH`` (an LMDB environment in the folder PATH, created if needed).
+        kwargs: passed to the backend (LMDB: ``max_map_size=``, ``map_size=``, ``on_corrupt=``,
+            ``on_evict=``, ``clock=``, ``stats_flush_s=``; see :class:`store.lmdb_blobs.LmdbBlobStore`).
+    Raises:
+        ValueError: unknown scheme or no path (the message names the supported schemes).
+    """
+    scheme = _scheme(url)
+    if scheme == "lmdb" and url[len("lmdb://"):]:
+        from store.lmdb_blobs import LmdbBlobStore
+
+        return LmdbBlobStore(url[len("lmdb://"):], **kwargs)
+    raise ValueError(f"unknown blob store URL {url!r}; supported: lmdb://PATH")
+
+
+def open_index(url: str, env=None, **kwargs: Any) -> DocumentIndex:
+    """Open the index named by ``url``.
+
+    Args:
+        url: ``lmdb://PATH`` (embedded, in the store's LMDB environment) or ``redis://host:port/db``
+            (also ``rediss://``, ``unix://``; ``?prefix=...`` sets the key prefix).
+        env: an open :class:`store.lmdb_env.LmdbEnv` to share (embedded only; else opened from PATH).
+        kwargs: passed to the backend (``prefix=`` for Redis, ``clock=`` for both).
+
+    Raises:
+        ValueError: unknown scheme.
+    """
+    scheme = _scheme(url)
+    if scheme == "lmdb":
+        from store.embedded_index import EmbeddedIndex
+        from store.lmdb_env import open_env
+
+        return EmbeddedIndex(env if env is not None else open_env(url[len("lmdb://") :]), **kwargs)
+    if scheme in ("redis", "rediss", "unix"):
+        from store.redis_index import RedisIndex
+
+        return RedisIndex.from_url(url, **kwargs)
+    raise ValueError(f"unknown index URL {url!r}; use lmdb://PATH or redis://host:port/db")

@@ -1,0 +1,57 @@
+"""QueryService over a runtime: answer and stream run the engine's one decode loop and agree with the
+engine's own answer; closing a stream early releases the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlink_rag.engine import run_to_end
+from service.errors import ServiceError
+
+PARIS = "Paris is the capital and largest city of France."
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture
+def runtime(make_runtime):
+    rt = make_runtime()
+    rt.store.catalog.ingest("default", "paris", PARIS, "Paris")
+    return rt
+
+
+def test_answer_stream_and_the_engine_give_the_same_tokens(runtime, tiny_engine):
+    queries = runtime.queries
+    whole = queries.answer(queries.plan("default", QUESTION, ["paris"]))
+    events = list(queries.stream(queries.plan("default", QUESTION, ["paris"])))
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "done" and set(kinds[:-1]) <= {"token"} and len(kinds) > 1
+    streamed = events[-1][1]
+    pieces = "".join(value for kind, value in events if kind == "token")
+    assert streamed.token_ids == whole.token_ids and len(whole.token_ids) == 4
+    assert pieces.strip() == streamed.answer == whole.answer
+    assert (streamed.finish_reason, streamed.context_tokens) == (whole.finish_reason, whole.context_tokens)
+    assert set(whole.timings) == {"retrieval_s", "queue_wait_s", "cache_load_s", "link_s", "ttft_s", "total_s"}
+    doc = queries.plan("default", QUESTION, ["paris"]).docs[0].document
+    direct = tiny_engine.answer(QUESTION, [doc])
+    assert direct.token_ids == whole.token_ids and direct.text == whole.answer
+    assert direct.context_tokens == whole.context_tokens and direct.finish_reason == whole.finish_reason
+    streamed_direct = run_to_end(tiny_engine.stream(QUESTION, [doc]))  # the stream returns its Answer
+    assert streamed_direct.token_ids == whole.token_ids and streamed_direct.cache_hits == 1
+
+
+def test_closing_a_stream_early_releases_the_model_lock(runtime):
+    queries = runtime.queries
+    events = queries.stream(queries.plan("default", QUESTION, ["paris"]))
+    assert next(events)[0] == "token"
+    assert runtime.model_lock.locked()
+    events.close()
+    assert not runtime.model_lock.locked()
+
+
+def test_planning_errors_are_service_errors_with_a_status(runtime):
+    with pytest.raises(ServiceError) as e:
+        runtime.queries.plan("default", QUESTION, ["nope"])
+    assert (e.value.status, e.value.code) == (404, "document_not_found")
+    with pytest.raises(ServiceError) as e:
+        runtime.queries.plan("default", "  ")
+    assert (e.value.status, e.value.code) == (422, "invalid_question")

@@ -1,0 +1,37 @@
+"""Backends opened by URL: the blob store behind its interface, and the store sharing one LMDB environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlink_rag.settings import Settings
+from store.backends import open_blob_store
+from store.blob_store import BlobStore
+from store.factory import open_store
+from store.lmdb_blobs import LmdbBlobStore
+
+
+def test_lmdb_url_opens_the_lmdb_blob_store(tmp_path, make_kv, same_kv):
+    blobs = open_blob_store(f"lmdb://{tmp_path / 'store'}", max_map_size=64 << 20)
+    assert isinstance(blobs, LmdbBlobStore) and isinstance(blobs, BlobStore)
+    kv = make_kv(seed=3)
+    nbytes = blobs.put("doc", kv)
+    same_kv(blobs.get("doc"), kv)
+    assert "doc" in blobs and blobs.keys() == ["doc"] and blobs.meta("doc")["nbytes"] == nbytes
+    assert {k: row["nbytes"] for k, row in blobs.entries().items()} == {"doc": nbytes}
+    blobs.ping()
+    assert blobs.used_bytes() == blobs.env.used_bytes > 0
+    assert blobs.delete("doc") and "doc" not in blobs and blobs.entries() == {}
+    blobs.close()
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/kv", "/plain/path", "lmdb://", ""])
+def test_other_urls_are_refused_naming_the_supported_schemes(url):
+    with pytest.raises(ValueError, match="supported: lmdb://PATH"):
+        open_blob_store(url)
+
+
+def test_store_shares_one_lmdb_environment(tmp_path):
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20))
+    assert st.texts.env is st.blobs.env and st.index.env is st.blobs.env
+    assert st.catalog.blobs is st.blobs is st.cache.blobs
