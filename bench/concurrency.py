@@ -58,41 +58,57 @@ def concurrency(engine: Engine, examples: list[NQExample], clients: list[int], r
                 raise TimeoutError("documents were not precomputed in time")
             time.sleep(0.2)
         for n_clients in clients:
-            rng = random.Random(seed + n_clients)
-            plan = []
-            docs_of = {name: n_docs for name, _, n_docs in CLASSES}
-            for name in workload(max(requests, n_clients), rng):
-                n_docs = docs_of[name]
-                q = rng.randrange(len(pool))
-                ids = [f"d{q}"] + [f"d{j}" for j in rng.sample([j for j in range(len(pool)) if j != q], n_docs - 1)]
-                plan.append((name, {"question": pool[q].question, "document_ids": ids, "max_new_tokens": max_new_tokens}))
-            results: list[tuple[str, float, int, int]] = []
-            lock = threading.Lock()
-
-            def client(k: int) -> None:
-                for name, body in plan[k::n_clients]:
-                    t0 = time.perf_counter()
-                    resp = c.post("/v1/query", json=body).json()
-                    lat = time.perf_counter() - t0
-                    hits = sum(d["cache_hit"] for d in resp["documents"])
-                    with lock:
-                        results.append((name, lat, hits, len(resp["documents"])))
-
-            t0 = time.perf_counter()
-            threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - t0
-            lat = [r[1] for r in results]
-            by = {name: [r[1] for r in results if r[0] == name] for name, _, _ in CLASSES}
-            short, long_ = by["short"], by["long"]
-            rows.append({"clients": n_clients, "requests": len(results), "throughput_rps": len(results) / wall,
-                         "p50_s": statistics.median(lat), "p99_s": _pct(lat, 0.99),
-                         "hit_rate": sum(r[2] for r in results) / sum(r[3] for r in results),
-                         "p50_short_s": statistics.median(short) if short else None,
-                         "p50_long_s": statistics.median(long_) if long_ else None,
-                         "long_over_short": (statistics.median(long_) / statistics.median(short))
-                         if short and long_ else None})
+            plan = _plan(pool, max(requests, n_clients), random.Random(seed + n_clients), max_new_tokens)
+            results, wall = _run_clients(c, plan, n_clients)
+            rows.append(_summary(n_clients, results, wall))
     return rows
+
+
+def _plan(pool: list[NQExample], n: int, rng: random.Random, max_new_tokens: int) -> list[tuple[str, dict]]:
+    """``n`` query bodies ``(class, body)`` of the :func:`workload` mix over the ingested documents
+    ``d0..d{len(pool)-1}`` (the question's own gold passage plus random others)."""
+    n_pool = len(pool)
+    docs_of = {name: n_docs for name, _, n_docs in CLASSES}
+    plan = []
+    for name in workload(n, rng):
+        q = rng.randrange(n_pool)
+        others = rng.sample([j for j in range(n_pool) if j != q], docs_of[name] - 1)
+        plan.append((name, {"question": pool[q].question, "document_ids": [f"d{q}"] + [f"d{j}" for j in others],
+                            "max_new_tokens": max_new_tokens}))
+    return plan
+
+
+def _run_clients(c, plan: list[tuple[str, dict]], n_clients: int) -> tuple[list[tuple[str, float, int, int]], float]:
+    """Send ``plan`` from ``n_clients`` threads; ``[(class, latency s, hits, documents)]`` and the wall time (s)."""
+    results: list[tuple[str, float, int, int]] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for name, body in plan[k::n_clients]:
+            t0 = time.perf_counter()
+            resp = c.post("/v1/query", json=body).json()
+            lat = time.perf_counter() - t0
+            hits = sum(d["cache_hit"] for d in resp["documents"])
+            with lock:
+                results.append((name, lat, hits, len(resp["documents"])))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - t0
+
+
+def _summary(n_clients: int, results: list[tuple[str, float, int, int]], wall: float) -> dict:
+    """Throughput, p50/p99 latency, hit rate and the short-vs-long latency spread of one level."""
+    lat = [r[1] for r in results]
+    by = {name: [r[1] for r in results if r[0] == name] for name, _, _ in CLASSES}
+    short, long_ = by["short"], by["long"]
+    return {"clients": n_clients, "requests": len(results), "throughput_rps": len(results) / wall,
+            "p50_s": statistics.median(lat), "p99_s": _pct(lat, 0.99),
+            "hit_rate": sum(r[2] for r in results) / sum(r[3] for r in results),
+            "p50_short_s": statistics.median(short) if short else None,
+            "p50_long_s": statistics.median(long_) if long_ else None,
+            "long_over_short": (statistics.median(long_) / statistics.median(short)) if short and long_ else None}

@@ -42,44 +42,10 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
         st = open_store(engine.settings.model_copy(update={"home": Path(tmp), "store_max_bytes": 16 << 30,
                                                            "host_cache_bytes": 8 << 30}))
         engine.cache = st.cache
-        ttft_rows, start = [], 100
-        for total in lengths:
-            docs = documents_for_budget(engine, examples, 10, total, start=start)
-            start += 80
-            for d in docs:
-                engine.get_or_encode(d)
-            keys = [engine.cache_key(d) for d in docs]
-            log(f"TTFT at ~{total} tokens")
-            full = ttft_full(engine, question, docs, repeats)
-            host = ttft_linked(engine, question, docs, repeats)
-            warm = ttft_linked(engine, question, docs, repeats, before=lambda: [st.tiered.invalidate(k) for k in keys])
-            cold_ok = drop_page_cache()
-            cold = ttft_linked(engine, question, docs, repeats,
-                               before=lambda: ([st.tiered.invalidate(k) for k in keys], drop_page_cache())) if cold_ok else None
-            floor = physical_floor(engine, question, docs, repeats)
-            step = first_decode_step(engine, question, docs, repeats)
-            ctx_tokens = int(engine.prompt_ids(question, docs).numel())
-            ttft_rows.append({"target_tokens": total, "context_tokens": ctx_tokens, "full": full.as_dict(),
-                              "linked_host": host, "linked_lmdb_warm": warm, "linked_lmdb_cold": cold,
-                              "floor": floor, "first_decode_step": step.as_dict(),
-                              "speedup_host": full.median / host["total"]["median_s"],
-                              "speedup_lmdb_warm": full.median / warm["total"]["median_s"],
-                              "linked_over_floor": host["total"]["median_s"] / floor["floor_s"]})
-        results["ttft"] = ttft_rows
+        results["ttft"] = _ttft_rows(engine, st, examples, question, lengths, repeats, log)
         log("load bandwidth")
         docs = documents_for_budget(engine, examples, 10, 4000, start=1000)
-        bw = {}
-        for int8 in (False, True):
-            items = {}
-            for i, d in enumerate(docs):
-                kv = engine.encode(d)
-                key = f"bench-bw-{int8}-{i}"
-                st.blobs.put(key, kv, int8=int8)
-                items[key] = kv
-            bw["int8" if int8 else engine.settings.kv_dtype] = {
-                **load_bandwidth(st.blobs, items, repeats=max(3, repeats)),
-                "bytes_per_token": bytes_per_token(st.blobs, list(items))}
-        results["bandwidth"] = bw
+        results["bandwidth"] = _bandwidth(engine, st, docs, repeats)
         log("precompute throughput")
         results["precompute"] = precompute_throughput(engine, st.blobs, docs)
         log("scaling with documents")
@@ -94,3 +60,48 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
         engine.cache = None  # the app gives each request its tenant's store cache
         results["concurrency"] = concurrency(engine, examples, clients, requests=requests)
     return results
+
+
+def _ttft_rows(engine: Engine, st, examples, question: str, lengths: list[int], repeats: int, log) -> list[dict]:
+    """Per context length (tokens, 10 documents): full prefill, linked from the host tier, from LMDB with a
+    warm and a cold page cache, the physical floor and the first decode step, side by side."""
+    rows, start = [], 100
+    for total in lengths:
+        docs = documents_for_budget(engine, examples, 10, total, start=start)
+        start += 80
+        for d in docs:
+            engine.get_or_encode(d)
+        keys = [engine.cache_key(d) for d in docs]
+        log(f"TTFT at ~{total} tokens")
+        full = ttft_full(engine, question, docs, repeats)
+        host = ttft_linked(engine, question, docs, repeats)
+        warm = ttft_linked(engine, question, docs, repeats, before=lambda: [st.tiered.invalidate(k) for k in keys])
+        cold_ok = drop_page_cache()
+        cold = ttft_linked(engine, question, docs, repeats,
+                           before=lambda: ([st.tiered.invalidate(k) for k in keys], drop_page_cache())) if cold_ok else None
+        floor = physical_floor(engine, question, docs, repeats)
+        step = first_decode_step(engine, question, docs, repeats)
+        ctx_tokens = int(engine.prompt_ids(question, docs).numel())
+        rows.append({"target_tokens": total, "context_tokens": ctx_tokens, "full": full.as_dict(),
+                     "linked_host": host, "linked_lmdb_warm": warm, "linked_lmdb_cold": cold,
+                     "floor": floor, "first_decode_step": step.as_dict(),
+                     "speedup_host": full.median / host["total"]["median_s"],
+                     "speedup_lmdb_warm": full.median / warm["total"]["median_s"],
+                     "linked_over_floor": host["total"]["median_s"] / floor["floor_s"]})
+    return rows
+
+
+def _bandwidth(engine: Engine, st, docs: list, repeats: int) -> dict:
+    """LMDB -> tensors load bandwidth and bytes per token, in the KV dtype and in int8."""
+    bw = {}
+    for int8 in (False, True):
+        items = {}
+        for i, d in enumerate(docs):
+            kv = engine.encode(d)
+            key = f"bench-bw-{int8}-{i}"
+            st.blobs.put(key, kv, int8=int8)
+            items[key] = kv
+        bw["int8" if int8 else engine.settings.kv_dtype] = {
+            **load_bandwidth(st.blobs, items, repeats=max(3, repeats)),
+            "bytes_per_token": bytes_per_token(st.blobs, list(items))}
+    return bw

@@ -29,11 +29,13 @@ class BlobStore(ABC):
     evictions: int = 0
 
     @abstractmethod
-    def put(self, key: str, kv: DocumentKV, int8: bool = False) -> int:
+    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
         """Store ``kv`` (keys/values ``[L, H, T, D]``) under ``key`` atomically, replacing any earlier record.
 
         Args:
             int8: store int8 (keys per channel, values per token) instead of ``kv.dtype``.
+            tracked: a document record will point at it; False for ad-hoc caches (``ask``, ``demo``),
+                which ``store check`` never reports as unreferenced.
         Returns:
             payload bytes written.
         Raises:

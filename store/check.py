@@ -11,7 +11,8 @@ Problems found by :func:`check_store`, and what ``repair`` does about each:
 * corrupt records without a readable text -> replaced by a ``failed`` record ("re-ingest it").
 
 Caches younger than ``min_age_s`` are never reported unreferenced: a precompute may be about to point a
-record at them.
+record at them. Ad-hoc caches (``kvlink-rag ask``/``demo``, written untracked) have no record by design:
+they are listed as ``untracked_caches`` for information, not counted as problems and never repaired.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class CheckReport:
         unreferenced_caches: ``(cache key, payload bytes)`` of caches no record points at.
         missing_caches: ``(tenant, doc_id, cache key)`` of ready records whose cache is not stored.
         texts_without_records, records_without_texts, corrupt_texts, corrupt_records: as named.
+        untracked_caches: ``(cache key, payload bytes)`` of ad-hoc caches (information, not a problem).
         repaired: ``repair`` was asked for and done.
     """
 
@@ -43,12 +45,13 @@ class CheckReport:
     records_without_texts: list[tuple[str, str]] = field(default_factory=list)
     corrupt_texts: list[tuple[str, str]] = field(default_factory=list)
     corrupt_records: list[tuple[str, str]] = field(default_factory=list)
+    untracked_caches: list[tuple[str, int]] = field(default_factory=list)
     repaired: bool = False
 
     @property
     def problems(self) -> int:
         """Number of problems found."""
-        return sum(len(v) for v in asdict(self).values() if isinstance(v, list))
+        return sum(len(v) for k, v in asdict(self).items() if isinstance(v, list) and k != "untracked_caches")
 
     @property
     def unreferenced_bytes(self) -> int:
@@ -67,11 +70,18 @@ def _scan(store) -> tuple[dict, dict]:
     return records, texts
 
 
-def _unreferenced(store, records: dict, min_age_s: float, now: float) -> list[tuple[str, int]]:
+def _unreferenced(store, records: dict, min_age_s: float, now: float,
+                  untracked: list | None = None) -> list[tuple[str, int]]:
+    """``(key, bytes)`` of tracked caches no record points at; ad-hoc ones are appended to ``untracked``."""
     used = {r.cache_key for r in records.values() if r.cache_key}
     out = []
     for key, row in sorted(store.blobs.entries().items()):
         if key in used or now - row["created"] < min_age_s or store.index.find_by_cache_key(key):
+            continue
+        meta = store.blobs.meta(key)
+        if meta is not None and meta.get("tracked", True) is False:
+            if untracked is not None:
+                untracked.append((key, int(row["nbytes"])))
             continue
         out.append((key, int(row["nbytes"])))
     return out
@@ -106,7 +116,7 @@ def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.
             report.corrupt_texts.append((t, d))
         elif (t, d) not in records:
             report.texts_without_records.append((t, d))
-    report.unreferenced_caches = _unreferenced(store, records, min_age_s, clock())
+    report.unreferenced_caches = _unreferenced(store, records, min_age_s, clock(), report.untracked_caches)
     if repair:
         _repair(store, report, texts, engine, min_age_s, clock)
     return report

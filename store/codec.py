@@ -90,8 +90,12 @@ def encode_ids(token_ids: torch.Tensor) -> bytes:
     return token_ids.detach().cpu().to(torch.int64).contiguous().numpy().tobytes()
 
 
-def build_meta(kv: DocumentKV, layers: list[bytes], ids: bytes, int8: bool) -> dict:
-    """The JSON-able meta record of a document whose payloads are ``layers`` and ``ids``."""
+def build_meta(kv: DocumentKV, layers: list[bytes], ids: bytes, int8: bool, tracked: bool = True) -> dict:
+    """The JSON-able meta record of a document whose payloads are ``layers`` and ``ids``.
+
+    ``tracked``: written for a document record of the catalog (False: an ad-hoc cache of ``ask``/``demo``,
+    which no record points at by design; ``store check`` does not report those as unreferenced).
+    """
     return {
         "format_version": FORMAT_VERSION,
         "dtype": "int8" if int8 else dtype_name(kv.dtype),
@@ -104,6 +108,7 @@ def build_meta(kv: DocumentKV, layers: list[bytes], ids: bytes, int8: bool) -> d
         "nbytes": sum(len(b) for b in layers) + len(ids),
         "checksum": {"ids": checksum(ids, FORMAT_VERSION), "layers": [checksum(b, FORMAT_VERSION) for b in layers]},
         "created": time.time(),
+        "tracked": tracked,
     }
 
 

@@ -37,14 +37,17 @@ class StoreCache(DocumentCache):
         int8: store new documents as int8.
         shared: all tenants share caches of the same text (``shared_cache_across_tenants``); else each
             tenant's keys include the tenant (:func:`store.keys.tenant_fingerprint`).
+        tracked: caches written here belong to document records of the catalog (the service); False for
+            the ad-hoc caches of ``kvlink-rag ask``/``demo`` (see :meth:`untracked`).
     Raises:
         ValueError: ``tiered`` has no blob store.
     """
 
-    def __init__(self, tiered: TieredCache, tenant: str = "default", int8: bool = False, shared: bool = False):
+    def __init__(self, tiered: TieredCache, tenant: str = "default", int8: bool = False, shared: bool = False,
+                 tracked: bool = True):
         if tiered.blob_store is None:
             raise ValueError("a StoreCache needs memory tiers over a blob store")
-        self.tiered, self.tenant, self.int8, self.shared = tiered, tenant, int8, shared
+        self.tiered, self.tenant, self.int8, self.shared, self.tracked = tiered, tenant, int8, shared, tracked
 
     @property
     def blobs(self) -> BlobStore:
@@ -52,7 +55,12 @@ class StoreCache(DocumentCache):
 
     def for_tenant(self, tenant: str) -> "StoreCache":
         """The same tiers and store, counted against ``tenant``."""
-        return StoreCache(self.tiered, tenant, self.int8, self.shared)
+        return StoreCache(self.tiered, tenant, self.int8, self.shared, self.tracked)
+
+    def untracked(self) -> "StoreCache":
+        """The same view for ad-hoc caches no document record points at (``ask``, ``demo``): kept and
+        evicted like any other, never reported or removed by ``store check`` as unreferenced."""
+        return StoreCache(self.tiered, self.tenant, self.int8, self.shared, tracked=False)
 
     def key(self, fingerprint: str, text: str) -> str:
         """``store.keys.cache_key`` of the exact prompt text (content hash, SimHash, and the fingerprint
@@ -109,7 +117,7 @@ class StoreCache(DocumentCache):
                 every other document (nothing was written).
             ValueError: invalid key or document.
         """
-        nbytes = self.blobs.put(key, kv, int8=self.int8)
+        nbytes = self.blobs.put(key, kv, int8=self.int8, tracked=self.tracked)
         if fill_tiers:
             if self.int8:
                 kv = self.blobs.get(key, kv.dtype) or kv

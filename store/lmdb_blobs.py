@@ -89,13 +89,15 @@ class LmdbBlobStore(BlobStore):
         self.env.add_reclaimer(self.evict)
 
     # -- writing -----------------------------------------------------------------------------------
-    def put(self, key: str, kv: DocumentKV, int8: bool = False) -> int:
+    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
         """Store ``kv`` under ``key`` in one write transaction (replacing any earlier record).
 
         Args:
             key: cache key (no ``/``, at most 400 bytes).
             kv: the document; keys/values ``[L, H, T, D]`` float32/bfloat16/float16.
             int8: store int8 (keys per channel, values per token) instead of ``kv.dtype``.
+            tracked: a document record will point at it (False: an ad-hoc cache, see
+                :func:`store.codec.build_meta`).
 
         Returns:
             payload bytes written.
@@ -108,7 +110,7 @@ class LmdbBlobStore(BlobStore):
         codec.validate(kv)
         layers = [codec.encode_layer(kv.keys[i], kv.values[i], int8) for i in range(kv.num_layers)]
         ids = codec.encode_ids(kv.token_ids)
-        meta = codec.build_meta(kv, layers, ids, int8)
+        meta = codec.build_meta(kv, layers, ids, int8, tracked)
         nbytes = meta["nbytes"]
         if nbytes > self.env.max_map_size * 0.9:
             raise StoreFullError(f"document of {nbytes} bytes exceeds the store's max map size")

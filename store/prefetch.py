@@ -17,6 +17,84 @@ from kvlink_rag.types import DocumentKV, LayeredDocuments
 from store.blob_store import BlobStore
 
 
+def _describe(blobs: BlobStore, items: list[DocumentKV | str]) -> tuple[list[dict | None], str, int, list[int]]:
+    """Meta records of the keyed documents, and the common fingerprint, layer count and token counts.
+
+    Raises:
+        KeyError: a keyed document is absent.
+        ValueError: the documents' fingerprints or layer counts differ.
+    """
+    metas: list[dict | None] = [None if isinstance(it, DocumentKV) else blobs.meta(it) for it in items]
+    for it, meta in zip(items, metas):
+        if not isinstance(it, DocumentKV) and meta is None:
+            raise KeyError(it)
+    fps = {it.fingerprint if isinstance(it, DocumentKV) else m["fingerprint"] for it, m in zip(items, metas)}
+    layers = {it.num_layers if isinstance(it, DocumentKV) else m["shape"][0] for it, m in zip(items, metas)}
+    if len(fps) != 1 or len(layers) != 1:
+        raise ValueError("documents differ in fingerprint or layer count")
+    num_tokens = [it.num_tokens if isinstance(it, DocumentKV) else m["shape"][2] for it, m in zip(items, metas)]
+    return metas, fps.pop(), layers.pop(), num_tokens
+
+
+class _LayerReader:
+    """The background side: reads layer i of every keyed document, concatenates it with the in-memory
+    documents' layer i and queues ``(k_raw, v)``, each ``[kv_heads, total_tokens, head_dim]``."""
+
+    def __init__(self, blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int,
+                 depth: int, on_loaded: Callable[[str, DocumentKV], None] | None):
+        self.blobs, self.items, self.metas, self.n_layers, self.on_loaded = blobs, items, metas, n_layers, on_loaded
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            iters = {j: self.blobs.iter_layers(it) for j, it in enumerate(self.items) if isinstance(it, str)}
+            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {j: [] for j in iters}
+            for i in range(self.n_layers):
+                ks, vs = [], []
+                for j, it in enumerate(self.items):
+                    k, v = (it.keys[i], it.values[i]) if isinstance(it, DocumentKV) else next(iters[j])
+                    if j in got:
+                        got[j].append((k, v))
+                    ks.append(k)
+                    vs.append(v)
+                if not self._hand_over((torch.cat(ks, dim=1), torch.cat(vs, dim=1))):
+                    return  # the consumer stopped early
+            if self.on_loaded is not None:
+                for j, layer_list in got.items():
+                    self.on_loaded(self.items[j], self._whole(j, layer_list))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self.queue.put(e)
+
+    def _hand_over(self, item) -> bool:
+        """Queue ``item`` unless the consumer has stopped; False when it has."""
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _whole(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> DocumentKV:
+        """Keyed document ``j`` reassembled from the layers read (for the memory tiers)."""
+        meta = self.metas[j]
+        return DocumentKV(keys=torch.stack([k for k, _ in layer_list]), values=torch.stack([v for _, v in layer_list]),
+                          token_ids=self.blobs.get_ids(self.items[j]), fingerprint=meta["fingerprint"],
+                          encoding=meta["encoding"])
+
+    def consume(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The consumer side: the layers in order; closing it early stops the reader."""
+        try:
+            for _ in range(self.n_layers):
+                item = self.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.stop.set()
+
+
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int = 2,
                     on_loaded: Callable[[str, DocumentKV], None] | None = None) -> LayeredDocuments:
     """Stream documents, some in memory (``DocumentKV``) and some in LMDB (cache key ``str``), by layer.
@@ -35,62 +113,7 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
         store.codec.CorruptRecordError: raised from ``layers`` when a layer fails its checksum (the record
             is deleted by the blob store).
     """
-    metas: list[dict | None] = [None if isinstance(it, DocumentKV) else blobs.meta(it) for it in items]
-    for it, meta in zip(items, metas):
-        if not isinstance(it, DocumentKV) and meta is None:
-            raise KeyError(it)
-    fps = {it.fingerprint if isinstance(it, DocumentKV) else m["fingerprint"] for it, m in zip(items, metas)}
-    layers = {it.num_layers if isinstance(it, DocumentKV) else m["shape"][0] for it, m in zip(items, metas)}
-    if len(fps) != 1 or len(layers) != 1:
-        raise ValueError("documents differ in fingerprint or layer count")
-    n_layers = layers.pop()
-    num_tokens = [it.num_tokens if isinstance(it, DocumentKV) else m["shape"][2] for it, m in zip(items, metas)]
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def reader() -> None:
-        try:
-            iters = {j: blobs.iter_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
-            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {j: [] for j in iters}
-            for i in range(n_layers):
-                ks, vs = [], []
-                for j, it in enumerate(items):
-                    if isinstance(it, DocumentKV):
-                        k, v = it.keys[i], it.values[i]
-                    else:
-                        k, v = next(iters[j])
-                        got[j].append((k, v))
-                    ks.append(k)
-                    vs.append(v)
-                item = (torch.cat(ks, dim=1), torch.cat(vs, dim=1))
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            if on_loaded is not None:
-                for j, layer_list in got.items():
-                    meta = metas[j]
-                    kv = DocumentKV(keys=torch.stack([k for k, _ in layer_list]),
-                                    values=torch.stack([v for _, v in layer_list]),
-                                    token_ids=blobs.get_ids(items[j]), fingerprint=meta["fingerprint"],
-                                    encoding=meta["encoding"])
-                    on_loaded(items[j], kv)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            q.put(e)
-
-    def consume() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        try:
-            for _ in range(n_layers):
-                item = q.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-
-    threading.Thread(target=reader, name="kv-prefetch", daemon=True).start()
-    return LayeredDocuments(num_tokens, fps.pop(), consume())
+    metas, fingerprint, n_layers, num_tokens = _describe(blobs, items)
+    reader = _LayerReader(blobs, items, metas, n_layers, depth, on_loaded)
+    threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
+    return LayeredDocuments(num_tokens, fingerprint, reader.consume())

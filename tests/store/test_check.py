@@ -85,3 +85,18 @@ def test_every_kind_of_problem_is_found_and_repaired(tmp_path, make_kv):
     st.catalog.precompute("acme", "a", 1, engine)
     assert st.index.get("acme", "a").status == "ready"
     assert st.catalog.cache_key("acme", Document(texts["a"]), engine) in st.blobs
+
+
+def test_ad_hoc_caches_of_ask_and_demo_are_listed_but_never_problems_or_repaired(tmp_path):
+    st, engine, queue = _store(tmp_path)
+    _ingest_ready(st, engine, queue, {"a": "Alpha text about lighthouses."})
+    adhoc = st.cache.untracked()
+    engine.cache = adhoc
+    kv, hit = engine.get_or_encode(Document("A file given to kvlink-rag ask, cached for the next run."))
+    assert not hit
+    key = engine.cache_key(Document("A file given to kvlink-rag ask, cached for the next run."))
+    report = check_store(st, min_age_s=0)
+    assert report.problems == 0
+    assert report.untracked_caches == [(key, st.blobs.meta(key)["nbytes"])]
+    repaired = check_store(st, repair=True, engine=engine, min_age_s=0)
+    assert repaired.problems == 0 and st.blobs.contains(key)  # the next `ask` still finds it
