@@ -83,8 +83,12 @@ class DocumentChoice:
                 d.score = score
                 docs.append(d)
         if not docs:
+            if self.store.index.count(tenant) == 0:
+                raise ServiceError(404, "no_documents", "this tenant has no documents yet; ingest some first "
+                                   "(POST /v1/documents, or kvlink-rag ingest)")
             raise ServiceError(404, "no_matching_documents", "no document of this tenant shares a word with the "
-                               "question (BM25); ingest documents or name them with document_ids")
+                               "question (BM25); name the documents to use instead (document_ids; --doc-id in "
+                               "the CLI)")
         return docs
 
     def load(self, tenant: str, doc_id: str, strict: bool = True) -> QueryDoc | None:

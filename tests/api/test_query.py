@@ -76,11 +76,13 @@ def test_stream_sends_token_events_then_the_result(client, fixture_docs):
 
 def test_retrieval_follows_ingest_update_and_delete(client):
     ask = {"question": "Where does the emperor penguin breed?", "top_k": 3}
-    assert client.post("/v1/query", json=ask).json()["error"]["code"] == "no_matching_documents"
+    assert client.post("/v1/query", json=ask).json()["error"]["code"] == "no_documents"  # an empty tenant
     client.post("/v1/documents", json={"documents": [
         {"id": "birds", "text": "The emperor penguin breeds in the Antarctic winter on the sea ice."},
         {"id": "cars", "text": "Electric cars store energy in lithium batteries."}]})
     assert [d["id"] for d in client.post("/v1/query", json=ask).json()["documents"]] == ["birds"]
+    unrelated = client.post("/v1/query", json={"question": "Zebras?", "top_k": 3}).json()["error"]
+    assert unrelated["code"] == "no_matching_documents" and "document_ids" in unrelated["message"]
     client.put("/v1/documents/cars", json={"text": "The emperor penguin is the tallest penguin; it breeds inland."})
     assert {d["id"] for d in client.post("/v1/query", json=ask).json()["documents"]} == {"birds", "cars"}
     client.delete("/v1/documents/birds")
