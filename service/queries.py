@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from service.retrieval import Retrieval
     from store.factory import Store
 
-__all__ = ["QueryDoc", "QueryPlan", "QueryResult", "QueryService"]
+__all__ = ["QueryDoc", "QueryPlan", "QueryResult", "QueryService", "check_request", "choose_documents"]
 
 log = logging.getLogger(__name__)
 
@@ -101,24 +101,9 @@ class QueryService:
             redis.exceptions.ConnectionError: retrieval needed the Redis index and it is down.
         """
         t0 = time.perf_counter()
-        s = self.settings
-        question = (question or "").strip()
-        if not question:
-            raise ServiceError(422, "invalid_question", "question is empty")
-        if len(question) > s.max_question_chars:
-            raise ServiceError(422, "question_too_long", f"question has {len(question)} characters; the limit "
-                               f"is {s.max_question_chars} (KVLINK_RAG_MAX_QUESTION_CHARS)")
-        if document_ids is not None and top_k is not None:
-            raise ServiceError(422, "invalid_request", "give either document_ids or top_k, not both")
-        mnt = sampling.get("max_new_tokens")
-        if mnt is not None and not 1 <= mnt <= s.max_new_tokens_limit:
-            raise ServiceError(422, "max_new_tokens_out_of_range", "max_new_tokens must be within "
-                               f"1..{s.max_new_tokens_limit} (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {mnt}")
+        question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
         self._check_links(k, adapter)
-        if document_ids is not None:
-            docs = self.choice.by_ids(tenant, document_ids)
-        else:
-            docs = self.choice.retrieve(tenant, question, s.default_top_k if top_k is None else top_k)
+        docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
         return QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
                          {k_: v for k_, v in sampling.items() if v is not None})
 
@@ -221,6 +206,43 @@ class QueryService:
             log.warning("index unreachable; query bookkeeping skipped (%s)", e)
         except ValueError as e:  # the document was marked failed (e.g. its cache does not fit the store)
             log.warning("query bookkeeping: %s", e)
+
+
+def check_request(settings: Settings, question: str, document_ids: list[str] | None = None,
+                  top_k: int | None = None, max_new_tokens: int | None = None) -> str:
+    """The question, stripped, once the request's own fields are within ``settings``' limits (nothing is
+    read: a front end can check a request before the model loads).
+
+    Raises:
+        ServiceError: 422 empty or too long question, both ``document_ids`` and ``top_k``, ``max_new_tokens``
+            out of range.
+    """
+    question = (question or "").strip()
+    if not question:
+        raise ServiceError(422, "invalid_question", "question is empty")
+    if len(question) > settings.max_question_chars:
+        raise ServiceError(422, "question_too_long", f"question has {len(question)} characters; the limit "
+                           f"is {settings.max_question_chars} (KVLINK_RAG_MAX_QUESTION_CHARS)")
+    if document_ids is not None and top_k is not None:
+        raise ServiceError(422, "invalid_request", "give either document_ids or top_k, not both")
+    if max_new_tokens is not None and not 1 <= max_new_tokens <= settings.max_new_tokens_limit:
+        raise ServiceError(422, "max_new_tokens_out_of_range", "max_new_tokens must be within "
+                           f"1..{settings.max_new_tokens_limit} (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {max_new_tokens}")
+    return question
+
+
+def choose_documents(choice: DocumentChoice, tenant: str, question: str, document_ids: list[str] | None = None,
+                     top_k: int | None = None) -> list[QueryDoc]:
+    """The documents ``document_ids``, else the ``top_k`` (default ``KVLINK_RAG_DEFAULT_TOP_K``) BM25 matches
+    of ``question``; no engine needed (a front end can check them before the model loads).
+
+    Raises:
+        ServiceError: as :meth:`DocumentChoice.by_ids` / :meth:`DocumentChoice.retrieve` (422 out of range,
+            404 unknown ids or nothing matching, 409 corrupt).
+    """
+    if document_ids is not None:
+        return choice.by_ids(tenant, document_ids)
+    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

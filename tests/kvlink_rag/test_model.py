@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 from typer.testing import CliRunner
 
 from factories import tiny_config, tiny_model
-from kvlink_rag.cli import app
+from cli.main import app
 from kvlink_rag.model import ModelLoadError, check_supported, wrap_model
 
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -18,10 +18,10 @@ from workers.celery_app import app
 _put = LmdbBlobStore.put
 
 
-def _paused_put(self, key, kv, int8=False):
+def _paused_put(self, key, kv, *args, **kwargs):
     Path(os.environ["KVLINK_TEST_PAUSE_MARKER"]).write_text(key)
     time.sleep(3600)
-    return _put(self, key, kv, int8)
+    return _put(self, key, kv, *args, **kwargs)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,11 @@ from typing import Annotated
 
 import typer
 
-from .cli import fail, make_settings
+from cli.common import fail, make_engine, make_settings, open_runtime
 
 store_app = typer.Typer(no_args_is_help=True, help="Document store maintenance.")
 index_app = typer.Typer(no_args_is_help=True, help="Document index maintenance.")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``store`` and ``index`` to ``app``."""
-    app.add_typer(store_app, name="store")
-    app.add_typer(index_app, name="index")
 
 
 def _say(message: str) -> None:
@@ -48,15 +42,15 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
                 min_age_s: Annotated[float, typer.Option("--min-age-s", min=0, help="Leave caches younger than "
                                                          "this alone (a precompute may be about to use them).")
                                      ] = 60.0) -> None:
-    """Find caches no record points at, ready records whose cache is gone, texts without records, records
-    without texts and corrupt texts or records. Exit 0 when clean (or repaired), 1 when problems were found."""
+    """Check that caches, records and texts match; exit 1 on problems.
+
+    Finds caches no record points at, ready records whose cache is gone, texts without records, records
+    without texts and corrupt texts or records. Exit 0 when clean (or repaired), 1 when problems were found.
+    """
     from store.check import check_store
 
-    from .cli import make_engine
-    from .service_cli import _open_direct
-
     settings = make_settings()
-    store = _open_direct(settings).store
+    store = open_runtime(settings).store
     try:
         report = check_store(store, min_age_s=min_age_s)
         if repair and report.problems:
@@ -92,16 +86,16 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
 
 @index_app.command("rebuild")
 def index_rebuild(as_json: JsonOpt = False) -> None:
-    """Recreate the index records that are missing (e.g. Redis restarted empty) or corrupt from the stored
-    texts (title, metadata and version included): ready when the tenant's cache is stored, else queued
-    (precomputed by the workers, by the server when it starts, or at the document's first query)."""
+    """Recreate missing or corrupt index records from the stored texts.
+
+    Title, metadata and version come from the text; a record is ready when the tenant's cache is stored,
+    else queued (precomputed by the workers, by the server when it starts, or at the document's first
+    query). Use it after Redis restarted empty.
+    """
     from store.recovery import rebuild_index
 
-    from .cli import make_engine
-    from .service_cli import _open_direct
-
     settings = make_settings()
-    store = _open_direct(settings).store
+    store = open_runtime(settings).store
     try:
         report = rebuild_index(store, make_engine(settings))
     except typer.Exit:

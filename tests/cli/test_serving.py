@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvlink_rag.cli import app
+from cli.main import app
 from kvlink_rag.settings import Settings
 from service_support import LiveServer, free_port, save_tiny_checkpoint
 
@@ -111,3 +111,51 @@ def test_ingest_prints_the_ids_it_assigned(tmp_path, env):
     result = runner.invoke(app, ["ingest", str(note), "--no-precompute", "--json"], env=env)
     assert result.exit_code == 0, result.output
     assert [d["id"] for d in json.loads(result.stdout)["documents"]] == ["note.txt"]
+
+
+@pytest.fixture
+def no_model(monkeypatch) -> list:
+    """Records every engine load (the model would load there): a test asserts the list stays empty."""
+    import service.runtime
+
+    loads: list = []
+    monkeypatch.setattr(service.runtime, "load_engine", lambda *a, **k: loads.append(a) or pytest.fail("model loaded"))
+    return loads
+
+
+@pytest.mark.parametrize("args, message", [
+    (["q?", "--top-k", "0"], "top_k must be within 1..20 (KVLINK_RAG_MAX_TOP_K), got 0"),
+    (["q?", "--doc-id", "nosuch"], "unknown document id(s): nosuch"),
+    (["Which volcano?", "--tenant", "empty"], "this tenant has no documents yet"),
+    (["zzz qqq?"], "no document of this tenant shares a word with the question"),
+    (["   "], "question is empty"),
+    (["q?", "--max-new-tokens", "0"], "max_new_tokens must be within 1.."),
+])
+def test_query_errors_come_before_the_model_loads(tmp_path, env, no_model, args, message):
+    docs = shutil.copy(FIXTURE, tmp_path / "documents.jsonl")
+    assert runner.invoke(app, ["ingest", str(docs), "--no-precompute"], env=env).exit_code == 0
+    code, output = _run(["query", *args], env)
+    assert code == 2 and message in output, output
+    assert no_model == []
+
+
+def test_serve_on_a_port_in_use_fails_at_once_with_one_line(env, no_model):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["serve", "--port", str(port)], env=env)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: port {port} on 127.0.0.1 is in use; choose --port\n" and result.stdout == ""
+    assert no_model == []
+
+
+def test_ingest_prints_ids_on_stdout_and_its_summary_on_stderr(tmp_path, env):
+    note = tmp_path / "note.txt"
+    note.write_text("The harbour master's office opens at seven in the morning.")
+    result = runner.invoke(app, ["ingest", str(note), "--no-precompute"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "note.txt\n"
+    assert "1 document: 1 new or changed, 0 unchanged, 0 with near-duplicates" in result.stderr

@@ -1,116 +1,35 @@
-"""``kvlink-rag`` command line (typer).
-
-Start-up stays light (no torch, transformers, peft, fastapi or celery at module level, here or in the
-command modules registered below), so ``--help`` and bad arguments answer at once; the model loads
-inside the commands that need it. Results go to stdout, everything else to stderr (``terminal``).
-"""
+"""The core commands of ``kvlink-rag``: ``ask`` (one question over document files or one NQ question),
+``demo`` (the main job on real NQ questions) and ``model fetch``."""
 
 from __future__ import annotations
 
-import atexit
-import gc
 import json
-import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from .settings import Settings, get_settings
-from .terminal import console, out, progress_bar, results_only_stdout
+from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
+                        make_settings, out, progress_bar, results_only_stdout)
 
-if TYPE_CHECKING:
-    from service.runtime import Runtime
-
-    from .engine import Engine
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
+app = typer.Typer()
 model_app = typer.Typer(no_args_is_help=True, help="Model management.")
-app.add_typer(model_app, name="model")
-
-KOpt = Annotated[Optional[int], typer.Option("--k", help="Link tokens per document (0 = naive reuse).")]
-EncOpt = Annotated[Optional[str], typer.Option("--encoding", help="anchored (default: documents see the system prompt) | isolated")]
-DtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="float32 | bfloat16 | float16")]
-
-
-def fail(message: str, code: int = 2) -> None:
-    """Print ``message`` to stderr and exit non-zero (no traceback)."""
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
-
-
-def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: str | None = None,
-                  **extra) -> Settings:
-    """Settings from the environment with CLI overrides; a bad value exits with a message."""
-    overrides = {"link_k": k, "encoding": encoding, "kv_dtype": kv_dtype, **extra}
-    from pydantic import ValidationError
-
-    try:
-        return get_settings(**{k_: v for k_, v in overrides.items() if v is not None})
-    except ValidationError as e:  # the messages only
-        fail("invalid setting: " + "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()))
-    except Exception as e:  # noqa: BLE001 - any other bad value: one line, no traceback
-        fail(f"invalid setting: {e}")
-
-
-def make_engine(settings: Settings, timings: dict[str, float] | None = None, cache=None,
-                runtime: Runtime | None = None) -> Engine:
-    """Load the engine (model, prefix, link tokens, document store) through :mod:`service.runtime`;
-    errors exit with a message.
-
-    Args:
-        cache: the document cache (no store is opened then).
-        runtime: a runtime whose engine to load (on its store's cache); by default one is built
-            (``build_runtime``: the store under ``settings.home``, no queue, no recovery).
-        timings: if given, filled with seconds spent in ``import_s`` (torch, transformers, the engine),
-            ``store_open_s``, ``model_load_s`` (weights, tokenizer, fingerprint; converts the default
-            model on first use) and ``engine_setup_s`` (prefix KV, link tokens, query-side LoRA).
-    """
-    t = {} if timings is None else timings
-    t0 = time.perf_counter()
-    with results_only_stdout():
-        import torch  # noqa: F401 - imported here so that import_s counts it
-
-        from service.runtime import apply_torch_threads, build_runtime, load_engine
-
-        from . import engine, model  # noqa: F401 - imported here so that import_s counts them
-
-        apply_torch_threads(settings)
-        t1 = time.perf_counter()
-        stages: dict[str, float] = {}
-        try:
-            if cache is None:
-                runtime = runtime or build_runtime(settings, queue="none", recover=False, load_engine=False)
-                loaded = runtime.load_engine()
-                stages = runtime.timings
-            else:
-                loaded = load_engine(settings, cache, stages)
-        except (ValueError, FileNotFoundError, RuntimeError) as e:  # StoreOpenError is a RuntimeError
-            fail(str(e))
-    t.update(import_s=t1 - t0, **{k: stages.get(k, 0.0) for k in ("store_open_s", "model_load_s", "engine_setup_s")})
-    atexit.register(gc.freeze)  # at exit, skip the interpreter's last collections over torch's objects (~1-2 s)
-    return loaded
 
 
 @model_app.command("fetch")
 def model_fetch() -> None:
-    """Download and convert the default model once (no-op when already converted)."""
-    from .convert import ModelFetchError, ensure_default_model
+    """Download and convert the default model (once; a no-op after that).
 
-    settings = make_settings()
-    try:
-        with results_only_stdout():
-            path = ensure_default_model(settings.models_dir)
-    except ModelFetchError as e:
-        fail(str(e))
-    out.print(str(path))
+    Prints the converted model's folder; the download and conversion report on stderr.
+    """
+    out.print(str(fetch_default_model(make_settings())))
 
 
 def _read_docs(paths: list[Path]):
     """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
-    from .types import Document
-    from .service_cli import read_documents
+    from cli.documents import read_documents
+    from kvlink_rag.types import Document
 
     return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]
 
@@ -119,7 +38,7 @@ def _read_docs(paths: list[Path]):
 def ask(
     question: Annotated[Optional[str], typer.Argument(help="The question (omit with --nq).")] = None,
     doc: Annotated[list[Path], typer.Option("--doc", help="A document file; repeat for several.")] = [],
-    nq: Annotated[Optional[Path], typer.Option(help="NQ-open oracle JSONL(.gz): answer question --index.")] = None,
+    nq: Annotated[Optional[Path], typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz): answer question --index.")] = None,
     index: Annotated[int, typer.Option(help="Question index in --nq.")] = 0,
     docs: Annotated[int, typer.Option("--docs", help="Documents per question with --nq (gold + distractors).")] = 10,
     gold_position: Annotated[str, typer.Option(help="first | middle | last | random")] = "random",
@@ -134,14 +53,17 @@ def ask(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (only JSON on stdout).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print where the time went.")] = False,
 ) -> None:
-    """Answer a question over documents from files (--doc) or one real NQ question (--nq)."""
+    """Answer a question over --doc files or one NQ question (--nq).
+
+    Answers with the documents' cached KV re-linked and, unless --no-full, with full prefill too.
+    """
     start = time.perf_counter()
     question, documents, gold = _ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
     timings: dict[str, float] = {}
-    engine = make_engine(settings, timings)
+    engine = make_engine(settings, timings, adhoc=True)
     if adapter is not None:
-        from .named_adapters import AdapterVariants
+        from kvlink_rag.named_adapters import AdapterVariants
 
         try:
             engine = AdapterVariants(engine).get(adapter)
@@ -156,7 +78,7 @@ def ask(
 
 def _ask_inputs(question, doc, nq, index, docs, gold_position):
     """``(question, documents, gold answers)`` of ``ask``, read and checked before the model loads."""
-    from .nq import DataFormatError, build_documents, load_nq
+    from kvlink_rag.nq import DataFormatError, build_documents, load_nq
 
     if nq is None:
         if not question or not question.strip():
@@ -198,7 +120,7 @@ def _answer(engine, question, documents, compare, sampling, timings):
 
 def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings, as_json, verbose):
     """The ``ask`` result: JSON (``--json``), else lines; ``--verbose`` adds the time breakdown."""
-    from .nq import best_subspan_em
+    from kvlink_rag.nq import best_subspan_em
 
     result = {
         "question": question, "answer": linked.text, "answer_full": full.text if full else None, "gold_answers": gold,
@@ -227,20 +149,26 @@ def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings,
 
 @app.command()
 def demo(
-    nq: Annotated[Path, typer.Option(help="NQ-open oracle JSONL(.gz).")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
+    nq: NqOpt = NQ_DEFAULT,
     questions: Annotated[int, typer.Option(help="How many questions.")] = 5,
     docs: Annotated[int, typer.Option("--docs", help="Documents per question.")] = 10,
     k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
 ) -> None:
-    """The main job: precompute real NQ documents, then answer questions over them, full prefill vs reuse."""
-    from .nq import DataFormatError, best_subspan_em, build_documents, load_nq
+    """The main job: NQ answers, full prefill vs reused caches.
 
+    Precomputes the real NQ documents of the first --questions questions, then answers each with full
+    prefill and with the linked caches, side by side.
+    """
+    from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
+
+    if questions < 1:
+        fail("--questions must be >= 1")
     try:
         examples = load_nq(nq)
         sets = [build_documents(examples, i, docs, "random")[0] for i in range(min(questions, len(examples)))]
     except (DataFormatError, ValueError) as e:
         fail(str(e))
-    engine = make_engine(make_settings(k, encoding, kv_dtype))
+    engine = make_engine(make_settings(k, encoding, kv_dtype), adhoc=True)
     unique = {engine.cache_key(d): d for s in sets for d in s}
     hits = 0
     with progress_bar("precomputing documents", len(unique)) as bar, results_only_stdout():
@@ -270,60 +198,4 @@ def demo(
     out.print(f"\naccuracy over {n} questions: full prefill {score['full'] / n:.2f}, linked {score['linked'] / n:.2f}; "
               f"median TTFT speed-up of linked caches over full prefill {speedups[n // 2]:.1f}x")
 
-
-from .quality_cli import register as _register_quality_commands  # noqa: E402 - needs the helpers above
-from .service_cli import register as _register_service_commands  # noqa: E402
-
-_register_quality_commands(app)  # eval, eval-report, train-links
-_register_service_commands(app)  # serve, worker, ingest, query
-
-
-@app.command()
-def bench(
-    nq: Annotated[Path, typer.Option(help="NQ-open oracle JSONL(.gz) for real documents.")] = Path("../shared/data/nq-open-oracle-dev.jsonl.gz"),
-    lengths: Annotated[str, typer.Option(help="Context lengths in tokens (10 documents).")] = "1000,2000,4000,8000",
-    doc_counts: Annotated[str, typer.Option(help="Document counts for TTFT scaling.")] = "1,5,10,20",
-    store_sizes: Annotated[str, typer.Option(help="Synthetic entry counts for store scaling.")] = "100,1000,10000",
-    clients: Annotated[str, typer.Option(help="Concurrent HTTP clients ('' to skip).")] = "1,4,16",
-    requests: Annotated[int, typer.Option(help="HTTP queries per concurrency level (60/30/10% short/medium/long).")] = 32,
-    repeats: Annotated[int, typer.Option()] = 3,
-    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
-    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
-    plots: Annotated[Optional[Path], typer.Option("--plots", help="Folder for PNG plots.")] = None,
-    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables here (e.g. BENCHMARKS.md).")] = None,
-) -> None:
-    """TTFT (full vs linked vs floor), load bandwidth, precompute throughput and scaling, side by side."""
-    try:
-        ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
-        lens, counts, sizes, n_clients = ints(lengths), ints(doc_counts), ints(store_sizes), ints(clients)
-    except ValueError:
-        fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
-    if requests < 1:
-        fail("--requests must be >= 1")
-    from bench.report import markdown, plots as make_plots
-    from bench.run import run_suite
-
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            fail("--device cuda: no CUDA device is available on this machine")
-    engine = make_engine(make_settings(device=device))
-    with results_only_stdout():
-        results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
-                            requests=requests)
-    command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
-    text = markdown(results, command)
-    out.print(text)
-    if json_out is not None:
-        json_out.write_text(json.dumps(results, indent=2))
-    if plots is not None:
-        for p in make_plots(results, plots):
-            console.print(f"plot: {p}")
-    if markdown_out is not None:
-        markdown_out.write_text("# Benchmarks\n\n" + text)
-
-
-def main() -> None:  # pragma: no cover
-    app()
 

@@ -1,5 +1,6 @@
 """Terminal output of every command: stdout carries only the command's result (JSON with ``--json``);
-progress, warnings and logs go to stderr, with one progress-bar style, shown only for work that lasts.
+progress, warnings and logs go to stderr, with one progress-bar style (this module's), shown only for
+work that lasts; the libraries' own tqdm bars are switched off (:func:`quiet_libraries`).
 
 No torch here: the CLI imports this before parsing its arguments.
 """
@@ -84,14 +85,26 @@ def progress_bar(description: str, total: float | None, *, completed: float = 0,
             progress.stop()
 
 
-@contextlib.contextmanager
-def results_only_stdout() -> Iterator[None]:
-    """Send anything printed to ``sys.stdout`` inside the block (library prints) to stderr instead, and
-    switch off the transformers / Hugging Face hub progress bars (tqdm, a second bar style)."""
+def quiet_libraries() -> None:
+    """Switch off the tqdm progress bars of transformers and the Hugging Face hub (a second bar style:
+    "Loading weights", "Converting and de-quantizing GGUF tensors", downloads).
+
+    The environment switches are read when those libraries are imported (tqdm's ``TQDM_DISABLE`` covers the
+    GGUF loader, which uses tqdm directly), so call this before the model loads; once transformers is
+    imported its own switch is turned off as well.
+    """
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def results_only_stdout() -> Iterator[None]:
+    """Send anything printed to ``sys.stdout`` inside the block (library prints) to stderr instead, and
+    switch off the libraries' progress bars (:func:`quiet_libraries`)."""
+    quiet_libraries()
     with contextlib.redirect_stdout(sys.stderr):
         yield

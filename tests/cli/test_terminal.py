@@ -9,7 +9,7 @@ import time
 import pytest
 from rich.console import Console
 
-from kvlink_rag.terminal import progress_bar, results_only_stdout
+from cli.terminal import progress_bar, results_only_stdout
 
 
 def _log_console() -> tuple[Console, io.StringIO]:
@@ -57,3 +57,19 @@ def test_library_prints_go_to_stderr(capsys):
         print("Loading checkpoint shards ...")
     captured = capsys.readouterr()
     assert captured.out == "" and "Loading checkpoint shards" in captured.err
+
+
+def test_the_libraries_tqdm_bars_are_switched_off_before_the_model_loads():
+    """One bar style: transformers' own ("Loading weights") and the GGUF loader's plain tqdm
+    ("Converting and de-quantizing GGUF tensors") are off once quiet_libraries ran before their import."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from cli.terminal import quiet_libraries\nquiet_libraries()\n"
+            "from transformers.utils import logging\nfrom transformers.modeling_gguf_pytorch_utils import tqdm\n"
+            "print(logging.is_progress_bar_enabled(), tqdm(range(3)).disable)")
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

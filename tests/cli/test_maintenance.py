@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvlink_rag.cli import app
+from cli.main import app
 from kvlink_rag.settings import Settings
 from service_support import save_tiny_checkpoint
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from factories import NQ_PATH, default_model_path
-from kvlink_rag.cli import app
+from cli.main import app
 
 runner = CliRunner()
 
@@ -84,7 +84,7 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
         (tmp_path / name).write_text(text)
     env = {**os.environ, "KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
            "KVLINK_RAG_MAX_NEW_TOKENS": "8"}
-    cmd = [sys.executable, "-m", "kvlink_rag", "ask", "--doc", str(tmp_path / "a.txt"), "--doc",
+    cmd = [sys.executable, "-m", "cli", "ask", "--doc", str(tmp_path / "a.txt"), "--doc",
            str(tmp_path / "b.txt"), "--json", "Which countries does the Orinoco flow through?"]
     runs = []
     for _ in range(2):
@@ -94,6 +94,11 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
     assert runs[0]["cache_hits"] == 0 and runs[1]["cache_hits"] == 2
     assert runs[0]["answer"] == runs[1]["answer"]
     assert (tmp_path / "home" / "store" / "data.mdb").exists()
+    # ask's caches belong to no document record: store check lists them, never as problems
+    check = subprocess.run([sys.executable, "-m", "cli", "store", "check", "--json", "--min-age-s", "0"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    report = json.loads(check.stdout)
+    assert check.returncode == 0 and report["problems"] == 0 and len(report["untracked_caches"]) == 2
 
 
 def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
@@ -138,12 +143,12 @@ HEAVY = ("torch", "transformers", "peft", "fastapi", "celery")
 
 
 def test_cli_start_up_imports_no_heavy_library():
-    """--help and argument errors answer without torch and co.: kvlink_rag.cli and the command modules it
+    """--help and argument errors answer without torch and co.: cli.main and the command modules it
     registers import them inside the commands only."""
     import subprocess
     import sys
 
-    code = f"import kvlink_rag.cli, sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    code = f"import cli.main, sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -163,7 +168,7 @@ def test_help_and_input_errors_are_answered_before_any_heavy_import(args, messag
     import subprocess
     import sys
 
-    code = ("import sys\nfrom kvlink_rag.cli import app\n"
+    code = ("import sys\nfrom cli.main import app\n"
             f"try:\n    app({args!r})\nexcept SystemExit as e:\n    rc = e.code\n"
             f"sys.stdout.flush()\nprint('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), rc)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -219,3 +224,45 @@ def test_ask_json_on_a_fresh_home_prints_only_json_and_conversion_goes_to_stderr
     fetched = runner.invoke(app, ["model", "fetch"], env=env)  # converted already: the path alone
     assert fetched.exit_code == 0 and fetched.stdout == f"{home / 'models' / MODEL_DIRNAME}\n"
     assert fetched.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["ask", "demo", "eval", "train-links"])
+@pytest.mark.parametrize("flag", ["--nq", "--data"])
+def test_the_nq_file_is_taken_as_nq_or_data_by_every_command(tmp_path, command, flag):
+    code, output = _run([command, flag, str(tmp_path / "none.jsonl")], KVLINK_RAG_HOME=str(tmp_path / "home"))
+    assert code == 2 and "none.jsonl does not exist" in output, output
+
+
+@pytest.mark.e2e
+def test_model_fetch_draws_the_conversion_with_the_cli_bar_and_prints_only_the_path(tmp_path, monkeypatch):
+    import contextlib
+
+    import cli.common
+    from kvlink_rag.convert import GGUF_NAME, MODEL_DIRNAME
+
+    _fake_gguf_loaders(monkeypatch)
+    bars = []
+
+    @contextlib.contextmanager
+    def recording_bar(description, total):
+        bars.append([description, total, 0])
+
+        class Step:
+            def advance(self, n=1):
+                bars[-1][2] += n
+
+        yield Step()
+
+    monkeypatch.setattr(cli.common, "progress_bar", recording_bar)
+    home = tmp_path / "home"
+    (home / "models" / "downloads").mkdir(parents=True)
+    (home / "models" / "downloads" / GGUF_NAME).write_bytes(b"")  # "downloaded": the loaders are fakes
+    result = runner.invoke(app, ["model", "fetch"], env={"KVLINK_RAG_HOME": str(home)})
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{home / 'models' / MODEL_DIRNAME}\n"
+    assert bars == [[f"converting {GGUF_NAME}", 4, 4]] and f"converting {GGUF_NAME}" in result.stderr
+
+
+def test_demo_without_questions_is_refused_before_the_model_loads():
+    code, output = _run(["demo", "--questions", "0"])
+    assert code == 2 and "--questions must be >= 1" in output

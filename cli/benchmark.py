@@ -1,0 +1,64 @@
+"""``kvlink-rag bench``: TTFT, load bandwidth, precompute throughput and scaling (:mod:`bench`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import NQ_DEFAULT, console, fail, make_engine, make_settings, out, results_only_stdout
+
+app = typer.Typer()
+
+
+@app.command()
+def bench(
+    nq: Annotated[Path, typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz) for real documents.")] = NQ_DEFAULT,
+    lengths: Annotated[str, typer.Option(help="Context lengths in tokens (10 documents).")] = "1000,2000,4000,8000",
+    doc_counts: Annotated[str, typer.Option(help="Document counts for TTFT scaling.")] = "1,5,10,20",
+    store_sizes: Annotated[str, typer.Option(help="Synthetic entry counts for store scaling.")] = "100,1000,10000",
+    clients: Annotated[str, typer.Option(help="Concurrent HTTP clients ('' to skip).")] = "1,4,16",
+    requests: Annotated[int, typer.Option(help="HTTP queries per concurrency level (60/30/10% short/medium/long).")] = 32,
+    repeats: Annotated[int, typer.Option()] = 3,
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Folder for PNG plots.")] = None,
+    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables here (e.g. BENCHMARKS.md).")] = None,
+) -> None:
+    """Benchmark TTFT, cache loading, precompute and scaling.
+
+    TTFT full vs linked vs floor, load bandwidth, precompute throughput and scaling, side by side.
+    """
+    try:
+        ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+        lens, counts, sizes, n_clients = ints(lengths), ints(doc_counts), ints(store_sizes), ints(clients)
+    except ValueError:
+        fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
+    if requests < 1:
+        fail("--requests must be >= 1")
+    from bench.report import markdown, plots as make_plots
+    from bench.run import run_suite
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--device cuda: no CUDA device is available on this machine")
+    engine = make_engine(make_settings(device=device))
+    with results_only_stdout():
+        results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
+                            requests=requests)
+    command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
+    text = markdown(results, command)
+    out.print(text)
+    if json_out is not None:
+        json_out.write_text(json.dumps(results, indent=2))
+    if plots is not None:
+        for p in make_plots(results, plots):
+            console.print(f"plot: {p}")
+    if markdown_out is not None:
+        markdown_out.write_text("# Benchmarks\n\n" + text)
+

@@ -1,0 +1,272 @@
+"""Answer-quality commands of the ``kvlink-rag`` CLI: eval, train-links, eval-report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, make_engine, make_settings, out,
+                        progress_bar, results_only_stdout)
+from training.modes import EVAL_POSITIONS, MODES
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.settings import Settings
+
+app = typer.Typer()
+ADAPTED = ("full-adapted", "linked-query-lora")  # the modes that take --adapter
+
+
+def print_summary(summary: dict, title: str) -> None:
+    """The per-mode table (accuracy, 95% CI, answer NLL, median TTFT, n) and, with several gold
+    positions, one accuracy column per position."""
+    positions = [p for p in ("first", "middle", "last", "random") if p in summary.get("by_position", {})]
+    table = Table(title=title, min_width=100)
+    for col in ("mode", "accuracy", "95% CI", "answer NLL", "TTFT s (median)", "n"):
+        table.add_column(col)
+    if len(positions) > 1:
+        for p in positions:
+            table.add_column(f"acc. {p}")
+    for m, s in summary["modes"].items():
+        cells = [m, f"{s['accuracy']:.3f}", f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
+                 f"{s['answer_nll']:.3f}", f"{s['ttft_s']:.3f}", str(s["n"])]
+        if len(positions) > 1:
+            cells += [f"{summary['by_position'][p][m]['accuracy']:.3f}" if m in summary["by_position"][p] else "-"
+                      for p in positions]
+        table.add_row(*cells)
+    (out if out.is_terminal else Console(width=160, soft_wrap=True)).print(table)  # no squeezed columns in logs
+
+
+@app.command("eval")
+def eval_cmd(
+    data: NqOpt = NQ_DEFAULT,
+    n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
+    docs: Annotated[int, typer.Option("--docs")] = 10,
+    gold_position: Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
+                                               "(question i at first/middle/last in turn).")] = "random",
+    modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(MODES) + ".")] = "full,naive,linked-untrained",
+    k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
+    links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
+    adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA, a file or a named adapter (modes full-adapted, linked-query-lora).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+    max_new_tokens: Annotated[int, typer.Option()] = 24,
+    int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0,
+) -> None:
+    """Accuracy, answer NLL and TTFT per mode on multi-document NQ.
+
+    Accuracy is best_subspan_em with a 95% bootstrap interval; TTFT is the median.
+    """
+    from kvlink_rag.nq import DataFormatError, load_nq
+
+    wanted, positions = _eval_choices(modes, gold_position, links, adapter)
+    try:
+        examples = load_nq(data)
+    except DataFormatError as e:
+        fail(str(e))
+    from training.eval import evaluate, plot_by_position, position_for, summarise
+
+    n = min(n, len(examples))
+    settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
+    engines = _eval_engines(settings, wanted, links, adapter, int8)
+    rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
+    with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
+            results_only_stdout():
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance)
+    actual = {position_for(p, i) for p in positions for i in range(n)}
+    rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
+    summary = summarise(rows, seed)
+    print_summary(summary, f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
+                           f"{settings.encoding}, K={settings.link_k}")
+    if json_out is not None:
+        run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
+               "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
+               "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
+               "max_new_tokens": max_new_tokens, "int8": int8}
+        json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
+    if plot is not None:
+        plot_by_position(summary, plot)
+
+
+def _eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Path | None) -> tuple[list[str], list[str]]:
+    """The modes and gold positions of ``eval`` (checked, and the artifacts they need given), or exit."""
+    wanted = [m.strip() for m in modes.split(",") if m.strip()]
+    positions = [p.strip() for p in gold_position.split(",") if p.strip()]
+    bad = [m for m in wanted if m not in MODES] + [p for p in positions if p not in EVAL_POSITIONS]
+    if bad or not wanted or not positions:
+        fail(f"unknown mode(s) or position(s) {bad}; modes: {', '.join(MODES)}; positions: {', '.join(EVAL_POSITIONS)}")
+    if "linked" in wanted and links is None:
+        fail("mode 'linked' needs --links FILE (trained link tokens)")
+    if set(ADAPTED) & set(wanted) and adapter is None:
+        fail("modes full-adapted and linked-query-lora need --adapter FILE")
+    return wanted, positions
+
+
+def _artifact_path(settings: Settings, path: Path) -> Path:
+    """``path``, or the named adapter ``$KVLINK_RAG_HOME/links/NAME.safetensors`` when ``path`` is a name."""
+    if path.exists() or path.suffix == ".safetensors":
+        return path
+    from kvlink_rag.named_adapters import adapter_path
+
+    try:
+        return adapter_path(settings.links_dir, str(path))
+    except ValueError as e:
+        fail(str(e))
+
+
+def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, adapter: Path | None,
+                  int8: bool) -> dict[str, Engine]:
+    """One engine per mode: the base engine (untrained link tokens, documents cached in memory or, with
+    ``int8``, in a throw-away int8 store) and, sharing its model and cache, the trained artifacts'."""
+    from kvlink_rag.cache import MemoryCache
+    from kvlink_rag.links import load_link_tokens
+
+    paths = {m: _artifact_path(settings, links if m == "linked" else adapter) for m in wanted
+             if m == "linked" or m in ADAPTED}  # names resolved before the model loads
+    base = make_engine(settings, cache=MemoryCache())
+    if int8:  # caches are served as the int8 round trip
+        import tempfile
+
+        from service.runtime import build_runtime
+
+        tmp_home = Path(tempfile.mkdtemp(prefix="kvlink-eval-int8-"))
+        build_runtime(settings.model_copy(update={"home": tmp_home, "store_int8": True}), base, queue="none",
+                      recover=False)  # base.cache is now the store's
+    trained: dict[Path, Engine] = {}
+    for path in dict.fromkeys(paths.values()):  # same model, prefix and document cache as the base engine
+        try:
+            trained[path] = base.with_link_tokens(load_link_tokens(path, base.lm))
+        except (ValueError, FileNotFoundError) as e:
+            fail(str(e))
+    return {m: trained[paths[m]] if m in paths else base for m in wanted}
+
+
+@app.command("train-links")
+def train_links(
+    data: NqOpt = NQ_DEFAULT,
+    out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
+    name: Annotated[Optional[str], typer.Option(help="Save as the named adapter $KVLINK_RAG_HOME/links/NAME.safetensors "
+                                                "(instead of --out), selectable per query.")] = None,
+    steps: Annotated[int, typer.Option(help="Optimiser steps (each over --accumulate examples).")] = 150,
+    k: Annotated[int, typer.Option("--k", help="Link tokens per document.")] = 5,
+    docs: Annotated[int, typer.Option("--docs", help="Documents per training example (gold + distractors).")] = 10,
+    lr: Annotated[float, typer.Option(help="LoRA learning rate.")] = 3e-4,
+    link_lr: Annotated[float, typer.Option(help="Link-embedding learning rate.")] = 1e-3,
+    accumulate: Annotated[int, typer.Option(help="Examples per optimiser step (gradient accumulation).")] = 4,
+    adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
+    lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
+    rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    targets: Annotated[str, typer.Option(help="LoRA target projections, comma-separated.")] = "q_proj,k_proj,v_proj,o_proj",
+    slots: Annotated[int, typer.Option(help="1: link tokens shared by every document slot; S: per-slot "
+                                       "[S, K, hidden] (slot i >= S uses the last).")] = 1,
+    exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
+    val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed of example order, distractors and initialisation (runs are deterministic).")] = 0,
+    encoding: EncOpt = None,
+) -> None:
+    """Train link tokens and a query-side LoRA on NQ; resumable.
+
+    Trains on multi-document QA examples and saves link tokens (and the adapter) as one safetensors file.
+    """
+    from kvlink_rag.nq import DataFormatError
+    from training.data import split_examples
+
+    out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
+    try:
+        split = split_examples(data, exclude_first, val_n)
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    from training.loop import TrainConfig
+
+    cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
+                      lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
+                      slots=slots, seed=seed)
+    _train(make_settings(k, encoding, shipped_links=False), split, cfg, out)  # from the untrained initialisation
+
+
+def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
+    """``train-links``' output path (``--name`` resolved) and LoRA targets, its arguments checked; or exit."""
+    if adapter not in ("query-lora", "none"):
+        fail(f"unknown adapter {adapter!r}; choose query-lora or none")
+    if name is not None:
+        from kvlink_rag.named_adapters import adapter_path
+
+        try:
+            out = adapter_path(make_settings().links_dir, name)
+        except ValueError as e:
+            fail(str(e))
+    if min(counts) < 1:
+        fail("--steps, --k, --docs, --accumulate, --slots and --rank must be >= 1")
+    target_list = tuple(x.strip() for x in targets.split(",") if x.strip())
+    if not target_list:
+        fail("--targets needs at least one projection name, e.g. q_proj,v_proj")
+    return out, target_list
+
+
+def _train(settings: Settings, split, cfg, out: Path) -> None:
+    """Train (resuming from ``<out>.ckpt``), validate and save the artifact and its loss curve."""
+    from kvlink_rag.cache import MemoryCache
+    from training.loop import Trainer
+    from training.report import plot_losses, validation_accuracy
+
+    engine = make_engine(settings, cache=MemoryCache())  # training memoises document encodings in memory
+    try:
+        trainer = Trainer(engine, split, cfg, out.with_suffix(".ckpt"))
+    except ValueError as e:
+        fail(str(e))
+    last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
+    with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
+            results_only_stdout():
+        trainer.run(lambda step, loss: bar.update(completed=step, loss=loss))
+    acc = validation_accuracy(engine, trainer, split)
+    artifact = trainer.artifact({"val_accuracy": acc, "val_n": len(split.val), "encoding": settings.encoding})
+    artifact.save(out)
+    plot_losses(trainer.state, out.with_suffix(".png"))
+    console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}), validation accuracy "
+                  f"{acc:.3f} on {len(split.val)} held-out questions; loss curve {out.with_suffix('.png')}")
+
+
+@app.command("eval-report")
+def eval_report(
+    rows: Annotated[list[Path], typer.Argument(help="Row files (<json>.rows.jsonl) of one or more eval runs.")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged summary JSON here.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Write the table as markdown here.")] = None,
+    against: Annotated[Optional[str], typer.Option(help="Also print every mode's paired accuracy difference "
+                                                   "to this mode (and to 95% of it), with 95% intervals.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Merge the rows of several eval runs into one table.
+
+    E.g. modes run in parallel processes, each with its own --json rows file.
+    """
+    from training.eval import paired_difference, plot_by_position, read_rows, summarise, summary_markdown
+
+    try:
+        merged = read_rows(rows)
+    except ValueError as e:
+        fail(str(e))
+    summary = summarise(merged, seed)
+    n = len({r["index"] for r in merged})
+    print_summary(summary, f"NQ-open, {n} questions, merged from {len(rows)} row file(s)")
+    if against is not None:
+        if against not in summary["modes"]:
+            fail(f"--against {against!r}: no rows of that mode; modes: {', '.join(summary['modes'])}")
+        for m in summary["modes"]:
+            if m == against:
+                continue
+            for scale in (1.0, 0.95):
+                d, lo, hi = paired_difference(merged, m, against, scale, seed=seed)
+                out.print(f"{m} - {scale:g} x {against}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    if json_out is not None:
+        json_out.write_text(json.dumps({**summary, "settings": {"rows": [str(p) for p in rows]}}, indent=2))
+    if plot is not None:
+        plot_by_position(summary, plot)
+    if markdown is not None:
+        markdown.write_text(summary_markdown(summary))

@@ -1,0 +1,148 @@
+"""The layering of the packages and the size of their functions, read from the source with ``ast``
+(nothing is imported).
+
+``cli`` is the top layer (it may import every package below it: it drives training and bench and serves
+the API); nothing imports it. Front ends (``api``, ``workers``) -> ``service`` -> core (``kvlink_rag``)
+and ``store``; ``training`` uses the service, core and store, ``bench`` also the API, never the CLI or the
+workers. Every ``import`` counts, including those inside functions (they run too); only
+``if TYPE_CHECKING:`` blocks are skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+ROOT = Path(os.environ.get("ARCH_ROOT", Path(__file__).resolve().parent.parent))
+MAX_FUNCTION_LINES = 60  # the project guide: functions under ~60 lines
+PACKAGES = ("cli", "api", "workers", "service", "training", "bench", "kvlink_rag", "store")
+FORBIDDEN = {
+    "kvlink_rag": {"cli", "api", "workers", "service", "training", "bench", "store"},
+    "store": {"cli", "api", "workers", "service", "training", "bench"},
+    "service": {"cli", "api", "workers", "training", "bench"},
+    "training": {"cli", "api", "workers", "bench"},
+    "api": {"cli", "workers", "training", "bench"},
+    "workers": {"cli", "api", "training", "bench"},
+    "bench": {"cli", "workers"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imported(name: str, path: Path) -> set[str]:
+    """Absolute module names imported by module ``name`` (relative imports resolved)."""
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = ".".join((base[: len(base) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph = {}
+    for name, path in mods.items():
+        graph[name] = {m for m in _imported(name, path) if m in mods and m != name}
+    return graph
+
+
+def test_no_import_points_the_wrong_way():
+    bad = []
+    for mod, deps in _graph().items():
+        top = mod.split(".")[0]
+        for dep in deps:
+            if dep.split(".")[0] in FORBIDDEN.get(top, ()):
+                bad.append(f"{mod} -> {dep}")
+    assert bad == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_import_cycles():
+    # a package's __init__ re-exporting its submodules is not a cycle of modules
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in _graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_the_checker_sees_a_cycle_and_a_wrong_edge():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line name (N lines)`` of every function or method longer than ``limit`` lines (decorators
+    excluded, its docstring and nested functions included)."""
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > limit:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    return found
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = _long_functions()
+    assert long == [], "split these functions (at most 60 lines each):\n" + "\n".join(long)
