@@ -16,7 +16,7 @@ from store.factory import open_store
 
 from .bandwidth import bytes_per_token, load_bandwidth
 from .contexts import documents_for_budget
-from .precompute import precompute_throughput
+from .prefill_throughput import precompute_throughput
 from .scaling import store_scaling, ttft_by_documents
 from .ttft import drop_page_cache, first_decode_step, physical_floor, ttft_full, ttft_linked
 

@@ -63,7 +63,7 @@ def ask(
     timings: dict[str, float] = {}
     engine = make_engine(settings, timings, adhoc=True)
     if adapter is not None:
-        from kvlink_rag.named_adapters import AdapterVariants
+        from kvlink_rag.adapter_registry import AdapterVariants
 
         try:
             engine = AdapterVariants(engine).get(adapter)

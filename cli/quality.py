@@ -112,7 +112,7 @@ def _artifact_path(settings: Settings, path: Path) -> Path:
     """``path``, or the named adapter ``$KVLINK_RAG_HOME/links/NAME.safetensors`` when ``path`` is a name."""
     if path.exists() or path.suffix == ".safetensors":
         return path
-    from kvlink_rag.named_adapters import adapter_path
+    from kvlink_rag.adapter_registry import adapter_path
 
     try:
         return adapter_path(settings.links_dir, str(path))
@@ -125,7 +125,7 @@ def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, ada
     """One engine per mode: the base engine (untrained link tokens, documents cached in memory or, with
     ``int8``, in a throw-away int8 store) and, sharing its model and cache, the trained artifacts'."""
     from kvlink_rag.cache import MemoryCache
-    from kvlink_rag.links import load_link_tokens
+    from kvlink_rag.link_tokens import load_link_tokens
 
     paths = {m: _artifact_path(settings, links if m == "linked" else adapter) for m in wanted
              if m == "linked" or m in ADAPTED}  # names resolved before the model loads
@@ -195,7 +195,7 @@ def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *coun
     if adapter not in ("query-lora", "none"):
         fail(f"unknown adapter {adapter!r}; choose query-lora or none")
     if name is not None:
-        from kvlink_rag.named_adapters import adapter_path
+        from kvlink_rag.adapter_registry import adapter_path
 
         try:
             out = adapter_path(make_settings().links_dir, name)

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .adapters import adapter_scope, add_lora
+from .lora import adapter_scope, add_lora
 from .cache import DocumentCache, MemoryCache
 from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
 from .linker import link
-from .links import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
+from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
 from .model import LoadedModel, load_model
-from .precompute import encode_document, encode_prefix, encoding_fingerprint
+from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .prompt import PromptTemplate, has_special_text
 from .settings import Settings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
@@ -59,7 +59,7 @@ class Engine:
         lm: an already loaded model (tests); loaded from ``settings.model`` if None.
         cache: document cache; an in-memory one if None.
     Raises:
-        ValueError: bad settings; kvlink_rag.links.LinkTokensMismatch: link tokens for another model.
+        ValueError: bad settings; kvlink_rag.link_tokens.LinkTokensMismatch: link tokens for another model.
     """
 
     def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):

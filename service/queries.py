@@ -83,7 +83,7 @@ class QueryService:
 
     def __init__(self, engine: Engine, store: Store, retrieval: Retrieval, model_lock: threading.Lock,
                  settings: Settings, on_result: Callable[[QueryResult], None] | None = None):
-        from kvlink_rag.named_adapters import AdapterVariants
+        from kvlink_rag.adapter_registry import AdapterVariants
 
         self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
         self.settings, self.on_result = settings, on_result
@@ -112,8 +112,8 @@ class QueryService:
 
         With ``load`` (under the model lock): the adapter's engine, its LoRA loaded into the model.
         """
-        from kvlink_rag.links import LinkTokensMismatch
-        from kvlink_rag.named_adapters import UnknownAdapter
+        from kvlink_rag.link_tokens import LinkTokensMismatch
+        from kvlink_rag.adapter_registry import UnknownAdapter
 
         try:
             eng = self.variants.get(adapter) if load else None

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.adapters import adapter_scope
+from kvlink_rag.lora import adapter_scope
 from kvlink_rag.engine import Engine
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import truncate_cache

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.adapters import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
-from kvlink_rag.links import LinkTokens, initial_link_tokens
+from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
 from kvlink_rag.nq import NQExample, build_documents
 from kvlink_rag.prompt import encode_user_text
 

@@ -5,7 +5,7 @@ import torch
 
 from factories import random_ids, tiny_model
 from kvlink_rag.linker import link, plan_layout
-from kvlink_rag.precompute import encode_document, encode_prefix
+from kvlink_rag.document_prefill import encode_document, encode_prefix
 from kvlink_rag.types import ContextTooLong
 
 

@@ -9,7 +9,7 @@ from factories import random_ids, tiny_model
 from kvlink_rag.generate import SamplingParams, decode
 from kvlink_rag.kvcache import cache_tensors
 from kvlink_rag.linker import link
-from kvlink_rag.precompute import encode_document, encode_prefix
+from kvlink_rag.document_prefill import encode_document, encode_prefix
 from reference import Piece, kv_by_position, reference_forward
 
 FAMILIES = [("llama", 64), ("llama", 128), ("llama3", 64), ("llama-yarn", 64), ("llama-linear", 64), ("qwen2", 64),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from factories import tiny_model
-from kvlink_rag.links import LinkTokens, LinkTokensMismatch, load_link_tokens
+from kvlink_rag.link_tokens import LinkTokens, LinkTokensMismatch, load_link_tokens
 
 
 def test_round_trip_and_fingerprint_check(tmp_path):
@@ -24,7 +24,7 @@ def test_round_trip_and_fingerprint_check(tmp_path):
 
 
 def test_shipped_artifact_for_another_model_is_skipped(tmp_path, monkeypatch):
-    import kvlink_rag.links as links
+    import kvlink_rag.link_tokens as links
 
     lm = tiny_model("llama")
     monkeypatch.setattr(links, "ASSETS", tmp_path)

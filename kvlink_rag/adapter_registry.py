@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .adapters import remove_lora
+from .lora import remove_lora
 from .engine import Engine
-from .links import LinkTokens, load_link_tokens
+from .link_tokens import LinkTokens, load_link_tokens
 
 RESERVED = ("default", "none")
 Signature = tuple[int, int, int, int]
@@ -126,7 +126,7 @@ class AdapterVariants:
 
         Raises:
             UnknownAdapter: no such adapter.
-            kvlink_rag.links.LinkTokensMismatch: the artifact was made for another base model.
+            kvlink_rag.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
         """
         if name is None or name in RESERVED:
             return self.engine.link_tokens
@@ -137,7 +137,7 @@ class AdapterVariants:
 
         Raises:
             UnknownAdapter: no such adapter.
-            kvlink_rag.links.LinkTokensMismatch: the artifact was made for another base model.
+            kvlink_rag.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
         """
         if name is None or name == "default":
             return self.engine

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from factories import save_adapter, tiny_text_engine
-from kvlink_rag.links import LinkTokensMismatch
-from kvlink_rag.named_adapters import AdapterVariants, UnknownAdapter, adapter_names, check_name
+from kvlink_rag.link_tokens import LinkTokensMismatch
+from kvlink_rag.adapter_registry import AdapterVariants, UnknownAdapter, adapter_names, check_name
 from kvlink_rag.types import Document
 
 

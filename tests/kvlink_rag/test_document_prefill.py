@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.precompute import encode_document, encode_prefix, encoding_fingerprint
+from kvlink_rag.document_prefill import encode_document, encode_prefix, encoding_fingerprint
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

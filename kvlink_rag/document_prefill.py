@@ -11,7 +11,7 @@ import hashlib
 
 import torch
 
-from .adapters import adapter_scope
+from .lora import adapter_scope
 from .kvcache import build_cache, cache_tensors
 from .model import LoadedModel
 from .rope import remove_rope, rope_cos_sin
