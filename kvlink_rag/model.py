@@ -13,11 +13,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .settings import DEFAULT_MODEL, Settings
 from .types import parse_dtype
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # RoPE types whose tables depend only on the position (exactness-tested in tests/kvlink_rag/test_linker_exact.py);
@@ -44,7 +48,7 @@ class LoadedModel:
     """
 
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     fingerprint: str
     device: torch.device
     dtype: torch.dtype

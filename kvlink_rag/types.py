@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+    from transformers import DynamicCache
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
@@ -198,7 +199,7 @@ class LinkedContext:
             (``max_new_tokens`` or the model's context end); None before.
     """
 
-    cache: object
+    cache: DynamicCache
     segments: list[Segment]
     storage_positions: torch.Tensor
     next_position: int
