@@ -1,7 +1,7 @@
 """The document-cache contract the engine reads and writes through, and the plain in-process cache.
 
 Implementations: :class:`MemoryCache` (here), ``store.doc_cache.StoreCache`` (memory tiers over a blob
-store) and ``service.recording_cache.RecordingCache`` (a per-request wrapper that records hits). Each
+store) and ``store.recording_cache.RecordingCache`` (a per-request wrapper that records hits). Each
 subclasses :class:`DocumentCache` explicitly and defines every method; the engine calls nothing else.
 """
 

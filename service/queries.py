@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
-from service.recording_cache import RecordingCache
+from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Answer, Engine

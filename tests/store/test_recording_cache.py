@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from factories import random_kv
 from kvlink_rag.cache import DocumentCache, MemoryCache
-from service.recording_cache import RecordingCache
 from store.doc_cache import StoreCache
 from store.lmdb_blobs import LmdbBlobStore
 from store.lmdb_env import open_env
+from store.recording_cache import RecordingCache
 from store.tiers import CacheTier, TieredCache
 
 
