@@ -8,6 +8,8 @@ finding, or JSON with ``--json``), messages to stderr.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -17,6 +19,22 @@ from cli.common import fail, make_engine, make_settings, open_runtime
 store_app = typer.Typer(no_args_is_help=True, help="Document store maintenance.")
 index_app = typer.Typer(no_args_is_help=True, help="Document index maintenance.")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+
+
+@contextmanager
+def _store_for(what: str) -> Iterator[tuple]:
+    """``(settings, store)`` of ``$KVLINK_RAG_HOME`` (no engine loaded), closed afterwards; a failure inside
+    (Redis or the broker down) exits with ``"{what} failed: ..."``."""
+    settings = make_settings()
+    store = open_runtime(settings).store
+    try:
+        yield settings, store
+    except typer.Exit:
+        raise
+    except Exception as e:  # noqa: BLE001 - Redis down, broker down
+        fail(f"{what} failed: {e}")
+    finally:
+        store.blobs.close()
 
 
 def _say(message: str) -> None:
@@ -49,21 +67,13 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
     """
     from store.check import check_store
 
-    settings = make_settings()
-    store = open_runtime(settings).store
-    try:
+    with _store_for("store check") as (settings, store):
         report = check_store(store, min_age_s=min_age_s)
         if repair and report.problems:
             # recreated records find their stored caches through the engine (else they would be re-encoded)
             engine = make_engine(settings) if report.texts_without_records or report.corrupt_records else None
             check_store(store, repair=True, engine=engine, min_age_s=min_age_s)
             report.repaired = True
-    except typer.Exit:
-        raise
-    except Exception as e:  # noqa: BLE001 - Redis down, broker down
-        fail(f"store check failed: {e}")
-    finally:
-        store.blobs.close()
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:
@@ -94,16 +104,8 @@ def index_rebuild(as_json: JsonOpt = False) -> None:
     """
     from store.recovery import rebuild_index
 
-    settings = make_settings()
-    store = open_runtime(settings).store
-    try:
+    with _store_for("index rebuild") as (settings, store):
         report = rebuild_index(store, make_engine(settings))
-    except typer.Exit:
-        raise
-    except Exception as e:  # noqa: BLE001 - Redis down, broker down
-        fail(f"index rebuild failed: {e}")
-    finally:
-        store.blobs.close()
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:

@@ -11,22 +11,10 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from kvlink_rag.settings import Settings
-from service_support import LiveServer, free_port, save_tiny_checkpoint
+from service_support import LiveServer, free_port
 
 FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
-
-
-@pytest.fixture
-def env(tmp_path, tiny_checkpoint) -> dict:
-    return {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(tiny_checkpoint),
-            "KVLINK_RAG_DEVICE": "cpu", "KVLINK_RAG_MAX_NEW_TOKENS": "3", "KVLINK_RAG_BROKER_URL": "",
-            "KVLINK_RAG_INDEX_URL": "", "KVLINK_RAG_API_KEY": ""}
 
 
 def _run(args, env):
