@@ -23,7 +23,7 @@ install: $(BIN)/kvlink-rag
 MODEL := $(or $(KVLINK_RAG_HOME),$(HOME)/.cache/kvlink-rag)/models/SmolLM2-135M-Instruct/model.safetensors
 
 $(MODEL): | $(BIN)/kvlink-rag
-	@echo "fetching and converting the model (~100 MB download, ~80 s, 0.6 GB under KVLINK_RAG_HOME)..."
+	@echo "fetching and converting the model (~100 MB download, 30-80 s, 0.6 GB under KVLINK_RAG_HOME)..."
 	$(BIN)/kvlink-rag model fetch
 
 demo: install $(MODEL)

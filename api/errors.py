@@ -36,15 +36,22 @@ def error_response(status: int, code: str, message: str, **extra) -> JSONRespons
     return JSONResponse(error_body(status, code, message, **extra), status_code=status)
 
 
+UNION_TAGS = ("document", "batch")  # the tags of the ingest body's union (api.schemas.IngestIn), not fields
+
+
 def describe_validation(errors) -> str:
-    """One line per problem: ``body.question: Field required``; malformed JSON says so."""
+    """One line per problem: ``body.question: Field required``; malformed JSON says so. Locations name
+    the request's own fields (``body.id``, not the union tag ``body.document.id``)."""
     parts = []
     for e in errors:
         if e.get("type") == "json_invalid":
             ctx = e.get("ctx", {}).get("error", "")
             parts.append(f"malformed JSON body: {ctx}".rstrip(": "))
             continue
-        loc = ".".join(str(x) for x in e.get("loc", ()))
+        raw = list(e.get("loc", ()))
+        if len(raw) > 1 and raw[0] == "body" and raw[1] in UNION_TAGS:
+            del raw[1]
+        loc = ".".join(str(x) for x in raw)
         parts.append(f"{loc}: {e.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
 

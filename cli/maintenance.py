@@ -79,8 +79,11 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
     else:
         for line in _lines(report):
             typer.echo(line)
+    if report.untracked_caches:
+        _say(f"{len(report.untracked_caches)} ad-hoc cache(s) of ask/demo "
+             f"({sum(n for _, n in report.untracked_caches)} bytes): no record by design, evicted like any other")
     if not report.problems:
-        _say("store is consistent: every cache has a record, every record its text and cache")
+        _say("store is consistent: every document's cache has a record, every record its text and cache")
         return
     _say(f"{report.problems} problem(s): {len(report.unreferenced_caches)} unreferenced cache(s) "
          f"({report.unreferenced_bytes} bytes), {len(report.missing_caches)} ready record(s) without cache, "

@@ -84,7 +84,7 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: Progress = no_progress) ->
     Args:
         progress: shows the 4 steps (tokenizer, weights, config + tokenizer files, safetensors).
     """
-    _say(f"converting {gguf.name} to a safetensors model in {out_dir} (once, about 80 s on a CPU)")
+    _say(f"converting {gguf.name} to a safetensors model in {out_dir} (once, 30-80 s on a CPU)")
     with contextlib.redirect_stdout(sys.stderr):
         import torch
         from safetensors.torch import save_file

@@ -100,9 +100,9 @@ def test_limits_and_malformed_requests_are_clear_4xx(make_client):
         assert "metadata" in err(c.post("/v1/documents", json=meta), 413)
         dup = {"documents": [{"id": "a", "text": "one"}, {"id": "a", "text": "two"}]}
         assert "repeated in the batch: a" in err(c.post("/v1/documents", json=dup), 422)
-        assert "body.document.text: Field required" in err(c.post("/v1/documents", json={"title": "t"}), 422)
-        assert "body.document.txt: Extra inputs" in err(c.post("/v1/documents", json={"txt": "x"}), 422)
-        assert "body.document.id" in err(c.post("/v1/documents", json={"id": "a/b", "text": "x"}), 422)
+        assert "body.text: Field required" in err(c.post("/v1/documents", json={"title": "t"}), 422)
+        assert "body.txt: Extra inputs" in err(c.post("/v1/documents", json={"txt": "x"}), 422)
+        assert "body.id:" in err(c.post("/v1/documents", json={"id": "a/b", "text": "x"}), 422)
         bad = c.post("/v1/documents", content=b'{"text": ', headers={"content-type": "application/json"})
         assert bad.json()["error"]["code"] == "malformed_json" and "malformed JSON" in err(bad, 422)
         assert "empty" in err(c.post("/v1/documents", json={"text": "   "}), 422)
@@ -143,7 +143,9 @@ def test_ids_that_an_http_client_could_not_address_are_refused_at_ingest(client)
         assert r.status_code == 422, (bad, r.text)
         assert r.json()["error"]["code"] == "invalid_request"
         message = r.json()["error"]["message"]
-        assert "body.document.id" in message and "invalid document id" in message
+        assert "body.id:" in message and "invalid document id" in message  # the field, not the union tag
+        batch = client.post("/v1/documents", json={"documents": [{"id": bad, "text": "Some text."}]})
+        assert "body.documents.0.id:" in batch.json()["error"]["message"]
         q = client.post("/v1/query", json={"question": "what?", "document_ids": ["ok", bad]})
         assert q.status_code == 422 and "document_ids.1" in q.json()["error"]["message"], (bad, q.text)
     for good in ("...", "a.b", "a b", "naïve", "x" * 200, "é" * 100):
