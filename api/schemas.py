@@ -165,6 +165,9 @@ class QueryIn(Sampling):
                                 description="'default' (the loaded link tokens and query-side adapter), 'none' "
                                 "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links "
                                 "(GET /v1/adapters).")
+    mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
+                                            "'full' (full prefill of the same prompt, for comparison: no cache used, "
+                                            "every cache_hit false, cache_load_s 0, link_s the prefill time).")
 
 
 class UsedDocument(BaseModel):

@@ -300,10 +300,16 @@ class Engine:
             ValueError: no documents, empty question. ContextTooLong: no position left for a new token.
         """
         t0 = time.perf_counter()
-        ids = self.prompt_ids(question, docs)
+        return self.finish(self.full_context(question, docs), self.sampling(**sampling), t0)
+
+    def full_context(self, question: str, docs: list[Document]) -> LinkedContext:
+        """Context of ordinary full prefill of :meth:`prompt_ids` (under this engine's adapter); no cache used.
+
+        Raises:
+            ContextTooLong: no position left for a new token.
+        """
         with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-            ctx = full_prefill(self.lm, ids, new_tokens=1)
-        return self.finish(ctx, self.sampling(**sampling), t0)
+            return full_prefill(self.lm, self.prompt_ids(question, docs), new_tokens=1)
 
     def stream(self, question: str, docs: list[Document], k: int | None = None,
                **sampling) -> Generator[str, None, Answer]:

@@ -8,6 +8,8 @@ front end can keep requests that wait for the model out of its threads (the API:
 Documents are chosen and loaded by :mod:`service.documents_choice`.
 
 All timings are seconds measured from the start of :meth:`QueryService.plan` (request accepted).
+A plan's ``mode`` is ``linked`` (the cached KV re-linked) or ``full`` (ordinary full prefill of the same
+prompt ids, for comparison: no cache is read or written, no link tokens).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ if TYPE_CHECKING:
     from service.retrieval import Retrieval
     from store.factory import Store
 
-__all__ = ["QueryDoc", "QueryPlan", "QueryResult", "QueryService", "check_request", "choose_documents"]
+MODES = ("linked", "full")
+"""Query modes: the cached documents re-linked (KVLink), or full prefill of the same prompt (baseline)."""
+
+__all__ = ["MODES", "QueryDoc", "QueryPlan", "QueryResult", "QueryService", "check_request", "choose_documents"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,7 @@ class QueryPlan:
     k: int | None = None
     adapter: str | None = None
     sampling: dict = field(default_factory=dict)
+    mode: str = "linked"
 
 
 @dataclass
@@ -92,20 +98,22 @@ class QueryService:
 
     # -- validation and document choice --------------------------------------------------------------
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
-             k: int | None = None, adapter: str | None = None, **sampling) -> QueryPlan:
-        """Check the limits and pick the documents.
+             k: int | None = None, adapter: str | None = None, mode: str = "linked", **sampling) -> QueryPlan:
+        """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`.
 
         Raises:
-            ServiceError: 422 over a limit or contradictory fields, 400 unknown adapter, 404 unknown document
-                ids or no document matching the question.
+            ServiceError: 422 over a limit, contradictory fields or unknown mode, 400 unknown adapter, 404
+                unknown document ids or no document matching the question.
             redis.exceptions.ConnectionError: retrieval needed the Redis index and it is down.
         """
         t0 = time.perf_counter()
+        if mode not in MODES:
+            raise ServiceError(422, "invalid_mode", f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
         self._check_links(k, adapter)
         docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
         return QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
-                         {k_: v for k_, v in sampling.items() if v is not None})
+                         {k_: v for k_, v in sampling.items() if v is not None}, mode)
 
     def _check_links(self, k: int | None, adapter: str | None, load: bool = False) -> Engine | None:
         """Check ``adapter`` exists and fits the model and ``k`` is within its K (reads its file only).
@@ -159,16 +167,14 @@ class QueryService:
         return self._generate(plan, pieces=True)
 
     def _generate(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
-        """Link the plan's documents and run :meth:`Engine.generate` under the model lock: ``("token",
-        piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``."""
-        docs = [d.document for d in plan.docs]
+        """Link (or fully prefill) the plan's documents and run :meth:`Engine.generate` under the model lock:
+        ``("token", piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``.
+
+        Full prefill reports ``cache_load_s`` 0 and its prefill time as ``link_s``."""
         with self.model_lock:
             t_call = time.perf_counter()
             eng = self._request_engine(plan)
-            try:
-                ctx, _ = eng.link_context(plan.question, docs, plan.k)
-            except ContextTooLong as e:
-                raise ServiceError(422, "context_too_long", str(e)) from e
+            ctx = _context(eng, plan)
             ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
         end = time.perf_counter()
         timings = {"retrieval_s": plan.retrieval_s, "queue_wait_s": t_call - plan.t0 - plan.retrieval_s,
@@ -182,6 +188,8 @@ class QueryService:
         hits = [eng.cache.hits.get(key, False) for key in keys]
         result = QueryResult(ans.text, ans.token_ids, plan.docs, hits, timings, ans.context_tokens,
                              ans.finish_reason)
+        if plan.mode == "full":  # a comparison that used no cache: no bookkeeping, no cache or TTFT metrics
+            return result
         self._record(plan, hits, [eng.cache.unstored.get(key) for key in keys])
         if self.on_result is not None:
             self.on_result(result)
@@ -243,6 +251,21 @@ def choose_documents(choice: DocumentChoice, tenant: str, question: str, documen
     if document_ids is not None:
         return choice.by_ids(tenant, document_ids)
     return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
+
+
+def _context(eng: Engine, plan: QueryPlan):
+    """The plan's context: linked from the document caches, or (mode ``full``) fully prefilled.
+
+    Raises:
+        ServiceError: 422 ``context_too_long`` when the prompt leaves no position for a new token.
+    """
+    docs = [d.document for d in plan.docs]
+    try:
+        if plan.mode == "full":
+            return eng.full_context(plan.question, docs)
+        return eng.link_context(plan.question, docs, plan.k)[0]
+    except ContextTooLong as e:
+        raise ServiceError(422, "context_too_long", str(e)) from e
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

@@ -52,7 +52,7 @@ async def sse_events(state, plan):
 async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents."""
     plan = await state.gates.run_planning(lambda: queries.plan(
-        tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter,
+        tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter, body.mode,
         max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed))
     if body.stream:
         return EventSourceResponse(sse_events(state, plan))

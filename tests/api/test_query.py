@@ -248,3 +248,63 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
     assert json.loads(parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)[-1][1])["error"][
         "code"] == "internal_error"
+
+
+def test_full_prefill_mode_answers_the_same_prompt_without_caches(client, fixture_docs, tiny_engine):
+    from kvlink_rag.types import Document
+
+    ids = ["lighthouse", "paris"]
+    client.post("/v1/documents", json={"documents": fixture_docs[:2]})
+    hits_before = [wait_ready(client, i)["hits"] for i in ids]
+    ask = {"question": "Who kept the lighthouse lamp burning?", "document_ids": ids, "mode": "full"}
+    metrics_before = client.get("/metrics").text
+    r = client.post("/v1/query", json=ask)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    stored = [client.get(f"/v1/documents/{i}", params={"include_text": True}).json() for i in ids]
+    with client.app_state.model_lock:  # the same prompt ids, fully prefilled by the engine itself
+        expected = tiny_engine.answer_full(ask["question"], [Document(d["text"], d["title"] or None) for d in stored])
+    assert [d["id"] for d in body["documents"]] == ids and [d["cache_hit"] for d in body["documents"]] == [False] * 2
+    assert body["answer"] == expected.text and body["completion_tokens"] == len(expected.token_ids)
+    assert body["context_tokens"] == expected.context_tokens
+    assert body["timings"]["cache_load_s"] == 0 and body["timings"]["link_s"] > 0
+
+    events = parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)
+    done = json.loads(events[-1][1])
+    assert [e for e, _ in events][-1] == "done" and done["answer"] == expected.text
+    assert "".join(json.loads(d)["text"] for e, d in events if e == "token").strip() == expected.text
+    assert [d["cache_hit"] for d in done["documents"]] == [False] * 2
+    assert [client.get(f"/v1/documents/{i}").json()["hits"] for i in ids] == hits_before  # no cache was used
+    for series in ("kvlink_ttft_seconds_count", 'kvlink_query_documents_total{cache="miss"}'):
+        assert _metric(client.get("/metrics").text, series) == _metric(metrics_before, series)  # not counted
+    linked = client.post("/v1/query", json={**ask, "mode": "linked"}).json()
+    assert [d["cache_hit"] for d in linked["documents"]] == [True] * 2
+    assert _metric(client.get("/metrics").text, "kvlink_ttft_seconds_count") == 1  # only the linked query
+
+    bad = client.post("/v1/query", json={**ask, "mode": "prefill"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_request"
+    assert "body.mode: Input should be 'linked' or 'full'" in bad.json()["error"]["message"]
+
+
+def test_full_prefill_mode_refuses_a_prompt_longer_than_the_context(make_client, tmp_path):
+    from factories import tiny_text_engine
+
+    small = tiny_text_engine(tmp_path / "small", max_positions=96, max_new_tokens=4)
+    with make_client(engine=small) as c:
+        for doc_id in ("a", "b"):  # 33 tokens each: one fits, both with the 29-token prefix do not
+            assert c.post("/v1/documents", json={"id": doc_id, "text": "word " * 30}).status_code == 202
+        ask = {"question": "what is it?", "mode": "full"}
+        assert c.post("/v1/query", json={**ask, "document_ids": ["a"]}).status_code == 200
+        r = c.post("/v1/query", json={**ask, "document_ids": ["a", "b"]})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long"
+        assert "exceeds the model's context of 96 positions" in r.json()["error"]["message"]
+        events = parse_sse(c.post("/v1/query", json={**ask, "document_ids": ["a", "b"], "stream": True}).text)
+        assert [e for e, _ in events] == ["error"] and json.loads(events[0][1])["error"]["code"] == "context_too_long"
+
+
+def _metric(text: str, series: str) -> float:
+    """The value of ``series`` in a Prometheus exposition ``text`` (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
