@@ -105,6 +105,7 @@ class Settings(BaseSettings):
         30.0, ge=0.0, description="Seconds after which a tenant's BM25 index is rebuilt from the index anyway "
         "(picks up documents ingested by other processes)."
     )
+    playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
 
     @field_validator("kv_dtype")
     @classmethod

@@ -1,0 +1,135 @@
+// kvlink-rag playground: questions (streamed answers, compare with full prefill, documents used, timings),
+// settings (API key, adapter) and start. Loaded after api.js and documents.js.
+"use strict";
+
+const TIMINGS = ["retrieval_s", "queue_wait_s", "cache_load_s", "link_s", "ttft_s", "total_s"];
+let asking = false;
+
+// -- questions ------------------------------------------------------------------------------------
+
+function ms(seconds) {
+  const v = seconds * 1000;
+  return (v < 10 ? v.toFixed(1) : String(Math.round(v))) + " ms";
+}
+
+function resetAnswers() {
+  for (const id of ["answer", "answer-full"]) {
+    $(id).textContent = "";
+    $(id).dataset.state = "idle";
+    $(id).dataset.chunks = "0";
+  }
+  $("full-box").hidden = !$("compare").checked;
+  $("ttft-compare").textContent = "";
+  $("used-docs").replaceChildren();
+  for (const key of TIMINGS) document.querySelector(`[data-timing="${key}"]`).textContent = "-";
+}
+
+// Stream one answer into el (data-state, data-chunks); the done body, or null after showing the error.
+async function answerInto(el, body) {
+  let chunks = 0;
+  el.dataset.state = "streaming";
+  try {
+    const done = await kvApi.streamQuery(body, (piece) => {
+      el.textContent += piece;
+      el.dataset.chunks = String(++chunks);
+    });
+    if (!chunks) el.textContent = done.answer; // else keep the streamed text (it only ever grows)
+    el.dataset.state = "done";
+    return done;
+  } catch (e) {
+    el.dataset.state = "error";
+    showError(textOf(e));
+    return null;
+  }
+}
+
+function showUsed(docs) {
+  const top = Math.max(0, ...docs.map((d) => d.score || 0));
+  $("used-docs").replaceChildren(...docs.map((d) => {
+    const li = make("li", "used");
+    li.dataset.docId = d.id;
+    const bar = make("span", "bar");
+    const fill = make("span", "bar-fill");
+    fill.style.width = (top > 0 && d.score != null ? (100 * d.score) / top : 0) + "%";
+    bar.append(fill);
+    if (d.score == null) bar.style.visibility = "hidden"; // named documents have no retrieval score
+    bar.setAttribute("aria-hidden", "true");
+    li.append(make("span", "cache " + (d.cache_hit ? "hit" : "miss"), d.cache_hit ? "hit" : "miss"),
+              make("span", "used-title", d.title || d.id), bar, make("span", "score", d.score == null ? "" : d.score.toFixed(2)));
+    return li;
+  }));
+}
+
+function showTimings(timings) {
+  for (const key of TIMINGS) document.querySelector(`[data-timing="${key}"]`).textContent = ms(timings[key]);
+}
+
+function queryBody() {
+  const body = { question: $("question").value.trim() };
+  const ids = Array.from(document.querySelectorAll("#doc-list .doc-select:checked"), (b) => b.closest("li.doc").dataset.docId);
+  if (ids.length) body.document_ids = ids;
+  else if ($("top-k").value !== "") body.top_k = Number($("top-k").value);
+  if ($("adapter").value && $("adapter").value !== "default") body.adapter = $("adapter").value;
+  return body;
+}
+
+async function ask(ev) {
+  if (ev) ev.preventDefault();
+  if (asking) return;
+  asking = true;
+  $("ask").disabled = true;
+  clearError();
+  resetAnswers();
+  try {
+    const body = queryBody();
+    const linked = await answerInto($("answer"), body);
+    if (!linked) return;
+    showUsed(linked.documents);
+    showTimings(linked.timings);
+    if (!$("compare").checked) return;
+    $("full-box").hidden = false; // after the linked answer, never beside it: the model is shared
+    const ids = linked.documents.map((d) => d.id);
+    const full = await answerInto($("answer-full"), { ...body, top_k: undefined, document_ids: ids, mode: "full" });
+    if (!full) return;
+    const a = linked.timings.ttft_s, b = full.timings.ttft_s;
+    $("ttft-compare").textContent = `TTFT linked ${ms(a)} vs full ${ms(b)}` + (a > 0 ? ` (${(b / a).toFixed(1)}x)` : "");
+  } finally {
+    asking = false;
+    $("ask").disabled = false;
+  }
+}
+
+// -- settings and start ---------------------------------------------------------------------------
+
+async function loadAdapters() {
+  const select = $("adapter");
+  try {
+    const out = await kvApi.request("GET", "/v1/adapters");
+    const names = ["default", ...out.adapters.filter((n) => n !== "default")];
+    const current = select.value;
+    select.replaceChildren(...names.map((n) => new Option(n, n)));
+    select.value = names.includes(current) ? current : "default";
+  } catch (e) {
+    // keep "default": a missing API key already shows as the list's error
+  }
+}
+
+let keyTimer = null;
+function onKeyInput() {
+  clearTimeout(keyTimer);
+  keyTimer = setTimeout(() => { refreshDocs(); loadAdapters(); }, 400);
+}
+
+function start() {
+  $("doc-form").addEventListener("submit", submitDoc);
+  $("doc-cancel").addEventListener("click", resetForm);
+  $("doc-file").addEventListener("change", uploadFiles);
+  $("doc-list").addEventListener("click", onListClick);
+  $("ask-form").addEventListener("submit", ask);
+  $("compare").addEventListener("change", () => { $("full-box").hidden = !$("compare").checked; });
+  $("api-key").addEventListener("input", onKeyInput);
+  refreshDocs();
+  loadAdapters();
+}
+
+start();
