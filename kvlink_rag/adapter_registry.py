@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .lora import remove_lora
 from .engine import Engine
 from .link_tokens import LinkTokens, load_link_tokens
+from .lora import remove_lora
 
 RESERVED = ("default", "none")
 Signature = tuple[int, int, int, int]

@@ -11,8 +11,8 @@ import hashlib
 
 import torch
 
-from .lora import adapter_scope
 from .kvcache import build_cache, cache_tensors
+from .lora import adapter_scope
 from .model import LoadedModel
 from .rope import remove_rope, rope_cos_sin
 from .types import DocumentKV, PrefixKV, parse_dtype

@@ -1,54 +1,28 @@
 """The engine: one loaded model with its prompt framing, anchor prefix, link tokens and a document cache.
 
-It is what the CLI, the workers and the API hold; the tensor work lives in ``precompute``, ``linker``
-and ``generate``.
+It is what the service, the workers and the CLI hold; the tensor work lives in ``document_prefill``,
+``linker`` and ``generate``, the decode-and-time loop in ``answer``.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Generator
 
 import torch
 
-from .lora import adapter_scope, add_lora
+from .answer import Answer, generate_answer, run_to_end
 from .cache import DocumentCache, MemoryCache
-from .generate import SamplingParams, decode, full_prefill, stop_token_ids, stream_text
-from .linker import link
-from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
-from .model import LoadedModel, load_model
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
+from .generate import SamplingParams, full_prefill, stop_token_ids
+from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
+from .linker import link
+from .lora import adapter_scope, add_lora
+from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
 from .settings import Settings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
-
-
-@dataclass
-class Answer:
-    """One generated answer.
-
-    Attributes:
-        text: decoded answer.
-        token_ids: generated ids (stop token excluded).
-        ttft_s: seconds from the call to the first token (cache load, RoPE, link forward, first sample).
-        total_s: seconds for the whole call.
-        cache_hits: documents served from the cache rather than encoded now.
-        context_tokens: tokens in the prompt (prefix, documents, link tokens, question).
-        timings: stage seconds (load_s, rope_s, link_forward_s).
-        finish_reason: ``'stop'`` (end-of-turn token) or ``'length'`` (max_new_tokens or the model's
-            context end).
-    """
-
-    text: str
-    token_ids: list[int]
-    ttft_s: float
-    total_s: float
-    cache_hits: int = 0
-    context_tokens: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
-    finish_reason: str = "stop"
 
 
 class Engine:
@@ -247,41 +221,9 @@ class Engine:
 
     def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,
                  pieces: bool = True) -> Generator[str, None, Answer]:
-        """Decode from ``ctx`` (under this engine's adapter): the one decode-and-time loop.
-
-        Yields the answer's text pieces as generated (nothing when ``pieces`` is False) and returns the
-        :class:`Answer` (``yield from`` gives it; closing the generator early stops decoding).
-
-        Args:
-            ctx: a linked or fully prefilled context; its KV cache is extended in place.
-            params: sampling parameters (:meth:`sampling`).
-            t0: ``time.perf_counter()`` the answer's ``ttft_s`` and ``total_s`` count from.
-            hits: documents served from the cache (reported in the Answer).
-        """
-        ids: list[int] = []
-        first: list[float] = []
-
-        def timed(tokens: Iterator[int]) -> Iterator[int]:
-            for tok in tokens:
-                if not first:
-                    first.append(time.perf_counter())
-                ids.append(tok)
-                yield tok
-
-        with adapter_scope(self.lm, self.adapter):
-            tokens = timed(decode(self.lm, ctx, params))
-            if pieces:
-                yield from stream_text(self.lm.tokenizer, tokens)
-            else:
-                for _ in tokens:
-                    pass
-        end = time.perf_counter()
-        t = ctx.timings
-        return Answer(text=self.lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
-                      ttft_s=(first[0] if first else end) - t0, total_s=end - t0, cache_hits=hits,
-                      context_tokens=ctx.next_position,
-                      timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s},
-                      finish_reason=ctx.finish_reason or "length")
+        """Decode from ``ctx`` under this engine's adapter (:func:`kvlink_rag.answer.generate_answer`, the one
+        decode-and-time loop): yields text pieces (none when ``pieces`` is False), returns the :class:`Answer`."""
+        return (yield from generate_answer(self.lm, self.adapter, ctx, params, t0, hits, pieces))
 
     def finish(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0) -> Answer:
         """The whole answer from ``ctx`` (:meth:`generate` run to its end, no text pieces)."""
@@ -318,11 +260,3 @@ class Engine:
         ctx, hits = self.link_context(question, docs, k)
         return (yield from self.generate(ctx, self.sampling(**sampling), t0, hits))
 
-
-def run_to_end(gen: Generator[object, None, Answer]) -> Answer:
-    """Exhaust ``gen`` (an :meth:`Engine.generate`-style generator) and return what it returns."""
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value

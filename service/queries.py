@@ -28,7 +28,8 @@ from service.errors import ServiceError, redis_errors
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
-    from kvlink_rag.engine import Answer, Engine
+    from kvlink_rag.answer import Answer
+    from kvlink_rag.engine import Engine
     from kvlink_rag.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.engine import run_to_end
+from kvlink_rag.answer import run_to_end
 from service.errors import ServiceError
 
 PARIS = "Paris is the capital and largest city of France."
