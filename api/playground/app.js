@@ -34,6 +34,9 @@ async function answerInto(el, body) {
       el.dataset.chunks = String(++chunks);
     });
     if (!chunks) el.textContent = done.answer; // else keep the streamed text (it only ever grows)
+    if (done.finish_reason === "length") {  // stopped by max_new_tokens or the model's context, not by the model
+      el.append(make("span", "cut", " [cut off at the token limit]"));
+    }
     el.dataset.state = "done";
     return done;
   } catch (e) {
@@ -64,9 +67,18 @@ function showTimings(timings) {
   for (const key of TIMINGS) document.querySelector(`[data-timing="${key}"]`).textContent = ms(timings[key]);
 }
 
+let tickCount = 0;  // documents are placed in the prompt in the order they were ticked
+
+function onTick(ev) {
+  if (!ev.target.classList.contains("doc-select")) return;
+  ev.target.dataset.tick = ev.target.checked ? String(++tickCount) : "";
+}
+
 function queryBody() {
   const body = { question: $("question").value.trim() };
-  const ids = Array.from(document.querySelectorAll("#doc-list .doc-select:checked"), (b) => b.closest("li.doc").dataset.docId);
+  const ticked = Array.from(document.querySelectorAll("#doc-list .doc-select:checked"));
+  ticked.sort((a, b) => Number(a.dataset.tick || 0) - Number(b.dataset.tick || 0));
+  const ids = ticked.map((b) => b.closest("li.doc").dataset.docId);
   if (ids.length) body.document_ids = ids;
   else if ($("top-k").value !== "") body.top_k = Number($("top-k").value);
   if ($("adapter").value && $("adapter").value !== "default") body.adapter = $("adapter").value;
@@ -82,6 +94,11 @@ async function ask(ev) {
   resetAnswers();
   try {
     const body = queryBody();
+    if (!body.question) {
+      $("question").focus({ preventScroll: true });
+      showError("type a question first");  // scrolls the message into view
+      return;
+    }
     const linked = await answerInto($("answer"), body);
     if (!linked) return;
     showUsed(linked.documents);
@@ -125,6 +142,7 @@ function start() {
   $("doc-cancel").addEventListener("click", resetForm);
   $("doc-file").addEventListener("change", uploadFiles);
   $("doc-list").addEventListener("click", onListClick);
+  $("doc-list").addEventListener("change", onTick);
   $("ask-form").addEventListener("submit", ask);
   $("compare").addEventListener("change", () => { $("full-box").hidden = !$("compare").checked; });
   $("api-key").addEventListener("input", onKeyInput);

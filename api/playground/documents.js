@@ -17,13 +17,16 @@ function make(tag, cls, text) {
 }
 
 function textOf(e) {
-  return e instanceof kvApi.ApiFailure ? e.message : "unexpected error in the page: " + (e && e.message || e);
+  // the API names fields by their place in the request ("body.question: ..."); the page shows the field alone
+  return e instanceof kvApi.ApiFailure ? e.message.replace(/\bbody\./g, "")
+    : "unexpected error in the page: " + (e && e.message || e);
 }
 
 function showError(message, source) {
   $("error").textContent = message;
   $("error").hidden = false;
   errorSource = source || null;
+  if (source !== "list") $("error").scrollIntoView({ block: "nearest" }); // on a phone it may be off-screen
 }
 
 function clearError(source) {
@@ -31,6 +34,14 @@ function clearError(source) {
   $("error").textContent = "";
   $("error").hidden = true;
   errorSource = null;
+  for (const id of ["answer", "answer-full"]) if ($(id).dataset.state === "error") $(id).dataset.state = "idle";
+}
+
+let messageTimer = null;
+function showMessage(text) {  // the last ingest outcome; fades after a while (the list shows the status)
+  clearTimeout(messageTimer);
+  $("doc-message").textContent = text;
+  messageTimer = setTimeout(() => { $("doc-message").textContent = ""; }, 10000);
 }
 
 // -- documents ------------------------------------------------------------------------------------
@@ -56,6 +67,7 @@ async function refreshDocs() {
 
 function renderDocs(docs) {
   const list = $("doc-list");
+  $("doc-empty").hidden = docs.length > 0;
   const ids = new Set(docs.map((d) => d.id));
   for (const [id, li] of items) {
     if (!ids.has(id)) { li.remove(); items.delete(id); }
@@ -82,7 +94,9 @@ function docItem(id) {
   del.title = "Delete " + id;
   const actions = make("span", "doc-actions");
   actions.append(edit, del);
-  li.append(pick, make("span", "doc-id", id), make("span", "doc-status"), actions, make("span", "doc-error"));
+  const idText = make("span", "doc-id", id);
+  idText.title = id;  // long ids are cut with an ellipsis
+  li.append(pick, idText, make("span", "doc-status"), actions, make("span", "doc-error"));
   return li;
 }
 
@@ -110,13 +124,14 @@ async function submitDoc(ev) {
   const text = $("doc-text").value, title = $("doc-title").value.trim(), id = $("doc-id").value.trim();
   try {
     if (editing) {
-      $("doc-message").textContent = describeIngest([await kvApi.request("PUT", docPath(editing), { text, title })], "updated");
+      showMessage(describeIngest([await kvApi.request("PUT", docPath(editing), { text, title })], "updated"));
     } else {
       const body = id ? { id, text, title } : { text, title };
-      $("doc-message").textContent = describeIngest([await kvApi.request("POST", "/v1/documents", body)], "added");
+      showMessage(describeIngest([await kvApi.request("POST", "/v1/documents", body)], "added"));
     }
     resetForm();
   } catch (e) {
+    $("doc-message").textContent = "";
     showError(textOf(e));
   }
   refreshDocs();
@@ -150,8 +165,9 @@ async function uploadFiles() {
     }
     if (!docs.length) throw new kvApi.ApiFailure("no documents in the chosen files");
     const out = await kvApi.request("POST", "/v1/documents", { documents: docs });
-    $("doc-message").textContent = describeIngest(out.documents, "added");
+    showMessage(describeIngest(out.documents, "added"));
   } catch (e) {
+    $("doc-message").textContent = "";
     showError(textOf(e));
   }
   $("doc-file").value = "";
@@ -171,6 +187,7 @@ async function editDoc(id) {
     $("doc-cancel").hidden = false;
     $("doc-text").focus();
   } catch (e) {
+    $("doc-message").textContent = "";
     showError(textOf(e));
   }
 }
@@ -191,8 +208,9 @@ async function deleteDoc(id) {
     if (li) li.remove();
     items.delete(id);
     if (editing === id) resetForm();
-    $("doc-message").textContent = "deleted " + id;
+    showMessage("deleted " + id);
   } catch (e) {
+    $("doc-message").textContent = "";
     showError(textOf(e));
   }
   refreshDocs();

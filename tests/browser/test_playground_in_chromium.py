@@ -171,7 +171,7 @@ def test_ticked_documents_and_the_comparison_with_full_prefill(driver, server):
     assert _http_status(f"{server.url}/v1/documents", {"documents": batch}) == 202
     _open(driver, server)
     _wait(driver, _all_ready([doc["id"] for doc in batch]), "three documents ready")
-    for doc_id in ("ferry", "tide"):
+    for doc_id in ("tide", "ferry"):  # ticked out of list order: the prompt follows the ticking
         _css(driver, f'li.doc[data-doc-id="{doc_id}"] input.doc-select').click()
     _by_id(driver, "compare").click()
     _type(driver, "question", "When does the ferry leave?")
@@ -180,7 +180,7 @@ def test_ticked_documents_and_the_comparison_with_full_prefill(driver, server):
     assert _by_id(driver, "answer").get_attribute("data-state") == "done", _error_text(driver)
     assert _by_id(driver, "answer-full").get_attribute("data-state") == "done", _error_text(driver)
     assert int(_by_id(driver, "answer-full").get_attribute("data-chunks")) >= 1
-    assert sorted(doc_id for doc_id, _ in driver.execute_script(USED_DOCS_JS)) == ["ferry", "tide"]
+    assert [doc_id for doc_id, _ in driver.execute_script(USED_DOCS_JS)] == ["tide", "ferry"]
     compare = _by_id(driver, "ttft-compare").text
     assert re.fullmatch(r"TTFT linked [\d.]+ ms vs full [\d.]+ ms \([\d.]+x\)", compare), compare
 
@@ -195,6 +195,11 @@ def test_narrow_mobile_layout_has_no_horizontal_scroll(driver, server):
         assert element.is_displayed(), f"#{element_id} hidden at 390 px"
         right = driver.execute_script("return arguments[0].getBoundingClientRect().right", element)
         assert right <= 390, f"#{element_id} reaches x={right} at 390 px wide"
+    # an error raised from the ask panel is brought into view (on a phone the banner sits far above it)
+    _by_id(driver, "ask").click()
+    _wait(driver, lambda d: _error_text(d) == "type a question first", "the empty-question message")
+    top = driver.execute_script("return document.getElementById('error').getBoundingClientRect().top")
+    assert -1 <= top < 844, f"#error at y={top}, outside the 844 px viewport"  # sub-pixel rounding
 
 
 def test_api_errors_are_shown_readably_and_the_key_fixes_them(driver, keyed_server):
