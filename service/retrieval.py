@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import bm25s
 
 log = logging.getLogger(__name__)
-PAGE = 1000
 
 
 @dataclass
@@ -98,17 +97,11 @@ class Retrieval:
 
     def _build(self, tenant: str) -> _TenantIndex:
         ids, corpus = [], []
-        offset = 0
-        while True:
-            page = self.index.list(tenant, offset=offset, limit=PAGE)
-            for rec in page:
-                stored = self._text(tenant, rec)
-                if stored is not None:
-                    ids.append(rec.doc_id)
-                    corpus.append(f"{stored['title']}\n{stored['text']}")
-            if len(page) < PAGE:
-                break
-            offset += PAGE
+        for rec in self.index.records(tenant):
+            stored = self._text(tenant, rec)
+            if stored is not None:
+                ids.append(rec.doc_id)
+                corpus.append(f"{stored['title']}\n{stored['text']}")
         tokens = _tokens(corpus) if corpus else []
         retriever = None
         if any(tokens):
@@ -119,11 +112,5 @@ class Retrieval:
     def _text(self, tenant: str, rec) -> dict | None:
         """The text of ``rec``; None when the record or the text is corrupt (skipped, counted by the store)."""
         from store.index import is_corrupt
-        from store.integrity import CorruptEntry
 
-        if is_corrupt(rec):
-            return None
-        try:
-            return self.texts.get(tenant, rec.doc_id)
-        except CorruptEntry:
-            return None
+        return None if is_corrupt(rec) else self.texts.get_intact(tenant, rec.doc_id)

@@ -123,10 +123,7 @@ class Catalog:
         old = self.index.get(tenant, doc_id)
         if is_corrupt(old):
             old = None  # rewritten from scratch (the index drops the lost record's secondary entries)
-        try:
-            stored = self.texts.get(tenant, doc_id)
-        except CorruptEntry:
-            stored = None  # rewritten below
+        stored = self.texts.get_intact(tenant, doc_id)  # a corrupt one is rewritten below
         dups = [(d, dist) for d, dist in self.index.near_duplicates(sh, tenant) if d != doc_id]
         intact = old is not None and stored is not None and stored["version"] == old.version
         if intact and old.content_hash == ch and old.title == title and old.status != "failed":
@@ -238,10 +235,7 @@ class Catalog:
         rec = self.index.pop(tenant, doc_id)  # atomic: the cache key of exactly the record removed
         stored = None
         if (rec is None or not rec.cache_key) and engine is not None:
-            try:
-                stored = self.texts.get(tenant, doc_id)
-            except CorruptEntry:
-                stored = None
+            stored = self.texts.get_intact(tenant, doc_id)
         had_text = self.texts.delete(tenant, doc_id)
         if rec is not None and rec.cache_key:
             self.drop_cache(rec.cache_key)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from store.index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
-from store.recovery import iter_records, restore_record
+from store.recovery import restore_record
 
 TEXT_MISSING = "stored text is missing; re-ingest the document"
 
@@ -65,7 +65,7 @@ class CheckReport:
 
 def _scan(store) -> tuple[dict, dict]:
     """``{(tenant, doc_id): record}`` and ``{(tenant, doc_id): text entry or CorruptEntry}``."""
-    records = {(t, r.doc_id): r for t in store.index.tenants() for r in iter_records(store.index, t)}
+    records = {(t, r.doc_id): r for t in store.index.tenants() for r in store.index.records(t)}
     texts = {(t, d): v for t, d, v in store.texts.items()}
     return records, texts
 

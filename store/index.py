@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -185,6 +186,17 @@ class DocumentIndex(ABC):
     def list(self, tenant: str, offset: int = 0, limit: int = 100) -> list[DocumentRecord]:
         """Records of ``tenant`` ordered by ``doc_id`` (code point order), ``limit`` from ``offset``;
         corrupt ones as :class:`CorruptDocumentRecord` (status ``failed``)."""
+
+    def records(self, tenant: str, page: int = 1000) -> Iterator[DocumentRecord]:
+        """Every record of ``tenant`` in id order, read :meth:`list` ``page`` records at a time (corrupt
+        ones as :class:`CorruptDocumentRecord`)."""
+        offset = 0
+        while True:
+            batch = self.list(tenant, offset=offset, limit=page)
+            yield from batch
+            if len(batch) < page:
+                return
+            offset += page
 
     @abstractmethod
     def count(self, tenant: str) -> int:

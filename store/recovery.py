@@ -10,26 +10,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvlink_rag.types import Document
-from store.index import DocumentIndex, DocumentRecord, is_corrupt
+from store.index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.keys import content_hash, simhash64
-
-PAGE = 1000
-
-
-def iter_records(index: DocumentIndex, tenant: str) -> Iterator[DocumentRecord]:
-    """Every record of ``tenant`` in id order, read a page at a time."""
-    offset = 0
-    while True:
-        page = index.list(tenant, offset=offset, limit=PAGE)
-        yield from page
-        if len(page) < PAGE:
-            return
-        offset += PAGE
 
 
 def requeue_unfinished(store, enqueue) -> int:
@@ -41,7 +27,7 @@ def requeue_unfinished(store, enqueue) -> int:
     """
     n = 0
     for tenant in store.index.tenants():
-        for rec in iter_records(store.index, tenant):
+        for rec in store.index.records(tenant):
             if rec.status in ("queued", "stale") and not is_corrupt(rec):
                 enqueue(tenant, rec.doc_id, rec.version)
                 n += 1

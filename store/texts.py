@@ -52,6 +52,14 @@ class TextStore:
             raw = None if raw is None else bytes(raw)
         return None if raw is None else self._parse(tenant, doc_id, raw)
 
+    def get_intact(self, tenant: str, doc_id: str) -> dict | None:
+        """:meth:`get`, with None for a corrupt entry too (still counted and logged) for callers that
+        rewrite, skip or delete it rather than report it."""
+        try:
+            return self.get(tenant, doc_id)
+        except CorruptEntry:
+            return None
+
     def _parse(self, tenant: str, doc_id: str, raw: bytes) -> dict:
         try:
             d = load_json(raw, f"stored text of document {doc_id!r}")
