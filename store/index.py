@@ -252,5 +252,9 @@ class DocumentIndex(ABC):
     def tenants(self) -> list[str]:
         """Tenants with at least one record, sorted."""
 
+    def ping(self, timeout: float = 2.0) -> None:  # noqa: B027 - a backend with a server overrides it
+        """Raise when the index cannot be reached within ``timeout`` seconds (readiness probes); the
+        embedded index lives in the store's LMDB environment and has nothing of its own to reach."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (the LMDB environment of the embedded index stays open)."""

@@ -295,5 +295,18 @@ class RedisIndex(DocumentIndex):
             n += self.r.delete(key)
         return n
 
+    def ping(self, timeout: float = 2.0) -> None:
+        """PING over a new connection with ``timeout``-second socket timeouts (this index's own client may
+        have none, and a probe must not hang). Raises redis errors when the server is unreachable."""
+        import redis
+
+        pool = self.r.connection_pool
+        probe = redis.ConnectionPool(connection_class=pool.connection_class, **{
+            **pool.connection_kwargs, "socket_timeout": timeout, "socket_connect_timeout": timeout})
+        try:
+            redis.Redis(connection_pool=probe).ping()
+        finally:
+            probe.disconnect()
+
     def close(self) -> None:
         self.r.close()

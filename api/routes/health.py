@@ -28,26 +28,12 @@ async def healthz() -> dict:
     return {"status": "ok"}
 
 
-def _ping(client, timeout: float = CHECK_TIMEOUT_S) -> None:
-    """PING over a new connection to ``client``'s server with short socket timeouts (the index client
-    itself may have none). Raises redis errors when unreachable."""
-    import redis
-
-    pool = client.connection_pool
-    probe_pool = redis.ConnectionPool(connection_class=pool.connection_class, **{
-        **pool.connection_kwargs, "socket_timeout": timeout, "socket_connect_timeout": timeout})
-    try:
-        redis.Redis(connection_pool=probe_pool).ping()
-    finally:
-        probe_pool.disconnect()
-
-
 def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:
     """``{check: (fn raising when it fails, prefix of the failure)}`` for store, index (Redis index
     only) and queue (broker only) of an opened ``state``."""
     checks = {"store": (state.store.blobs.ping, "unreadable")}
     if state.settings.index_url:
-        checks["index"] = (lambda: _ping(state.store.index.r), "Redis unreachable")
+        checks["index"] = (lambda: state.store.index.ping(CHECK_TIMEOUT_S), "Redis unreachable")
     if state.settings.distributed and state.queue is not None:
         checks["queue"] = (state.queue.ping, "Redis broker unreachable")
     return checks
