@@ -41,14 +41,30 @@ class ServiceState:
         self.settings = settings
         self.engine = engine
         self.runtime: Runtime | None = None
-        self.store: Store | None = None
-        self.queue: Queue | None = None
-        self.retrieval: Retrieval | None = None
-        self.queries: QueryService | None = None
         self.model_lock = threading.Lock()
         self.gates = Gates()  # where queries wait for the model, and probes run (api.concurrency)
         self.on_result: Callable[[QueryResult], None] | None = None
         self.started = 0.0
+
+    @property
+    def store(self) -> Store | None:
+        """The runtime's store (None until :meth:`open`)."""
+        return self.runtime.store if self.runtime is not None else None
+
+    @property
+    def queue(self) -> Queue | None:
+        """The runtime's precompute queue (None until :meth:`open`)."""
+        return self.runtime.queue if self.runtime is not None else None
+
+    @property
+    def retrieval(self) -> Retrieval | None:
+        """The runtime's BM25 retrieval (None until :meth:`open`)."""
+        return self.runtime.retrieval if self.runtime is not None else None
+
+    @property
+    def queries(self) -> QueryService | None:
+        """The runtime's query service (None until :meth:`open`)."""
+        return self.runtime.queries if self.runtime is not None else None
 
     @property
     def mode(self) -> str:
@@ -68,9 +84,7 @@ class ServiceState:
         """
         s = self.settings
         rt = build_runtime(s, self.engine, queue="auto", on_result=self.on_result, model_lock=self.model_lock)
-        self.runtime = rt
-        self.engine, self.store, self.queue, self.retrieval, self.queries = (
-            rt.engine, rt.store, rt.queue, rt.retrieval, rt.queries)
+        self.runtime, self.engine = rt, rt.engine
         self.started = time.time()
         if not s.api_keys:
             log.warning("no API keys configured (KVLINK_RAG_API_KEYS): running single-tenant, every request is "
