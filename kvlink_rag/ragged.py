@@ -1,0 +1,265 @@
+"""Ragged (packed) batches: many requests' new tokens in one forward, each attending to its own KV.
+
+Continuous batching (Yu et al., 2022, Orca; vLLM, SGLang, nano-vllm) runs one forward per step over
+the new tokens of every running request: a decode token for requests that are generating, the link
+and question tokens for requests just admitted. Here the tokens are packed into one row
+``[1, T_total]`` (no padding): the linear layers see one matrix of ``T_total`` tokens, and attention,
+the only part that mixes tokens, is replaced for the forward by :func:`ragged_attention`, which splits
+the packed queries by request and attends each request's queries to that request's own keys and
+values: shared read-only chunks (prefix-tree nodes, never copied) followed by the request's own
+tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
+(a decode token sees everything before it).
+
+Attention per row is computed as ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]``
+with the scores of all chunks concatenated (small) and the values never concatenated, in float32
+when the model is float32 — the same arithmetic as SDPA's math kernel up to summation order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from .model import LoadedModel
+
+ATTN_NAME = "kvlink_ragged"
+
+
+@dataclass(frozen=True)
+class KVChunk:
+    """Read-only KV of consecutive tokens shared by requests (a prefix-tree node's segment).
+
+    Attributes:
+        keys, values: ``[layers, kv_heads, tokens, head_dim]`` keys after RoPE at their final positions.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.keys.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.numel() * self.keys.element_size() * 2
+
+
+class SequenceKV:
+    """One request's KV: shared chunks, then its own tokens in growable per-request buffers.
+
+    Args:
+        chunks: read-only prefix chunks in order (their tensors are referenced, never copied).
+        layers, kv_heads, head_dim: model shape.
+        dtype, device: of the own buffers.
+        capacity: own tokens allocated up front (grown by doubling when exceeded).
+    """
+
+    def __init__(self, chunks: Sequence[KVChunk], layers: int, kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str = "cpu", capacity: int = 64):
+        self.chunks = list(chunks)
+        self.shape = (layers, kv_heads, head_dim)
+        self.keys = torch.empty(layers, kv_heads, max(capacity, 1), head_dim, dtype=dtype, device=device)
+        self.values = torch.empty_like(self.keys)
+        self.length = 0  # own tokens committed (all layers written)
+        self.shared_tokens = sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens visible to the next forward: shared chunks plus own committed tokens."""
+        return self.shared_tokens + self.length
+
+    @property
+    def own_bytes(self) -> int:
+        """Bytes of this request's own (unshared) committed KV."""
+        layers, kv_heads, head_dim = self.shape
+        return 2 * layers * kv_heads * self.length * head_dim * self.keys.element_size()
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` more own tokens (copies the own buffers when they grow)."""
+        need = self.length + n
+        cap = self.keys.shape[2]
+        if need <= cap:
+            return
+        new_cap = max(need, 2 * cap)
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_empty(old.shape[0], old.shape[1], new_cap, old.shape[3])
+            grown[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, grown)
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Append whole tokens ``[layers, kv_heads, n, head_dim]`` (e.g. a document's re-rotated KV)."""
+        n = int(keys.shape[2])
+        self.reserve(n)
+        self.keys[:, :, self.length: self.length + n] = keys
+        self.values[:, :, self.length: self.length + n] = values
+        self.length += n
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write one layer's ``[kv_heads, n, head_dim]`` new tokens after the committed ones (a forward in
+        progress; :meth:`commit` makes them visible once every layer is written)."""
+        n = int(k.shape[1])
+        self.keys[layer, :, self.length: self.length + n] = k
+        self.values[layer, :, self.length: self.length + n] = v
+
+    def commit(self, n: int) -> None:
+        """The ``n`` tokens written to every layer become part of the sequence."""
+        self.length += n
+
+    def layer_kv(self, layer: int, extra: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(k, v)`` ``[kv_heads, tokens, head_dim]`` pieces of ``layer`` in order, including ``extra``
+        own tokens written but not yet committed."""
+        for c in self.chunks:
+            yield c.keys[layer], c.values[layer]
+        n = self.length + extra
+        if n:
+            yield self.keys[layer, :, :n], self.values[layer, :, :n]
+
+
+@dataclass
+class RaggedRow:
+    """One request's slice of a packed forward.
+
+    Attributes:
+        seq: the request's KV (extended by this forward).
+        start, length: where its new tokens sit in the packed row (tokens).
+        mask: additive ``[length, seq.num_tokens + length]`` over all its keys in storage order, or None
+            (each new token sees everything before it, causally among the new tokens).
+    """
+
+    seq: SequenceKV
+    start: int
+    length: int
+    mask: torch.Tensor | None = None
+
+
+@dataclass
+class RaggedBatch:
+    """The rows of one packed forward (passed to the model as the ``ragged`` keyword)."""
+
+    rows: list[RaggedRow] = field(default_factory=list)
+
+    def add(self, seq: SequenceKV, length: int, mask: torch.Tensor | None = None) -> RaggedRow:
+        """Append a row of ``length`` new tokens; reserves room in ``seq``."""
+        start = self.rows[-1].start + self.rows[-1].length if self.rows else 0
+        seq.reserve(length)
+        row = RaggedRow(seq, start, length, mask)
+        self.rows.append(row)
+        return row
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.length for r in self.rows)
+
+    def commit(self) -> None:
+        """After the forward: every row's new tokens become part of its sequence."""
+        for r in self.rows:
+            r.seq.commit(r.length)
+
+
+def _causal_tail(n: int, total: int, dtype: torch.dtype, device) -> torch.Tensor | None:
+    """Additive ``[n, total]``: the last ``n`` keys are causal among the ``n`` queries, the rest visible."""
+    if n == 1:
+        return None
+    mask = torch.zeros(n, total, dtype=dtype, device=device)
+    tri = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+    mask[:, total - n:].masked_fill_(tri, torch.finfo(dtype).min)
+    return mask
+
+
+def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
+           scale: float) -> torch.Tensor:
+    """Attention of one request's queries over its KV pieces (grouped-query aware).
+
+    Args:
+        q: ``[heads, n, head_dim]`` queries (after RoPE).
+        pieces: ``(k, v)`` ``[kv_heads, tokens_i, head_dim]`` in storage order.
+        mask: additive ``[n, sum tokens_i]`` or None (all visible).
+        scale: softmax scale (``head_dim ** -0.5``).
+    Returns:
+        ``[heads, n, head_dim]`` in ``q``'s dtype.
+    """
+    heads, n, d = q.shape
+    kv = pieces[0][0].shape[0]
+    g = heads // kv
+    qg = q.reshape(kv, g * n, d)  # head h uses kv head h // g
+    scores = torch.cat([torch.matmul(qg, k.transpose(1, 2)) for k, _ in pieces], dim=-1)  # [kv, g*n, L]
+    scores = scores.float() * scale
+    if mask is not None:
+        scores = (scores.view(kv, g, n, -1) + mask.float()).view(kv, g * n, -1)
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)
+    out, at = None, 0
+    for k, v in pieces:
+        t = k.shape[1]
+        part = torch.matmul(probs[:, :, at: at + t], v)  # [kv, g*n, d]
+        out = part if out is None else out + part
+        at += t
+    return out.view(heads, n, d)
+
+
+def ragged_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                     ragged: RaggedBatch | None = None, **kwargs):
+    """transformers attention function for packed batches (registered as :data:`ATTN_NAME`).
+
+    Args:
+        query: ``[1, heads, T, head_dim]``; key, value: ``[1, kv_heads, T, head_dim]`` of the packed new tokens.
+        ragged: the batch layout (required).
+    Returns:
+        ``([1, T, heads, head_dim], None)`` as transformers' attention functions do.
+    Raises:
+        ValueError: called without a ``ragged`` batch.
+    """
+    if ragged is None:
+        raise ValueError("ragged attention needs the batch layout (model(..., ragged=RaggedBatch))")
+    layer = module.layer_idx
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    out = torch.empty_like(query[0])  # [heads, T, d]
+    for row in ragged.rows:
+        s, e = row.start, row.start + row.length
+        row.seq.write(layer, key[0, :, s:e], value[0, :, s:e])
+        mask = row.mask
+        if mask is None:
+            mask = _causal_tail(row.length, row.seq.num_tokens + row.length, query.dtype, query.device)
+        out[:, s:e] = attend(query[0, :, s:e], list(row.seq.layer_kv(layer, row.length)), mask, scale)
+    return out.transpose(0, 1)[None], None
+
+
+@contextmanager
+def ragged_scope(lm: LoadedModel) -> Iterator[None]:
+    """Within the block the model's attention is :func:`ragged_attention` (call under the model lock)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, ragged_attention)
+    cfg = lm.model.config
+    before = cfg._attn_implementation
+    cfg._attn_implementation = ATTN_NAME
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = before
+
+
+@torch.inference_mode()
+def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
+                   ) -> torch.Tensor:
+    """Run one packed forward and return the logits after each row's last new token.
+
+    Args:
+        batch: the rows (in packing order); each row's sequence is extended by its new tokens.
+        embeds: ``[T_total, hidden]`` input embeddings of the packed new tokens (compute dtype).
+        position_ids: ``[T_total]`` int64 position of each new token (RoPE).
+    Returns:
+        ``[rows, vocab]`` float32 logits.
+    """
+    dummy = torch.zeros(1, 1, 1, 1, dtype=embeds.dtype, device=embeds.device)  # 4-D: transformers builds no mask
+    with ragged_scope(lm):
+        out = lm.model.model(inputs_embeds=embeds[None], position_ids=position_ids[None].to(embeds.device),
+                             attention_mask=dummy, use_cache=False, ragged=batch)
+    batch.commit()
+    last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=embeds.device)
+    hidden = out.last_hidden_state[0, last]  # [rows, hidden]
+    return lm.model.lm_head(hidden).float()

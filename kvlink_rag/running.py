@@ -1,0 +1,168 @@
+"""A request inside the batching scheduler: its prompt layout, prefix-tree match, KV and sampling state.
+
+:func:`admit` builds it (layout, longest stored prefix, the cached KV appended, the prefill left to
+compute); the scheduler then packs :meth:`RunningRequest.next_inputs` of many requests into one
+:class:`~kvlink_rag.ragged.RaggedBatch` forward and hands each its logits with :meth:`RunningRequest.step`.
+Token choice, budget and stop rules are those of :func:`kvlink_rag.generate.decode` (the same tokens for
+the same logits and seed): the first token comes from the prefill's logits, each later one from a
+one-token decode, and the last token sampled is never fed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+
+import torch
+
+from .engine import Engine
+from .generate import SamplingParams, sample_next
+from .link_prefill import PendingPrefill, new_sequence, prepare_tokens
+from .prefix_tree import Match, PrefixTree, chunk_of
+from .request_layout import RequestLayout, fill_cached, full_layout, linked_layout, pending_prefill
+from .types import ContextTooLong, Document
+
+
+class RunningRequest:
+    """State of one admitted request (see module docstring).
+
+    Attributes:
+        engine: the request's engine (adapter, link tokens, cache view).
+        context: prefix-tree root key (mode, adapter, link tokens, K, encoding fingerprint).
+        layout: items in storage order (grows with fed tokens).
+        prompt_items: items of the prompt (before generation).
+        seq: the KV (shared chunks, then own tokens).
+        pending: inputs of the next forward (prefill, then one token per decode step), None when done.
+        tokens: generated ids; finish_reason once finished.
+        tree_tokens, tree_docs: what the prefix tree served.
+        encoded_tokens: tokens of documents encoded now (cache misses).
+        cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
+    """
+
+    def __init__(self, engine: Engine, context: Hashable, layout: RequestLayout, params: SamplingParams,
+                 tree: PrefixTree):
+        self.engine, self.context, self.layout, self.params, self.tree = engine, context, layout, params, tree
+        self.prompt_items = len(layout.items)
+        self.prompt_tokens = layout.num_tokens
+        self.match: Match | None = None
+        self.seq = None
+        self.pending: PendingPrefill | None = None
+        self.tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self.tree_tokens, self.tree_docs = 0, set()
+        self.encoded_tokens = self.cached_tokens = 0
+        self.generator = None
+        self.shared = False
+        if params.temperature > 0:
+            self.generator = torch.Generator(device="cpu")
+            self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
+        self.budget = min(params.max_new_tokens, engine.lm.max_positions - layout.next_position)
+        self.timings = {"load_s": 0.0, "prefill_s": 0.0}
+
+    @property
+    def adapter(self) -> str | None:
+        return self.engine.adapter
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def step(self, logits: torch.Tensor) -> int | None:
+        """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
+        request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
+        if not self.shared:
+            self.shared = True
+            self._share_prompt()
+        tok = sample_next(logits, self.params, self.generator)
+        if tok in self.params.stop_token_ids:
+            self.finish_reason, self.pending = "stop", None
+            return None
+        self.tokens.append(tok)
+        if len(self.tokens) >= self.budget:
+            self.finish_reason, self.pending = "length", None
+        else:
+            self.pending = prepare_tokens(self.engine.lm, [tok], self.layout.next_position)
+            self.layout.append_text(tok)
+        return tok
+
+    def _share_prompt(self) -> None:
+        """After the prefill: put the prompt's KV in the tree and read it back from there (the request's
+        own copy is dropped, so concurrent requests with the same prompt hold it once)."""
+        seq, n_items = self.seq, self.prompt_items
+        own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
+        self.tree.insert(self.context, self.layout.items[:n_items], self.layout.sizes[:n_items], own,
+                         kv_from=self.match.items)
+        again = self.tree.match(self.context, self.layout.items[:n_items])
+        if again.tokens == self.prompt_tokens:
+            self.tree.release(self.match)
+            self.match = again
+            self.seq = new_sequence(self.engine.lm, again.chunks, max(self.budget, 1))
+        else:
+            self.tree.release(again)
+
+    def finish(self) -> None:
+        """Store the fed generated tokens' KV in the tree (the next turn of a chat finds them) and unpin."""
+        if self.match is None:
+            return
+        seq = self.seq
+        fed = len(self.layout.items)
+        if seq.length and seq.shared_tokens == self.prompt_tokens:
+            own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
+            self.tree.insert(self.context, self.layout.items[:fed], self.layout.sizes[:fed], own,
+                             kv_from=self.prompt_items)
+        self.tree.release(self.match)
+        self.match = None
+
+
+def context_key(eng: Engine, mode: str, k: int) -> tuple:
+    """Prefix-tree root of a request: KV is shared only under the same mode, adapter, link tokens and K."""
+    links = eng.link_tokens.identity() if eng.link_tokens is not None and k else None
+    return (mode, eng.adapter, links, k, eng.fingerprint)
+
+
+def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k: int) -> RequestLayout:
+    prefix_ids = eng.prefix.token_ids.tolist()
+    if mode == "full":
+        ids = prefix_ids + [t for d in docs for t in eng.document_ids(d).tolist()] + list(text_ids)
+        return full_layout(ids)
+    keys = [eng.cache_key(d) for d in docs]
+    lens = [int(eng.document_ids(d).numel()) for d in docs]
+    return linked_layout(prefix_ids, keys, lens, k, list(text_ids), eng.anchored)
+
+
+def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
+          mode: str = "linked", k: int | None = None) -> RunningRequest:
+    """Lay out, match in ``tree`` and prepare a request (call under the model lock).
+
+    Raises:
+        ValueError: linked mode without documents, empty text.
+        ContextTooLong: the prompt leaves no position for a new token (counts in the message).
+    """
+    if not text_ids:
+        raise ValueError("question is empty")
+    if mode == "linked" and not docs:
+        raise ValueError("at least one document is required to link (a question alone has no documents)")
+    k_used = 0 if eng.link_tokens is None or mode == "full" else (eng.link_tokens.k if k is None else k)
+    lay = _layout(eng, docs, text_ids, mode, k_used)
+    if lay.num_tokens + 1 > eng.lm.max_positions:
+        raise ContextTooLong(f"the prompt needs {lay.num_tokens} tokens plus 1 new token; the model's context "
+                             f"holds {eng.lm.max_positions}")
+    req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
+    t0 = time.perf_counter()
+    req.match = tree.match(req.context, lay.items[:-1])  # the last prompt item is always computed
+    req.tree_tokens = req.match.tokens
+    req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
+    req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
+    doc_items = [j for j, kind in enumerate(lay.kinds) if kind == "doc"]
+    todo_items = [j for j in doc_items if j >= req.match.items]
+    todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
+    source, hits = None, []
+    if todo:
+        source, hits = eng.resolve_documents(todo)
+    req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
+    start = fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, source) if mode == "linked" else req.match.items
+    req.timings["load_s"] = time.perf_counter() - t0
+    embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
+    req.pending = pending_prefill(eng.lm, lay, start, embeds, eng.lm.embed_tokens)
+    req.cached_tokens = lay.num_tokens - req.pending.num_tokens - req.encoded_tokens
+    return req

@@ -1,0 +1,125 @@
+"""What a front end hands the scheduler, and the handle it reads the answer from.
+
+A :class:`GenRequest` names the prompt (documents and the question or conversation ids, linked or
+full), the adapter's engine and the sampling parameters; :class:`RequestHandle` yields the generated
+token ids as they are sampled and ends with a :class:`GenResult` (or raises what failed the request).
+Closing the handle early (client gone) cancels the request: the scheduler frees its slot before its
+next step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.generate import SamplingParams
+    from kvlink_rag.types import Document
+
+
+@dataclass
+class GenRequest:
+    """One generation request.
+
+    Attributes:
+        make_engine: returns the engine to use (its adapter and link tokens, a per-request cache view);
+            called in the scheduler's thread under the model lock (loading a LoRA adapter is allowed).
+        docs: documents in prompt order (empty for a chat without documents, full mode included).
+        text_ids: ``[tokens]`` ids after the documents: question with the assistant header, or a whole
+            conversation (see :meth:`kvlink_rag.prompt.PromptTemplate.conversation_ids`).
+        mode: ``'linked'`` (cached documents, link tokens) or ``'full'`` (causal prefill of every token).
+        k: link tokens per document (None: the engine's K; 0: none).
+        params: sampling parameters (per request: temperature, top_p, seed, max_new_tokens).
+        t0: ``time.perf_counter()`` the request's timings count from (seconds).
+    """
+
+    make_engine: Callable[[], Engine]
+    docs: list[Document]
+    text_ids: list[int]
+    params: SamplingParams
+    mode: str = "linked"
+    k: int | None = None
+    t0: float = field(default_factory=time.perf_counter)
+
+    def estimated_new_tokens(self, link_k: int) -> int:
+        """Tokens the prefill forward computes, before any prefix match (for length buckets)."""
+        return len(self.text_ids) + (link_k * len(self.docs) if self.mode == "linked" else 0)
+
+
+@dataclass
+class GenResult:
+    """A finished request.
+
+    Attributes:
+        token_ids: generated ids (stop token excluded).
+        finish_reason: ``'stop'`` or ``'length'``.
+        prompt_tokens: tokens in the prompt.
+        cached_tokens: prompt tokens not computed now: from the prefix tree or stored document caches.
+        tree_tokens: prompt tokens found in the prefix tree.
+        tree_docs: cache keys of documents whose KV came from the prefix tree.
+        engine: the engine used (its cache view recorded per-document hits).
+        timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
+            ``total_s`` (all from ``t0``).
+    """
+
+    token_ids: list[int]
+    finish_reason: str
+    prompt_tokens: int
+    cached_tokens: int
+    tree_tokens: int
+    tree_docs: set[str]
+    engine: Engine | None
+    timings: dict[str, float]
+
+
+class RequestHandle:
+    """The answer of one request as it is generated: iterate for token ids, get the result at the end.
+
+    Raises (while iterating): whatever failed the request in the scheduler (e.g. ContextTooLong).
+    """
+
+    def __init__(self, request: GenRequest):
+        self.request = request
+        self._events: queue.Queue = queue.Queue()
+        self._cancelled = threading.Event()
+        self.result: GenResult | None = None
+
+    # -- scheduler side ----------------------------------------------------------------------------
+    def put_token(self, token_id: int) -> None:
+        self._events.put(("token", token_id))
+
+    def finish(self, result: GenResult) -> None:
+        self._events.put(("done", result))
+
+    def fail(self, error: BaseException) -> None:
+        self._events.put(("error", error))
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    # -- front-end side ----------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop generating (the slot is freed before the scheduler's next step)."""
+        self._cancelled.set()
+
+    def tokens(self) -> Generator[int, None, GenResult]:
+        """Token ids as sampled; returns the :class:`GenResult`. Closing the generator cancels the request."""
+        try:
+            while True:
+                kind, value = self._events.get()
+                if kind == "token":
+                    yield value
+                elif kind == "done":
+                    self.result = value
+                    return value
+                else:
+                    raise value
+        finally:
+            if self.result is None:
+                self.cancel()

@@ -1,0 +1,255 @@
+"""The batching scheduler: continuous batching of linked queries and chat turns over one model.
+
+One thread owns the model's forwards. Each step (Orca's iteration-level scheduling, Yu et al., OSDI
+2022; as in vLLM, SGLang and nano-vllm) it admits waiting requests (their prefill: link tokens and
+question, or a chat turn's new message), and runs one packed forward per adapter over every running
+request's new tokens: a decode token for requests already generating, the prefill of those just admitted
+(:mod:`kvlink_rag.ragged`: no padding; each request attends only to its own KV). Waiting requests are
+grouped by prefill length into short / medium / long buckets, so a step's prefills are of similar cost;
+the oldest request's bucket goes first, and any request that waited longer than ``max_wait_s`` is
+admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
+documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.prefix_tree.PrefixTree`.
+
+The model lock is taken per step, so other model work (embedded precompute, in chunks) runs between
+steps rather than stalling every request for a whole document.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from service.gen_request import GenRequest, GenResult, RequestHandle
+
+log = logging.getLogger(__name__)
+
+BUCKETS = ("short", "medium", "long")
+
+
+class QueueFull(RuntimeError):
+    """The scheduler holds its maximum of waiting requests; retry after ``retry_after_s`` seconds."""
+
+    def __init__(self, waiting: int, retry_after_s: float):
+        super().__init__(f"{waiting} requests are waiting for the model (the limit); retry in {retry_after_s:.0f} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class SchedulerLimits:
+    """Scheduling limits (tokens, requests, seconds).
+
+    Attributes:
+        max_running: requests generating at once (the batch size).
+        max_waiting: requests queued before new ones get :class:`QueueFull`.
+        max_prefill_tokens: prefill tokens admitted into one step.
+        max_wait_s: a request waiting longer is admitted first, whatever its bucket.
+        bucket_bounds: prefill lengths (tokens) ending the short and medium buckets.
+    """
+
+    max_running: int = 16
+    max_waiting: int = 256
+    max_prefill_tokens: int = 2048
+    max_wait_s: float = 2.0
+    bucket_bounds: tuple[int, int] = (64, 256)
+
+    def bucket(self, tokens: int) -> str:
+        """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""
+        return BUCKETS[0] if tokens < self.bucket_bounds[0] else BUCKETS[1] if tokens < self.bucket_bounds[1] else BUCKETS[2]
+
+
+@dataclass
+class _Waiting:
+    handle: RequestHandle
+    since: float
+    tokens: int
+    bucket: str
+
+
+class Scheduler:
+    """Runs submitted :class:`GenRequest` s in continuous batches on one background thread.
+
+    Args:
+        lm: the loaded model (all engines of the requests share it).
+        tree: the prefix tree (sharing off: a tree with a zero byte budget).
+        model_lock: taken for each step (shared with other model users).
+        limits: see :class:`SchedulerLimits`.
+        observe: called after each step with ``(batch_rows, batch_tokens, queue_waits_s)`` (metrics).
+    """
+
+    def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None):
+        self.lm, self.tree, self.model_lock = lm, tree, model_lock
+        self.limits = limits or SchedulerLimits()
+        self.observe = observe
+        self.waiting: list[_Waiting] = []
+        self.running: list[tuple[RequestHandle, object]] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="kvlink-scheduler", daemon=True)
+        self.steps = 0
+        self._thread.start()
+
+    # -- front-end side ---------------------------------------------------------------------------
+    def submit(self, request: GenRequest, link_k: int = 0) -> RequestHandle:
+        """Queue ``request``; returns its handle at once.
+
+        Raises:
+            QueueFull: ``max_waiting`` requests are already waiting.
+        """
+        handle = RequestHandle(request)
+        tokens = request.estimated_new_tokens(link_k)
+        with self._cond:
+            if len(self.waiting) >= self.limits.max_waiting:
+                raise QueueFull(len(self.waiting), max(1.0, self.limits.max_wait_s))
+            self.waiting.append(_Waiting(handle, time.perf_counter(), tokens, self.limits.bucket(tokens)))
+            self._cond.notify()
+        return handle
+
+    def stats(self) -> dict:
+        """``{running, waiting, steps, tree: PrefixTree.stats(), running_own_bytes}`` (bytes)."""
+        with self._cond:
+            own = sum(rr.seq.own_bytes for _, rr in self.running if rr.seq is not None)
+            return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps,
+                    "tree": self.tree.stats(), "running_own_bytes": own}
+
+    def close(self) -> None:
+        """Stop the thread after the current step; waiting and running requests fail."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self.waiting and not self.running:
+                    self._cond.wait(timeout=1.0)
+                if self._stop:
+                    break
+                chosen = self._choose()
+            try:
+                self._step(chosen)
+            except Exception:  # noqa: BLE001 - the loop must survive; the step failed its own requests
+                log.exception("scheduler step failed")
+        self._fail_all(RuntimeError("the scheduler stopped"))
+
+    def _choose(self) -> list[_Waiting]:
+        """Requests to admit now (caller holds the condition): cancelled ones dropped, starved ones first,
+        then the oldest request's bucket, then the others, within the step's token and slot budget."""
+        self.waiting = [w for w in self.waiting if not w.handle.cancelled]
+        slots = self.limits.max_running - len(self.running)
+        if slots <= 0 or not self.waiting:
+            return []
+        now = time.perf_counter()
+        starved = [w for w in self.waiting if now - w.since > self.limits.max_wait_s]
+        first = self.waiting[0].bucket
+        order = starved + [w for w in self.waiting if w not in starved and w.bucket == first]
+        order += [w for w in self.waiting if w not in order]
+        chosen, tokens = [], 0
+        for w in order:
+            if len(chosen) == slots or (chosen and tokens + w.tokens > self.limits.max_prefill_tokens):
+                break
+            chosen.append(w)
+            tokens += w.tokens
+        self.waiting = [w for w in self.waiting if w not in chosen]
+        return chosen
+
+    def _step(self, chosen: list[_Waiting]) -> None:
+        from kvlink_rag.running import admit
+
+        with self.model_lock:
+            for w in chosen:
+                req = w.handle.request
+                try:
+                    eng = req.make_engine()
+                    rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
+                except Exception as e:  # noqa: BLE001 - the request fails, the others go on
+                    w.handle.fail(e)
+                    continue
+                rr.timings["queue_wait_s"] = time.perf_counter() - w.since
+                with self._cond:
+                    self.running.append((w.handle, rr))
+            self._drop_cancelled()
+            groups: dict = defaultdict(list)
+            for h, rr in self.running:
+                groups[rr.adapter].append((h, rr))
+            rows = 0
+            for adapter, members in groups.items():
+                self._forward(adapter, members)
+                rows += len(members)
+            self.steps += 1
+        if self.observe is not None:
+            self.observe(rows, [w.handle for w in chosen])
+
+    def _forward(self, adapter, members) -> None:
+        """One packed forward for ``members`` (same adapter); sample, emit, finish."""
+        import torch
+
+        from kvlink_rag.lora import adapter_scope
+        from kvlink_rag.ragged import RaggedBatch, forward_ragged
+
+        batch = RaggedBatch()
+        for _, rr in members:
+            batch.add(rr.seq, rr.pending.num_tokens, rr.pending.mask)
+        embeds = torch.cat([rr.pending.embeds for _, rr in members])
+        positions = torch.cat([rr.pending.positions for _, rr in members])
+        t0 = time.perf_counter()
+        try:
+            with adapter_scope(self.lm, adapter):
+                logits = forward_ragged(self.lm, batch, embeds, positions)  # [rows, vocab]
+        except Exception as e:  # noqa: BLE001 - fail this group's requests, keep serving others
+            for h, rr in members:
+                self._end(h, rr, error=e)
+            return
+        dt = time.perf_counter() - t0
+        for (h, rr), lg in zip(members, logits):
+            first = not rr.shared
+            tok = rr.step(lg)
+            if first:
+                rr.timings["prefill_s"] = dt
+                rr.timings["ttft_s"] = time.perf_counter() - h.request.t0
+            if tok is not None:
+                h.put_token(tok)
+            if rr.done:
+                self._end(h, rr)
+
+    def _drop_cancelled(self) -> None:
+        for h, rr in list(self.running):
+            if h.cancelled:
+                self._end(h, rr, error=None, cancelled=True)
+
+    def _end(self, h: RequestHandle, rr, error: BaseException | None = None, cancelled: bool = False) -> None:
+        """Finish a running request: tree insert and unpin, free its slot, report."""
+        try:
+            if error is None and not cancelled:
+                rr.finish()
+            else:
+                rr.finish_reason = rr.finish_reason or "cancelled"
+                if rr.match is not None:
+                    self.tree.release(rr.match)
+                    rr.match = None
+        finally:
+            with self._cond:
+                self.running = [(x, r) for x, r in self.running if x is not h]
+        if error is not None:
+            h.fail(error)
+        elif not cancelled:
+            h.finish(_result(h.request, rr))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._cond:
+            waiting, self.waiting = self.waiting, []
+            running = list(self.running)
+        for w in waiting:
+            w.handle.fail(error)
+        for h, rr in running:
+            self._end(h, rr, error=error)
+
+
+def _result(req: GenRequest, rr) -> GenResult:
+    timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
+    return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.prompt_tokens, rr.cached_tokens, rr.tree_tokens,
+                     set(rr.tree_docs), rr.engine, timings)
