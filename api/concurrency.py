@@ -5,8 +5,8 @@ other endpoints (documents, health, metrics) need, so blocking work runs in work
 dedicated ``anyio.CapacityLimiter`` per kind of work, and a request waits for a token of its limiter
 asynchronously, before any thread is taken:
 
-* ``model`` (1 token): running a query (JSON answer or stream). Only the query holding the token has a
-  thread, which may still wait briefly for the model lock while an embedded precompute finishes.
+* ``model``: running a query (JSON answer or stream); 1 token without the batching scheduler (only the
+  query holding it has a thread), else as many as the scheduler holds (their threads wait for tokens).
 * ``planning``: validation and document choice (text store reads, the Redis index, BM25).
 * ``probes``: readiness checks and metrics collection; each probe also has a deadline.
 
@@ -38,11 +38,13 @@ class Gates:
 
     Args:
         planning: threads planning queries at once.
+        model: queries running at once (1 without the batching scheduler; with it, what the scheduler can
+            hold: :mod:`service.scheduler` batches them and refuses the rest).
         probes: threads running readiness checks or metrics collection at once.
     """
 
-    def __init__(self, planning: int = PLANNING_THREADS, probes: int = PROBE_THREADS):
-        self.model = anyio.CapacityLimiter(1)
+    def __init__(self, planning: int = PLANNING_THREADS, probes: int = PROBE_THREADS, model: int = 1):
+        self.model = anyio.CapacityLimiter(model)
         self.planning = anyio.CapacityLimiter(planning)
         self.probes = anyio.CapacityLimiter(probes)
 

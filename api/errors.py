@@ -81,7 +81,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
-        return error_response(exc.status, exc.code, exc.message)
+        response = error_response(exc.status, exc.code, exc.message)
+        if exc.retry_after_s is not None:
+            response.headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

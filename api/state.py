@@ -42,7 +42,11 @@ class ServiceState:
         self.engine = engine
         self.runtime: Runtime | None = None
         self.model_lock = threading.Lock()
-        self.gates = Gates()  # where queries wait for the model, and probes run (api.concurrency)
+        # where queries wait for the model, and probes run (api.concurrency); with the batching scheduler a
+        # query's thread only waits for its tokens, so as many may enter as the scheduler can hold, plus one
+        # that it refuses (503 with Retry-After) rather than leave waiting here
+        slots = settings.max_running_requests + settings.max_waiting_requests + 1 if settings.scheduler else 1
+        self.gates = Gates(model=slots)
         self.on_result: Callable[[QueryResult], None] | None = None
         self.started = 0.0
 

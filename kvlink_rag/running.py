@@ -114,6 +114,33 @@ class RunningRequest:
         self.match = None
 
 
+def _fill(req: RunningRequest, todo: list[Document]) -> tuple[int, list[bool]]:
+    """:func:`fill_cached` from the stored caches of ``todo``; a record that vanished or failed its checksum
+    while streaming is encoded instead (as :meth:`Engine.link_context` does). Returns the first item to
+    compute and per-document cache hits."""
+    eng, lay = req.engine, req.layout
+    capacity = req.seq.keys.shape[2]
+    source, hits = eng.resolve_documents(todo) if todo else (None, [])
+    try:
+        return fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, source), hits
+    except LookupError:
+        req.seq = new_sequence(eng.lm, req.match.chunks, capacity)
+        kvs = [eng.get_or_encode(d)[0] for d in todo]
+        return fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, kvs), [False] * len(todo)
+
+
+def _too_long(lay: RequestLayout, max_positions: int) -> str:
+    """The one-request paths' message (:func:`kvlink_rag.linker.check_link_inputs`, ``full_prefill``)."""
+    if not lay.linked:
+        return (f"prompt of {lay.num_tokens} tokens plus 1 new token(s) exceeds the model's context of "
+                f"{max_positions} positions")
+    count = {kind: sum(s for k, s in zip(lay.kinds, lay.sizes) if k == kind) for kind in ("prefix", "doc", "link", "text")}
+    n_docs = sum(k == "doc" for k in lay.kinds)
+    return (f"the prompt needs {lay.num_tokens} tokens (prefix {count['prefix']}, {n_docs} documents {count['doc']}, "
+            f"link tokens {count['link']}, question {count['text']}) plus 1 new token(s); the model's context holds "
+            f"{max_positions}")
+
+
 def context_key(eng: Engine, mode: str, k: int) -> tuple:
     """Prefix-tree root of a request: KV is shared only under the same mode, adapter, link tokens and K."""
     links = eng.link_tokens.identity() if eng.link_tokens is not None and k else None
@@ -145,8 +172,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     k_used = 0 if eng.link_tokens is None or mode == "full" else (eng.link_tokens.k if k is None else k)
     lay = _layout(eng, docs, text_ids, mode, k_used)
     if lay.num_tokens + 1 > eng.lm.max_positions:
-        raise ContextTooLong(f"the prompt needs {lay.num_tokens} tokens plus 1 new token; the model's context "
-                             f"holds {eng.lm.max_positions}")
+        raise ContextTooLong(_too_long(lay, eng.lm.max_positions))
     req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
     t0 = time.perf_counter()
     req.match = tree.match(req.context, lay.items[:-1])  # the last prompt item is always computed
@@ -156,12 +182,9 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     doc_items = [j for j, kind in enumerate(lay.kinds) if kind == "doc"]
     todo_items = [j for j in doc_items if j >= req.match.items]
     todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
-    source, hits = None, []
-    if todo:
-        source, hits = eng.resolve_documents(todo)
+    start, hits = _fill(req, todo) if mode == "linked" else (req.match.items, [])
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
-    start = fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, source) if mode == "linked" else req.match.items
-    req.timings["load_s"] = time.perf_counter() - t0
+    req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
     req.pending = pending_prefill(eng.lm, lay, start, embeds, eng.lm.embed_tokens)
     req.cached_tokens = lay.num_tokens - req.pending.num_tokens - req.encoded_tokens

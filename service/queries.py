@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING
 from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
+from service.explained import check_explained, explained_scope, explanation
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
     from kvlink_rag.answer import Answer
+    from service.scheduler import Scheduler
     from kvlink_rag.engine import Engine
     from kvlink_rag.settings import Settings
     from service.retrieval import Retrieval
@@ -55,6 +57,10 @@ class QueryPlan:
     adapter: str | None = None
     sampling: dict = field(default_factory=dict)
     mode: str = "linked"
+    text_ids: list[int] | None = None
+    batched: bool = True
+    retention: float | None = None
+    explain: bool = False
 
 
 @dataclass
@@ -68,12 +74,18 @@ class QueryResult:
     timings: dict[str, float]
     context_tokens: int
     finish_reason: str
+    cached_tokens: int = 0
+    attribution: dict | None = None
 
     def documents(self) -> list[dict]:
-        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order."""
-        return [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
+        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
+        (``explain``) also ``attribution`` (share) and ``passages`` (``[{start, end, share}]``) per document."""
+        docs = [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
                  "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
                 for d, hit in zip(self.docs, self.cache_hits, strict=True)]
+        for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
+            d.update(attribution=att["share"], passages=att["passages"])
+        return docs
 
 
 class QueryService:
@@ -89,32 +101,39 @@ class QueryService:
     """
 
     def __init__(self, engine: Engine, store: Store, retrieval: Retrieval, model_lock: threading.Lock,
-                 settings: Settings, on_result: Callable[[QueryResult], None] | None = None):
+                 settings: Settings, on_result: Callable[[QueryResult], None] | None = None,
+                 scheduler: Scheduler | None = None):
         from kvlink_rag.adapter_registry import AdapterVariants
 
         self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
-        self.settings, self.on_result = settings, on_result
+        self.settings, self.on_result, self.scheduler = settings, on_result, scheduler
         self.variants = AdapterVariants(engine, settings.links_dir, settings.max_loaded_adapters)
         self.choice = DocumentChoice(store, retrieval, settings)
 
     # -- validation and document choice --------------------------------------------------------------
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
-             k: int | None = None, adapter: str | None = None, mode: str = "linked", **sampling) -> QueryPlan:
-        """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`.
+             k: int | None = None, adapter: str | None = None, mode: str = "linked", retention: float | None = None,
+             explain: bool = False, **sampling) -> QueryPlan:
+        """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`; ``retention`` (0 < r <= 1,
+        default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution.
 
         Raises:
-            ServiceError: 422 over a limit, contradictory fields or unknown mode, 400 unknown adapter, 404
-                unknown document ids or no document matching the question.
+            ServiceError: 422 over a limit, contradictory fields, unknown mode, retention outside (0, 1] or
+                explain with mode full, 400 unknown adapter, 404 unknown document ids or no document matching.
             redis.exceptions.ConnectionError: retrieval needed the Redis index and it is down.
         """
         t0 = time.perf_counter()
         if mode not in MODES:
             raise ServiceError(422, "invalid_mode", f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
+        check_explained(mode, retention, explain)
         self._check_links(k, adapter)
         docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
-        return QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
+        plan = QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
+        plan.retention, plan.explain = retention, explain
+        plan.batched = not explain and retention in (None, 1.0)  # both run on the single-request path
+        return plan
 
     def _check_links(self, k: int | None, adapter: str | None, load: bool = False) -> Engine | None:
         """Check ``adapter`` exists and fits the model and ``k`` is within its K (reads its file only).
@@ -171,24 +190,54 @@ class QueryService:
         """Link (or fully prefill) the plan's documents and run :meth:`Engine.generate` under the model lock:
         ``("token", piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``.
 
-        Full prefill reports ``cache_load_s`` 0 and its prefill time as ``link_s``."""
+        Full prefill reports ``cache_load_s`` 0 and its prefill time as ``link_s``. With a scheduler (and a
+        plan it can batch) the request runs there instead (:meth:`_scheduled`)."""
+        if self.scheduler is not None and plan.batched:
+            yield from self._scheduled(plan, pieces)
+            return
+        if plan.text_ids is not None:
+            raise ServiceError(422, "conversation_unsupported", "multi-turn conversations need the batching "
+                               "scheduler (KVLINK_RAG_SCHEDULER=true)")
         with self.model_lock:
             t_call = time.perf_counter()
             eng = self._request_engine(plan)
-            ctx = _context(eng, plan)
-            ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
+            with explained_scope(eng, plan) as mass:  # attention capture only with explain
+                ctx = _context(eng, plan)
+                ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
+            attribution = explanation(eng, plan, mass, ctx)
         end = time.perf_counter()
         timings = {"retrieval_s": plan.retrieval_s, "queue_wait_s": t_call - plan.t0 - plan.retrieval_s,
                    "cache_load_s": ans.timings["load_s"],
                    "link_s": ans.timings["rope_s"] + ans.timings["link_forward_s"],
                    "ttft_s": t_call - plan.t0 + ans.ttft_s, "total_s": end - plan.t0}
-        yield "done", self._finish(plan, eng, ans, timings)
+        result = self._finish(plan, eng, ans, timings)
+        result.attribution = attribution
+        yield "done", result
 
-    def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float]) -> QueryResult:
+    def _scheduled(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
+        """:meth:`_generate` through the batching scheduler: same events, same bookkeeping."""
+        from kvlink_rag.generate import stream_text
+        from service.scheduled import answer_of, scheduled_tokens, stage_timings
+
+        made: list[Engine] = []
+
+        def make_engine() -> Engine:  # in the scheduler's thread, under the model lock
+            made.append(self._request_engine(plan))
+            return made[-1]
+
+        text_ids = plan.text_ids or self.engine.template.question_ids(self.engine.lm.tokenizer, plan.question).tolist()
+        gen = scheduled_tokens(self.scheduler, self.engine, plan, make_engine, text_ids)
+        result = yield from _tokens_of(gen, self.engine.lm.tokenizer, pieces, stream_text)
+        ans = answer_of(result, self.engine.lm.tokenizer, len(text_ids))
+        yield "done", self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs,
+                                   result.cached_tokens)
+
+    def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float],
+                tree_docs: set[str] = frozenset(), cached_tokens: int = 0) -> QueryResult:
         keys = [eng.cache_key(d.document) for d in plan.docs]
-        hits = [eng.cache.hits.get(key, False) for key in keys]
+        hits = [eng.cache.hits.get(key, False) or key in tree_docs for key in keys]
         result = QueryResult(ans.text, ans.token_ids, plan.docs, hits, timings, ans.context_tokens,
-                             ans.finish_reason)
+                             ans.finish_reason, cached_tokens)
         if plan.mode == "full":  # a comparison that used no cache: no bookkeeping, no cache or TTFT metrics
             return result
         self._record(plan, hits, [eng.cache.unstored.get(key) for key in keys])
@@ -264,9 +313,29 @@ def _context(eng: Engine, plan: QueryPlan):
     try:
         if plan.mode == "full":
             return eng.full_context(plan.question, docs)
-        return eng.link_context(plan.question, docs, plan.k)[0]
+        return eng.link_context(plan.question, docs, plan.k, plan.retention)[0]
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
+
+
+def _tokens_of(gen, tokenizer, pieces: bool, stream_text) -> Generator[tuple[str, str], None, object]:
+    """``("token", piece)`` for the text of a token-id generator (with ``pieces``); returns what it returns.
+    Closing this generator closes ``gen`` (the scheduled request is cancelled)."""
+    box: list = []
+
+    def ids():
+        box.append((yield from gen))
+
+    try:
+        if pieces:
+            for piece in stream_text(tokenizer, ids()):
+                yield "token", piece
+        else:
+            for _ in ids():
+                pass
+        return box[0]
+    finally:
+        gen.close()
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

@@ -24,6 +24,7 @@ from service.retrieval import Retrieval
 if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
     from kvlink_rag.engine import Engine
+    from service.scheduler import Scheduler
     from store.factory import Store
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Runtime:
     model_lock: threading.Lock
     engine: Engine | None = None
     queries: QueryService | None = None
+    scheduler: Scheduler | None = None
     on_result: Callable[[QueryResult], None] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -84,15 +86,30 @@ class Runtime:
         self.engine = engine
         if isinstance(self.queue, EmbeddedQueue):
             self.queue.engine = engine
+        if self.scheduler is None and self.settings.scheduler:
+            self.scheduler = build_scheduler(self.settings, engine, self.model_lock)
         self.queries = QueryService(engine, self.store, self.retrieval, self.model_lock, self.settings,
-                                    on_result=self.on_result)
+                                    on_result=self.on_result, scheduler=self.scheduler)
         return engine
 
     def close(self) -> None:
-        """Stop the queue (embedded: finish its tasks), flush the store's access stats, close the index."""
+        """Stop the scheduler and the queue (embedded: finish its tasks), flush the store's access stats, close
+        the index."""
+        if self.scheduler is not None:
+            self.scheduler.close()
         self.queue.close()
         self.store.blobs.close()
         self.store.index.close()
+
+
+def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
+    """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget."""
+    from kvlink_rag.prefix_tree import PrefixTree
+    from service.scheduler import Scheduler, SchedulerLimits
+
+    limits = SchedulerLimits(max_running=settings.max_running_requests, max_waiting=settings.max_waiting_requests,
+                             max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s)
+    return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits)
 
 
 def apply_torch_threads(settings: Settings) -> None:

@@ -43,7 +43,8 @@ def test_metrics_count_requests_ttft_cache_tiers_and_queue(client, fixture_docs)
     assert _sample(text, "kvlink_query_stage_seconds_count", stage="link_s") == 2
     assert _sample(text, "kvlink_query_documents_total", cache="hit") == 2
     host = client.app_state.store.tiered.tiers[-1].stats()
-    assert _sample(text, "kvlink_cache_hits_total", tier="host") == host["hits"] >= 1
+    assert _sample(text, "kvlink_cache_hits_total", tier="host") == host["hits"]
+    assert host["hits"] + host["misses"] >= 1  # the second query's document came from the prefix tree
     assert _sample(text, "kvlink_cache_hit_ratio", tier="host") == host["hits"] / (host["hits"] + host["misses"])
     assert _sample(text, "kvlink_cache_evictions_total", tier="lmdb") == 0
     assert _sample(text, "kvlink_checksum_failures_total") == 0
@@ -102,8 +103,8 @@ def test_health_and_readiness_answer_while_60_queries_wait_for_a_busy_model(tmp_
             with state.model_lock:  # the model is busy (as with a long answer or precompute)
                 futures = [pool.submit(http.post, "/v1/query", json={**ask, "stream": i % 2 == 1}) for i in range(60)]
                 model = state.gates.model
-                wait_for(lambda: model.borrowed_tokens == 1 and model.statistics().tasks_waiting == 59, 60,
-                         what="60 queries waiting for the model")
+                # the batching scheduler takes them all in (their threads wait for tokens); it needs the lock to run
+                wait_for(lambda: model.borrowed_tokens == 60, 60, what="60 queries waiting for the model")
                 t0 = time.perf_counter()
                 health = http.get("/healthz")
                 t1 = time.perf_counter()

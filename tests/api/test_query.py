@@ -163,7 +163,8 @@ def test_a_document_larger_than_the_whole_store_is_answered_uncached(make_client
     from service_support import wait_for
 
     big = tiny_text_engine(tmp_path / "big", layers=8, kv_dtype="float32", max_new_tokens=4)  # 2 KiB of KV a token
-    with make_client(engine=big, store_max_bytes=1 << 20, host_cache_bytes=1 << 20) as c:  # the smallest store
+    # the smallest store; no prefix tree (it would serve the second query's document from memory)
+    with make_client(engine=big, store_max_bytes=1 << 20, host_cache_bytes=1 << 20, prefix_cache_bytes=0) as c:
         assert c.post("/v1/documents", json={"id": "huge", "text": "word " * 700}).status_code == 202  # ~1.4 MB of KV
 
         def failed():
@@ -233,6 +234,7 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
         raise ContextTooLong("prompt of 3000 tokens exceeds the model's 2048")
 
     monkeypatch.setattr(Engine, "link_context", too_long)
+    monkeypatch.setattr("kvlink_rag.running.admit", too_long)  # the batching scheduler's way in
     events = parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)
     assert [e for e, _ in events] == ["error"]
     assert json.loads(events[0][1])["error"]["code"] == "context_too_long"
@@ -243,6 +245,7 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
         raise ValueError("Overflow when unpacking long long")  # e.g. from inside torch: not the client's prompt
 
     monkeypatch.setattr(Engine, "link_context", other_value_error)
+    monkeypatch.setattr("kvlink_rag.running.admit", other_value_error)
     monkeypatch.setattr(client._transport, "raise_server_exceptions", False)  # answer the 500 as a server would
     r = client.post("/v1/query", json=ask)
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"

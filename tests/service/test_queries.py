@@ -3,6 +3,8 @@ engine's own answer; closing a stream early releases the model."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kvlink_rag.answer import run_to_end
@@ -39,13 +41,29 @@ def test_answer_stream_and_the_engine_give_the_same_tokens(runtime, tiny_engine)
     assert streamed_direct.token_ids == whole.token_ids and streamed_direct.cache_hits == 1
 
 
-def test_closing_a_stream_early_releases_the_model_lock(runtime):
+def test_closing_a_stream_early_releases_the_model_lock(make_runtime):
+    runtime = make_runtime(scheduler=False)
+    runtime.store.catalog.ingest("default", "paris", PARIS, "Paris")
     queries = runtime.queries
     events = queries.stream(queries.plan("default", QUESTION, ["paris"]))
     assert next(events)[0] == "token"
     assert runtime.model_lock.locked()
     events.close()
     assert not runtime.model_lock.locked()
+
+
+def test_closing_a_scheduled_stream_early_frees_its_slot(make_runtime):
+    runtime = make_runtime(max_new_tokens=64)
+    runtime.store.catalog.ingest("default", "paris", PARIS, "Paris")
+    queries = runtime.queries
+    events = queries.stream(queries.plan("default", QUESTION, ["paris"], max_new_tokens=64))
+    assert next(events)[0] == "token"
+    events.close()
+    deadline = time.monotonic() + 10
+    while runtime.scheduler.stats()["running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runtime.scheduler.stats()["running"] == 0
+    assert runtime.scheduler.tree.stats()["pinned_nodes"] == 0
 
 
 def test_planning_errors_are_service_errors_with_a_status(runtime):

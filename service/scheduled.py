@@ -1,0 +1,72 @@
+"""Answering a planned query through the batching scheduler (:mod:`service.scheduler`).
+
+The request's engine (its adapter loaded, a per-request recording view of the tenant's cache) is made in
+the scheduler's thread when the request is admitted; token ids come back through the request's handle
+and are turned into text pieces here, in the caller's thread. Closing the generator (client gone)
+cancels the request: its slot is freed before the scheduler's next step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from kvlink_rag.types import ContextTooLong
+from service.errors import ServiceError
+from service.gen_request import GenRequest, GenResult
+from service.scheduler import QueueFull, Scheduler
+
+if TYPE_CHECKING:
+    from kvlink_rag.answer import Answer
+    from kvlink_rag.engine import Engine
+
+
+def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Callable[[], Engine],
+                     text_ids: list[int]) -> Iterator[int]:
+    """Submit the plan and yield its token ids; returns the :class:`GenResult` (``yield from``).
+
+    Raises:
+        ServiceError: 503 ``overloaded`` with ``retry_after_s`` when the queue is full; 422
+            ``context_too_long`` when the prompt does not fit.
+    """
+    link_k = engine.link_k if plan.mode == "linked" else 0
+    req = GenRequest(make_engine, [d.document for d in plan.docs], text_ids, engine.sampling(**plan.sampling),
+                     plan.mode, plan.k, t0=plan.t0)
+    try:
+        handle = scheduler.submit(req, link_k)
+    except QueueFull as e:
+        raise ServiceError(503, "overloaded", f"the server is busy: {e}", retry_after_s=e.retry_after_s) from None
+    gen = handle.tokens()
+    try:
+        while True:
+            try:
+                tok = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            yield tok
+    except ContextTooLong as e:
+        raise ServiceError(422, "context_too_long", str(e)) from e
+    finally:
+        gen.close()
+
+
+def answer_of(result: GenResult, tokenizer, text_ids_len: int) -> Answer:
+    """The :class:`Answer` of a finished scheduled request (timings in seconds from the plan's start)."""
+    from kvlink_rag.answer import Answer
+
+    t = result.timings
+    return Answer(text=tokenizer.decode(result.token_ids, skip_special_tokens=True).strip(),
+                  token_ids=result.token_ids, ttft_s=t.get("ttft_s", t["total_s"]), total_s=t["total_s"],
+                  context_tokens=result.prompt_tokens,
+                  timings={"load_s": t.get("load_s", 0.0), "rope_s": 0.0, "link_forward_s": t.get("prefill_s", 0.0)},
+                  finish_reason=result.finish_reason)
+
+
+def stage_timings(plan, result: GenResult) -> dict[str, float]:
+    """The query's stage timings (seconds from the plan's start) of a scheduled request."""
+    t = result.timings
+    end = time.perf_counter()
+    return {"retrieval_s": plan.retrieval_s, "queue_wait_s": t.get("queue_wait_s", 0.0),
+            "cache_load_s": t.get("load_s", 0.0), "link_s": t.get("prefill_s", 0.0),
+            "ttft_s": t.get("ttft_s", end - plan.t0), "total_s": end - plan.t0}
