@@ -45,6 +45,15 @@ class StoreCollector:
             c = CounterMetricFamily("kvlink_checksum_failures", "Stored KV records that failed their checksum.")
             c.add_metric([], blobs.checksum_failures)
             yield c
+            events = blobs.events()
+            if events:
+                shared = CounterMetricFamily("kvlink_blob_store_events", "Reads and writes of a tiered or shared "
+                                             "blob store by outcome (local_hit, shared_hit, miss, fenced, "
+                                             "shared_error, missing, corrupt, newer_format, fill_skipped).",
+                                             labels=["event"])
+                for event, n in sorted(events.items()):
+                    shared.add_metric([event], n)
+                yield shared
             corrupt = CounterMetricFamily("kvlink_corrupt_records", "Reads of a stored text or index record that "
                                           "failed its checksum (the document is reported failed, never served).",
                                           labels=["kind"])

@@ -54,6 +54,10 @@ class Settings(BaseSettings):
         description="Anchor prefix text; part of the cache key in anchored mode.",
     )
     index_url: str = Field("", description="Document index: '' = embedded in the LMDB store, or redis://host:port/db.")
+    shared_store_url: str = Field(
+        "", description="Shared KV cache tier every host reads: redis://host:port/db or "
+        "redis+cluster://host:port[,host:port]; the local LMDB store (KVLINK_RAG_STORE_MAX_BYTES) becomes a "
+        "read-through tier in front of it. '' = none (caches only in the local store).")
     store_max_bytes: int = Field(
         8 << 30, ge=1 << 20, description="LMDB map size limit (bytes, at least 1 MiB): the store's data file never "
         "grows past it; least valuable caches are evicted instead, and a document whose KV alone does not fit is "

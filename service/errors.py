@@ -19,7 +19,9 @@ class ServiceError(Exception):
 
 
 def redis_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that mean "Redis (index or broker) is unreachable"."""
+    """Exception types that mean "Redis (index, broker or shared cache tier) is unreachable"."""
     import redis
 
-    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable)
+    from store.blob_store import BlobStoreUnavailable
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable, BlobStoreUnavailable)

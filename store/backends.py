@@ -21,18 +21,29 @@ def open_blob_store(url: str, **kwargs: Any) -> BlobStore:
     """Open the blob store named by ``url``.
 
     Args:
-        url: ``lmdb://PATH`` (an LMDB environment in the folder PATH, created if needed).
+        url: ``lmdb://PATH`` (an LMDB environment in the folder PATH, created if needed), a Redis server
+            ``redis://host:port/db`` (also ``rediss://``, ``unix://``) or a Redis Cluster
+            ``redis+cluster://host:port[,host:port]`` (see :mod:`store.redis_conn`; ``?prefix=``,
+            ``chunk_bytes=``, ``batch_bytes=``, ``pending_ttl_s=``).
         kwargs: passed to the backend (LMDB: ``max_map_size=``, ``map_size=``, ``on_corrupt=``,
-            ``on_evict=``, ``clock=``, ``stats_flush_s=``; see :class:`store.lmdb_blobs.LmdbBlobStore`).
+            ``on_evict=``, ``clock=``, ``stats_flush_s=``; see :class:`store.lmdb_blobs.LmdbBlobStore`;
+            Redis: see :class:`store.redis_blobs.RedisBlobStore`).
     Raises:
         ValueError: unknown scheme or no path (the message names the supported schemes).
     """
+    from store.redis_conn import is_redis_url
+
     scheme = _scheme(url)
     if scheme == "lmdb" and url[len("lmdb://"):]:
         from store.lmdb_blobs import LmdbBlobStore
 
         return LmdbBlobStore(url[len("lmdb://"):], **kwargs)
-    raise ValueError(f"unknown blob store URL {url!r}; supported: lmdb://PATH")
+    if is_redis_url(url):
+        from store.redis_blobs import RedisBlobStore
+
+        return RedisBlobStore.from_url(url, **kwargs)
+    raise ValueError(f"unknown blob store URL {url!r}; supported: lmdb://PATH, redis://host:port/db, "
+                     "redis+cluster://host:port[,host:port]")
 
 
 def open_index(url: str, env=None, **kwargs: Any) -> DocumentIndex:

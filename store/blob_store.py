@@ -9,12 +9,63 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
 
     from kvlink_rag.types import DocumentKV
+
+
+class BlobStoreUnavailable(RuntimeError):
+    """A blob store on the network (the shared tier) cannot be reached or answered with an error; the
+    message names the store. Readers treat it as a miss; writers of the shared tier raise it."""
+
+
+@dataclass
+class RawRecord:
+    """One document's record as stored bytes (see :mod:`store.codec`): copied between backends without
+    decoding (the tiered store fills a host's local tier with exactly the shared tier's bytes).
+
+    Attributes:
+        meta: the codec's meta dict (shape ``[L, H, T, D]``, checksums, fingerprint, ...).
+        ids: little-endian int64 token ids, ``T * 8`` bytes.
+        layers: ``L`` safetensors payloads, one per layer.
+    """
+
+    meta: dict
+    ids: bytes
+    layers: list[bytes]
+
+
+def encode_record(kv: DocumentKV, int8: bool = False, tracked: bool = True) -> RawRecord:
+    """The stored bytes of ``kv`` (keys/values ``[L, H, T, D]``) through the codec's public functions.
+
+    Raises:
+        ValueError: invalid document (:func:`store.codec.validate`).
+    """
+    from store import codec
+
+    codec.validate(kv)
+    layers = [codec.encode_layer(kv.keys[i], kv.values[i], int8) for i in range(kv.num_layers)]
+    ids = codec.encode_ids(kv.token_ids)
+    return RawRecord(codec.build_meta(kv, layers, ids, int8, tracked), ids, layers)
+
+
+class RecordSink(Protocol):
+    """A backend that stores a :class:`RawRecord` as it is (atomically, replacing any earlier one)."""
+
+    def put_record(self, key: str, record: RawRecord) -> int:
+        """Store ``record`` under ``key``; payload bytes written."""
+
+
+class RecordSource(RecordSink, Protocol):
+    """A backend that hands out a record as its meta and its raw payloads, layer by layer as they arrive."""
+
+    def open_record(self, key: str) -> tuple[dict, bytes, Iterator[bytes]] | None:
+        """``(meta, ids bytes, iterator of the L layer payloads)`` or None when absent; the payloads are
+        not verified (the caller checks them against ``meta``'s checksums)."""
 
 
 class BlobStore(ABC):
@@ -103,6 +154,11 @@ class BlobStore(ABC):
     @abstractmethod
     def used_bytes(self) -> int:
         """Bytes the backend holds now (cheap: for metrics scrapes)."""
+
+    def events(self) -> dict[str, int]:
+        """Counters of what a tiered or networked backend did (``local_hit``, ``shared_hit``, ``miss``,
+        ``fenced``, ``shared_error``, ``missing``, ``corrupt``, ...), for metrics; none by default."""
+        return {}
 
     @abstractmethod
     def ping(self) -> None:

@@ -10,7 +10,7 @@ import logging
 
 from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import DocumentKV, LayeredDocuments
-from store.blob_store import BlobStore
+from store.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
 from store.lmdb_env import StoreFullError
 from store.prefetch import prefetch_layers
@@ -126,7 +126,7 @@ class StoreCache(DocumentCache):
 
     def put(self, key: str, kv: DocumentKV) -> str | None:
         """:meth:`write` to the blob store and the memory tiers; a document too large for the blob store is
-        kept in the tiers only.
+        kept in the tiers only, and one the shared tier could not take (unreachable) on this host only.
 
         Returns:
             None when stored; else why not (logged as a warning). The caller still has ``kv`` to answer from.
@@ -138,4 +138,7 @@ class StoreCache(DocumentCache):
             log.warning("document %s not cached: %s", key[:24], reason)
             self.tiered.put(key, kv, self.tenant)
             return reason
+        except BlobStoreUnavailable as e:  # kept on this host (local tier written first); others encode it
+            log.warning("document %s cached on this host only: %s", key[:24], e)
+            self.tiered.put(key, kv, self.tenant)
         return None

@@ -14,21 +14,23 @@ from store.doc_cache import StoreCache
 from store.index import DocumentIndex
 from store.lmdb_env import open_env
 from store.policies import FairPolicy, LRUPolicy
-from store.texts import TextStore
+from store.texts import Texts, TextStore
 from store.tiers import CacheTier, TieredCache
 
 
 @dataclass
 class Store:
     """Handles to every part of the store (one LMDB environment under ``settings.store_dir`` holds the
-    texts, the embedded index and, with the default ``lmdb://`` blob store, the KV caches)."""
+    texts, the embedded index and the KV caches by default; with a Redis index the texts live in Redis too,
+    and with a shared store URL ``blobs`` is the local LMDB tier in front of ``shared``)."""
 
     blobs: BlobStore
     index: DocumentIndex
-    texts: TextStore
+    texts: Texts
     tiered: TieredCache
     catalog: Catalog
     cache: StoreCache
+    shared: BlobStore | None = None
 
 
 def memory_tiers(settings: Settings) -> list[CacheTier]:
@@ -53,12 +55,32 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
     settings.store_dir.mkdir(parents=True, exist_ok=True)
     blobs = open_blob_store(f"lmdb://{settings.store_dir}", max_map_size=settings.store_max_bytes,
                             on_corrupt=on_corrupt)
+    shared = None
+    if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
+        from store.shared_tier import TieredBlobStore
+
+        shared = open_blob_store(settings.shared_store_url)
+        blobs = TieredBlobStore(blobs, shared)
     # texts and the embedded index: the process-wide environment of the folder, the lmdb:// blob store's own
     env = open_env(settings.store_dir, max_map_size=settings.store_max_bytes)
     url = settings.index_url or f"lmdb://{settings.store_dir}"
     index = open_index(url, env=env if url.startswith("lmdb://") else None)
-    texts = TextStore(env)
+    texts = open_texts(url, env)
     tiered = TieredCache(memory_tiers(settings), blobs)
     cache = StoreCache(tiered, "default", settings.store_int8, settings.shared_cache_across_tenants)
     catalog = Catalog(index, texts, cache, enqueue or (lambda tenant, doc_id, version: None))
-    return Store(blobs, index, texts, tiered, catalog, cache)
+    return Store(blobs, index, texts, tiered, catalog, cache, shared)
+
+
+def open_texts(index_url: str, env) -> Texts:
+    """Texts beside the index: in Redis with a Redis index (every host reads them; mirrored in ``env`` for
+    reads while Redis is down), else in ``env`` (LMDB)."""
+    from store.redis_conn import is_redis_url
+
+    if is_redis_url(index_url):
+        from store.redis_texts import RedisTextStore
+
+        texts = RedisTextStore.from_url(index_url, local=TextStore(env))
+        texts.seed_from_local()
+        return texts
+    return TextStore(env)

@@ -26,7 +26,7 @@ import torch
 from kvlink_rag.types import DocumentKV
 from store import codec
 from store.access_stats import AccessStats
-from store.blob_store import BlobStore
+from store.blob_store import BlobStore, RawRecord, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 
@@ -106,21 +106,26 @@ class LmdbBlobStore(BlobStore):
             ValueError: invalid key or document.
             StoreFullError: the document does not fit even after evicting every other document.
         """
+        return self.put_record(key, encode_record(kv, int8, tracked))
+
+    def put_record(self, key: str, record: RawRecord) -> int:
+        """Store an encoded record (:func:`store.blob_store.encode_record`, or bytes copied from another
+        backend) under ``key`` in one write transaction, evicting others for space as :meth:`put` does.
+
+        Raises:
+            ValueError: invalid key. StoreFullError: it does not fit even after evicting every other document.
+        """
         kraw = _check_key(key)
-        codec.validate(kv)
-        layers = [codec.encode_layer(kv.keys[i], kv.values[i], int8) for i in range(kv.num_layers)]
-        ids = codec.encode_ids(kv.token_ids)
-        meta = codec.build_meta(kv, layers, ids, int8, tracked)
-        nbytes = meta["nbytes"]
+        nbytes = record.meta["nbytes"]
         if nbytes > self.env.max_map_size * 0.9:
             raise StoreFullError(f"document of {nbytes} bytes exceeds the store's max map size")
-        meta_bytes = json.dumps(meta).encode()
+        meta_bytes = json.dumps(record.meta).encode()
 
         def write(txn) -> None:
             self._delete_in(txn, key)
             txn.put(_rkey(key, "meta"), meta_bytes, db=self._db)
-            txn.put(_rkey(key, "ids"), ids, db=self._db)
-            for i, payload in enumerate(layers):
+            txn.put(_rkey(key, "ids"), record.ids, db=self._db)
+            for i, payload in enumerate(record.layers):
                 txn.put(_rkey(key, f"L{i}"), payload, db=self._db)
             self.access.record(txn, kraw, nbytes)
 

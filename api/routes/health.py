@@ -29,9 +29,11 @@ async def healthz() -> dict:
 
 
 def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:
-    """``{check: (fn raising when it fails, prefix of the failure)}`` for store, index (Redis index
-    only) and queue (broker only) of an opened ``state``."""
+    """``{check: (fn raising when it fails, prefix of the failure)}`` for store, shared cache tier (when
+    configured), index (Redis index only) and queue (broker only) of an opened ``state``."""
     checks = {"store": (state.store.blobs.ping, "unreadable")}
+    if state.store.shared is not None:
+        checks["shared_store"] = (state.store.shared.ping, "shared cache tier unreachable")
     if state.settings.index_url:
         checks["index"] = (lambda: state.store.index.ping(CHECK_TIMEOUT_S), "Redis unreachable")
     if state.settings.distributed and state.queue is not None:

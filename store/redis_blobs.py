@@ -1,0 +1,432 @@
+"""The Redis :class:`~store.blob_store.BlobStore` (standalone or Redis Cluster): the shared cache tier that every
+host reads (``redis://host:port/db``, ``redis+cluster://host:port[,host:port]``; see :mod:`store.redis_conn`).
+
+Records keep the LMDB layout and checksums (:mod:`store.codec`): a meta record, the token ids and one payload
+per layer, each payload split into chunks of at most ``chunk_bytes`` (Redis refuses values over its
+``proto-max-bulk-len``, 512 MB by default). Keys, under ``prefix`` (default ``kvlink:``)::
+
+    {p}kv:{<cache key>}:meta              JSON: the codec meta + "redis": {"layout": 1, "gen", "chunks": [ids, L0..]}
+    {p}kv:{<cache key>}:<gen>:ids:<c>     chunk c of the token ids
+    {p}kv:{<cache key>}:<gen>:L<l>:<c>    chunk c of layer l's safetensors payload
+
+The cache key is a hash tag (``{...}``), so a document's keys sit in one Redis Cluster slot (one shard) and
+documents spread over the shards. A put writes the payload chunks of a fresh generation ``gen`` in pipelined
+batches (with a ``pending_ttl_s`` expiry, so a writer that dies leaves nothing behind for long), then swaps
+the meta in one ``SET ... GET`` (the commit: readers see the old record or the new one, never a mix), then
+clears the expiry and deletes the generation it replaced. A reader fetches layers in pipelined batches of
+about ``batch_bytes``; a chunk that is missing (evicted under ``maxmemory``, expired) or a payload that fails
+its checksum makes the record a miss: it is deleted and counted (``missing``, ``checksum_failures``).
+Every Redis error is raised as :class:`~store.blob_store.BlobStoreUnavailable` naming the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from kvlink_rag.types import DocumentKV
+from store import codec
+from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
+from store.codec import CorruptRecordError
+from store.lmdb_env import StoreFullError
+from store.redis_conn import connect, redact, split_url
+
+log = logging.getLogger(__name__)
+LAYOUT = 1
+DEFAULT_PREFIX = "kvlink:"
+_MAX_KEY_BYTES = 400
+
+
+def _unavailable(fn):
+    """Re-raise redis-py's errors of ``fn`` as :class:`BlobStoreUnavailable` naming the store."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except self.redis_errors as e:
+            raise BlobStoreUnavailable(f"shared cache tier {self.name} unreachable: {type(e).__name__}: {e}") from e
+    return wrapper
+
+
+class RedisBlobStore(BlobStore):
+    """Document KV caches in Redis or a Redis Cluster, readable layer by layer (see the module docstring).
+
+    Args:
+        make_client: makes the ``redis.Redis`` or ``redis.cluster.RedisCluster`` (``decode_responses=False``)
+            on first use (a cluster client connects when it is made: an unreachable cluster must not stop
+            the service from starting, only fail its readiness check).
+        name: how messages name the store (the URL without password).
+        prefix: prepended to every key (no braces).
+        chunk_bytes: largest value written (bytes); keep under the server's ``proto-max-bulk-len``.
+        batch_bytes: payload bytes per pipelined round trip, reading and writing.
+        pending_ttl_s: expiry of a record's chunks until its meta is committed (seconds).
+    Attributes:
+        counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
+    """
+
+    def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX, chunk_bytes: int = 8 << 20,
+                 batch_bytes: int = 16 << 20, pending_ttl_s: int = 900) -> None:
+        import redis
+        from redis.cluster import RedisClusterException
+
+        if "{" in prefix or "}" in prefix or chunk_bytes < 1 or batch_bytes < 1 or pending_ttl_s < 1:
+            raise ValueError("prefix without braces; chunk_bytes, batch_bytes, pending_ttl_s >= 1")
+        self._make, self._client, self.name, self.prefix = make_client, None, name, prefix
+        self.chunk_bytes, self.batch_bytes, self.pending_ms = int(chunk_bytes), int(batch_bytes), pending_ttl_s * 1000
+        self.redis_errors = (redis.exceptions.RedisError, RedisClusterException)
+        self.counters: Counter[str] = Counter()
+        self.checksum_failures = 0
+        self.evictions = 0
+
+    @property
+    def r(self):
+        """The client, made on first use."""
+        if self._client is None:
+            self._client = self._make()
+        return self._client
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisBlobStore:
+        """Open ``redis://host:port/db[?prefix=&chunk_bytes=&batch_bytes=&pending_ttl_s=]`` or a cluster URL
+        (no connection is made until the first call).
+
+        Raises:
+            ValueError: not a Redis URL or a bad parameter.
+        """
+        clean, own = split_url(url)
+        opts = {k: (v if k == "prefix" else int(v)) for k, v in own.items()}
+        return cls(lambda: connect(clean), name=redact(clean), **{**opts, **kwargs})
+
+    # -- key names ---------------------------------------------------------------------------------
+    def _k(self, key: str, part: str) -> str:
+        return f"{self.prefix}kv:{{{key}}}:{part}"
+
+    def _chunk_keys(self, key: str, gen: str, part: str, n: int) -> list[str]:
+        return [self._k(key, f"{gen}:{part}:{c}") for c in range(n)]
+
+    def _all_chunk_keys(self, key: str, meta: dict) -> list[str]:
+        gen, counts = meta["redis"]["gen"], meta["redis"]["chunks"]
+        parts = ["ids"] + [f"L{i}" for i in range(len(counts) - 1)]
+        return [k for part, n in zip(parts, counts) for k in self._chunk_keys(key, gen, part, n)]
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if not key or "{" in key or "}" in key or len(key.encode()) > _MAX_KEY_BYTES:
+            raise ValueError(f"invalid cache key {key!r}: non-empty, no braces, at most {_MAX_KEY_BYTES} bytes")
+
+    # -- writing -----------------------------------------------------------------------------------
+    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
+        """Encode ``kv`` (keys/values ``[L, H, T, D]``) with the codec and :meth:`put_record` it.
+
+        Raises:
+            ValueError: invalid key or document. StoreFullError: Redis is out of memory (``maxmemory`` with
+            a no-eviction policy). BlobStoreUnavailable: Redis unreachable.
+        """
+        self._check_key(key)
+        return self.put_record(key, encode_record(kv, int8, tracked))
+
+    @_unavailable
+    def put_record(self, key: str, record: RawRecord) -> int:
+        """Write the chunks of a new generation (pipelined), commit the meta, drop the replaced generation.
+
+        Returns:
+            payload bytes written. Raises: as :meth:`put`.
+        """
+        import redis
+
+        self._check_key(key)
+        gen = secrets.token_hex(6)
+        parts = [("ids", memoryview(record.ids))] + [(f"L{i}", memoryview(b)) for i, b in enumerate(record.layers)]
+        counts, written = [], []
+        pipe, pending = self.r.pipeline(transaction=False), 0
+        try:
+            for part, buf in parts:
+                n = max(1, -(-len(buf) // self.chunk_bytes))
+                counts.append(n)
+                for c, ck in enumerate(self._chunk_keys(key, gen, part, n)):
+                    pipe.set(ck, buf[c * self.chunk_bytes:(c + 1) * self.chunk_bytes], px=self.pending_ms)
+                    written.append(ck)
+                    pending += min(self.chunk_bytes, len(buf))
+                    if pending >= self.batch_bytes:
+                        pipe.execute()
+                        pending = 0
+            pipe.execute()
+        except redis.exceptions.ResponseError as e:
+            if "OOM" not in str(e):
+                raise
+            self._delete_keys(written)
+            raise StoreFullError(f"shared cache tier {self.name} is full ({e}); use maxmemory-policy "
+                                 "allkeys-lru so that Redis evicts old caches") from e
+        meta = {**record.meta, "redis": {"layout": LAYOUT, "gen": gen, "chunks": counts}}
+        old = self.r.set(self._k(key, "meta"), json.dumps(meta).encode(), get=True)
+        self._persist(written)
+        self._drop_generation(key, old)
+        return int(record.meta["nbytes"])
+
+    def _persist(self, keys: list[str]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for k in keys:
+            pipe.persist(k)
+        pipe.execute()
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        if keys:
+            pipe = self.r.pipeline(transaction=False)
+            for k in keys:
+                pipe.delete(k)
+            pipe.execute()
+
+    def _drop_generation(self, key: str, meta_bytes: bytes | None) -> bool:
+        """Delete the chunks of the record whose meta was ``meta_bytes``; True if there was one."""
+        if meta_bytes is None:
+            return False
+        try:
+            self._delete_keys(self._all_chunk_keys(key, json.loads(meta_bytes)))
+        except (ValueError, KeyError, TypeError):  # unreadable meta: its chunks expire or are evicted
+            log.warning("replaced an unreadable meta record of %s", key[:24])
+        return True
+
+    @_unavailable
+    def delete(self, key: str) -> bool:
+        """Remove the record of ``key`` (meta first, so readers stop finding it); True if it existed."""
+        self._check_key(key)
+        return self._drop_generation(key, self.r.getdel(self._k(key, "meta")))
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _meta(self, key: str) -> dict | None:
+        """The parsed meta of ``key``; None when absent or written by a newer format or layout.
+
+        Raises:
+            CorruptRecordError: unparsable meta.
+        """
+        raw = self.r.get(self._k(key, "meta"))
+        if raw is None:
+            return None
+        meta = codec.parse_meta(raw)
+        layout = meta.get("redis") if isinstance(meta.get("redis"), dict) else None
+        if layout is None or not isinstance(layout.get("chunks"), list) or len(layout["chunks"]) != meta["shape"][0] + 1:
+            raise CorruptRecordError("meta record without its chunk layout")
+        if meta["format_version"] > codec.FORMAT_VERSION or layout.get("layout") != LAYOUT:
+            self.counters["newer_format"] += 1
+            return None  # written by a newer release: a miss here, left alone
+        return meta
+
+    def _fetch(self, key: str, meta: dict, parts: list[tuple[str, int]]) -> list[bytes]:
+        """The payloads of ``parts`` (``[(part name, chunk count)]``) in one pipelined round trip.
+
+        Raises:
+            KeyError: a chunk is gone (the record is deleted and counted as ``missing`` unless it was
+                replaced meanwhile).
+        """
+        gen = meta["redis"]["gen"]
+        pipe = self.r.pipeline(transaction=False)
+        for part, n in parts:
+            for ck in self._chunk_keys(key, gen, part, n):
+                pipe.get(ck)
+        got, out = pipe.execute(), []
+        for part, n in parts:
+            chunks, got = got[:n], got[n:]
+            if any(c is None for c in chunks):
+                self._gone(key, gen)
+                raise KeyError(f"{key}: {part} is no longer stored")
+            out.append(chunks[0] if n == 1 else b"".join(chunks))
+        return out
+
+    def _gone(self, key: str, gen: str) -> None:
+        """A chunk of generation ``gen`` is missing: delete the record if it is still that generation."""
+        now = self.r.get(self._k(key, "meta"))
+        try:
+            same = now is not None and json.loads(now)["redis"]["gen"] == gen
+        except (ValueError, KeyError, TypeError):
+            same = True
+        if same:
+            self.counters["missing"] += 1
+            log.warning("shared KV record %s lost a chunk (evicted or expired); deleting it", key[:24])
+            self.delete(key)
+
+    def _batches(self, meta: dict) -> Iterator[list[int]]:
+        """Layer numbers grouped into round trips of about ``batch_bytes`` (at least one layer each)."""
+        counts = meta["redis"]["chunks"][1:]
+        batch, size = [], 0
+        for i, n in enumerate(counts):
+            batch.append(i)
+            size += n * self.chunk_bytes if n > 1 else meta["nbytes"] // max(1, len(counts))
+            if size >= self.batch_bytes:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+    def _layer_bytes(self, key: str, meta: dict) -> Iterator[bytes]:
+        counts = meta["redis"]["chunks"]
+        for batch in self._batches(meta):
+            yield from self._fetch(key, meta, [(f"L{i}", counts[i + 1]) for i in batch])
+
+    @_unavailable
+    def open_record(self, key: str) -> tuple[dict, bytes, Iterator[bytes]] | None:
+        """``(meta, ids bytes, layer payloads as they arrive)`` or None when absent, unreadable or newer. The
+        payloads are not verified here; the iterator raises KeyError when a chunk is gone and
+        :class:`BlobStoreUnavailable` when Redis fails mid-way."""
+        self._check_key(key)
+        try:
+            meta = self._meta(key)
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            return None
+        if meta is None:
+            return None
+        try:
+            ids = self._fetch(key, meta, [("ids", meta["redis"]["chunks"][0])])[0]
+        except KeyError:
+            return None
+        return meta, ids, self._guarded(self._layer_bytes(key, meta))
+
+    def _guarded(self, it: Iterator[bytes]) -> Iterator[bytes]:
+        try:
+            yield from it
+        except self.redis_errors as e:
+            raise BlobStoreUnavailable(f"shared cache tier {self.name} failed mid-read: {e}") from e
+
+    def get(self, key: str, dtype: torch.dtype | str | None = None) -> DocumentKV | None:
+        """The stored document on CPU, or None when absent, incomplete or corrupt (deleted and counted)."""
+        opened = self.open_record(key)
+        if opened is None:
+            return None
+        meta, ids_buf, layers = opened
+        try:
+            L, H, T, D = meta["shape"]
+            out = codec.target_dtype(meta, dtype)
+            keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
+            ids = codec.decode_ids(ids_buf, meta)
+            codec.decode_layers_into(layers, meta, keys, values)
+        except KeyError:
+            return None
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            return None
+        return DocumentKV(keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"],
+                          encoding=meta["encoding"])
+
+    def iter_layers(self, key: str, dtype: torch.dtype | str | None = None
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(k, v)`` ``[H, T, D]`` per layer, fetched in pipelined batches.
+
+        Raises:
+            KeyError: absent, or a chunk went missing. CorruptRecordError: a layer failed its checksum
+            (the record is deleted). BlobStoreUnavailable: Redis failed.
+        """
+        opened = self.open_record(key)
+        if opened is None:
+            raise KeyError(key)
+        meta, _, layers = opened
+        _, H, T, D = meta["shape"]
+        out = codec.target_dtype(meta, dtype)
+        for i, buf in enumerate(layers):
+            k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
+            try:
+                codec.decode_layer_into(buf, meta, i, k, v)
+            except CorruptRecordError as e:
+                self._corrupt(key, e)
+                raise
+            yield k, v
+
+    @_unavailable
+    def get_ids(self, key: str) -> torch.Tensor | None:
+        """``[tokens]`` int64 ids (checksummed), or None when absent.
+
+        Raises:
+            CorruptRecordError: the ids failed their checksum (the record is deleted).
+        """
+        opened = self.open_record(key)
+        if opened is None:
+            return None
+        try:
+            return codec.decode_ids(opened[1], opened[0])
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            raise
+
+    @_unavailable
+    def meta(self, key: str) -> dict | None:
+        """The parsed meta of ``key`` (payload not verified), or None when absent, unreadable or newer."""
+        self._check_key(key)
+        try:
+            return self._meta(key)
+        except CorruptRecordError:
+            return None
+
+    @_unavailable
+    def contains(self, key: str) -> bool:
+        """Whether a meta record for ``key`` exists (payload not verified)."""
+        return bool(self.r.exists(self._k(key, "meta")))
+
+    def _corrupt(self, key: str, err: Exception) -> None:
+        log.warning("corrupt shared KV record %s (%s); deleting it", key[:24], err)
+        self.checksum_failures += 1
+        self.counters["corrupt"] += 1
+        self.delete(key)
+
+    # -- listing, space, health --------------------------------------------------------------------
+    @_unavailable
+    def keys(self) -> list[str]:
+        """All stored cache keys, sorted (a SCAN over every node)."""
+        pattern, head = f"{self.prefix}kv:{{*}}:meta", len(self.prefix) + 4
+        return sorted(k.decode()[head:-6] for k in self.r.scan_iter(match=pattern, count=1000))
+
+    @_unavailable
+    def entries(self) -> dict[str, dict]:
+        """Key -> ``{nbytes, created, hits, last_access}`` from the meta records (hits are not tracked: 0)."""
+        out = {}
+        for key in self.keys():
+            meta = self.meta(key)
+            if meta is not None:
+                out[key] = {"nbytes": int(meta["nbytes"]), "created": meta.get("created", 0.0), "hits": 0,
+                            "last_access": meta.get("created", 0.0)}
+        return out
+
+    def events(self) -> dict[str, int]:
+        """``missing`` (a chunk was gone), ``corrupt`` (checksum), ``newer_format`` (left alone) reads."""
+        return dict(self.counters)
+
+    def evict(self, bytes_wanted: int) -> int:
+        """Nothing: Redis evicts by itself under ``maxmemory`` (use ``allkeys-lru``); returns 0."""
+        return 0
+
+    @_unavailable
+    def _info(self, section: str) -> list[dict]:
+        info = self.r.info(section)
+        nested = info and all(isinstance(v, dict) for v in info.values())  # a cluster: one dict per node
+        return list(info.values()) if nested else [info]
+
+    def stats(self) -> dict:
+        """``documents``, ``payload_bytes`` (meta scan), ``used_bytes`` (Redis ``used_memory``, all nodes),
+        ``evictions`` (Redis ``evicted_keys``), ``checksum_failures``, ``missing``, ``newer_format``."""
+        rows = self.entries()
+        evicted = sum(int(n.get("evicted_keys", 0)) for n in self._info("stats"))
+        return {"documents": len(rows), "payload_bytes": sum(r["nbytes"] for r in rows.values()),
+                "used_bytes": self.used_bytes(), "checksum_failures": self.checksum_failures,
+                "evictions": evicted, "missing": self.counters["missing"], "newer_format": self.counters["newer_format"]}
+
+    def used_bytes(self) -> int:
+        """Redis ``used_memory`` summed over the nodes (the whole server, not only this prefix)."""
+        return sum(int(n.get("used_memory", 0)) for n in self._info("memory"))
+
+    @_unavailable
+    def ping(self) -> None:
+        """PING (every node of a cluster); raises :class:`BlobStoreUnavailable` when it fails."""
+        self.r.ping()
+
+    def close(self) -> None:
+        """Close the client's connections (if one was made)."""
+        if self._client is not None:
+            try:
+                self._client.close()
+            except self.redis_errors:
+                pass

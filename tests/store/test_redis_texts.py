@@ -1,0 +1,53 @@
+"""Texts in Redis beside a Redis index: every host reads them; checksummed like the LMDB texts; the store
+opens them when the index URL is Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlink_rag.settings import Settings
+from redis_servers import RedisServer, need_redis_server
+from store.factory import open_store
+from store.integrity import CorruptEntry
+from store.redis_texts import RedisTextStore
+from store.texts import TextStore
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    need_redis_server()
+    s = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield s
+    s.stop()
+
+
+def test_texts_round_trip_page_in_key_order_and_a_flipped_byte_is_reported(server):
+    texts = RedisTextStore.from_url(server.url(6) + "?prefix=tx:")
+    assert texts.empty()
+    texts.put("t", "code", 3, "The door code is KIWI42.", "Codes", {"src": "memo"})
+    texts.put("t", "a:b/c", 1, "Another text.")
+    assert texts.get("t", "code") == {"version": 3, "text": "The door code is KIWI42.", "title": "Codes",
+                                      "metadata": {"src": "memo"}}
+    r, key = server.client(db=6), texts._key("t", "code")
+    r.set(key, r.get(key).replace(b"KIWI42", b"KIWI92"))
+    with pytest.raises(CorruptEntry, match="checksum mismatch"):
+        texts.get("t", "code")
+    assert texts.corrupt_reads == 1
+    for i in range(300):  # more than one page
+        texts.put("u", f"d{i:04d}", 1, f"text {i}")
+    rows = list(texts.items())
+    assert [(t, d) for t, d, _ in rows][:2] == [("t", "a:b/c"), ("t", "code")] and len(rows) == 302
+    assert isinstance(rows[1][2], CorruptEntry) and rows[2][2]["text"] == "text 0"
+    assert texts.delete("t", "code") and not texts.delete("t", "code") and texts.get("t", "code") is None
+    assert not texts.empty()
+
+
+def test_the_store_keeps_texts_in_redis_with_a_redis_index_and_in_lmdb_without(server, tmp_path):
+    st = open_store(Settings(home=tmp_path / "a", model="unused", index_url=server.url(7), store_max_bytes=64 << 20))
+    assert isinstance(st.texts, RedisTextStore) and st.shared is None
+    st.texts.put("t", "d", 1, "shared text")
+    other = open_store(Settings(home=tmp_path / "b", model="unused", index_url=server.url(7), store_max_bytes=64 << 20))
+    assert other.texts.get("t", "d")["text"] == "shared text"  # another home, the same texts
+    server.client(db=7).flushdb()
+    assert isinstance(open_store(Settings(home=tmp_path / "c", model="unused", store_max_bytes=64 << 20)).texts,
+                      TextStore)
