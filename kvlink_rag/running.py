@@ -53,6 +53,7 @@ class RunningRequest:
         self.encoded_tokens = self.cached_tokens = 0
         self.generator = None
         self.shared = False
+        self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
         if params.temperature > 0:
             self.generator = torch.Generator(device="cpu")
             self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
@@ -70,6 +71,8 @@ class RunningRequest:
     def step(self, logits: torch.Tensor) -> int | None:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
         request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
+        if self.logits is not None:
+            self.logits.append(logits.detach().clone())
         if not self.shared:
             self.shared = True
             self._share_prompt()

@@ -36,6 +36,7 @@ class GenRequest:
         k: link tokens per document (None: the engine's K; 0: none).
         params: sampling parameters (per request: temperature, top_p, seed, max_new_tokens).
         t0: ``time.perf_counter()`` the request's timings count from (seconds).
+        keep_logits: keep every step's ``[vocab]`` float32 logits in the result (``kvlink-rag verify``).
     """
 
     make_engine: Callable[[], Engine]
@@ -45,6 +46,7 @@ class GenRequest:
     mode: str = "linked"
     k: int | None = None
     t0: float = field(default_factory=time.perf_counter)
+    keep_logits: bool = False
 
     def estimated_new_tokens(self, link_k: int) -> int:
         """Tokens the prefill forward computes, before any prefix match (for length buckets)."""
@@ -63,6 +65,7 @@ class GenResult:
         tree_tokens: prompt tokens found in the prefix tree.
         tree_docs: cache keys of documents whose KV came from the prefix tree.
         engine: the engine used (its cache view recorded per-document hits).
+        logits: per generated token the ``[vocab]`` float32 logits it was sampled from (``keep_logits``).
         timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
             ``total_s`` (all from ``t0``).
     """
@@ -75,6 +78,7 @@ class GenResult:
     tree_docs: set[str]
     engine: Engine | None
     timings: dict[str, float]
+    logits: list | None = None
 
 
 class RequestHandle:

@@ -166,6 +166,7 @@ class Scheduler:
                 try:
                     eng = req.make_engine()
                     rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
+                    rr.logits = [] if req.keep_logits else None
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)
                     continue
@@ -252,4 +253,4 @@ class Scheduler:
 def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
     return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.prompt_tokens, rr.cached_tokens, rr.tree_tokens,
-                     set(rr.tree_docs), rr.engine, timings)
+                     set(rr.tree_docs), rr.engine, timings, rr.logits)

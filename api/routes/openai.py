@@ -1,7 +1,10 @@
 """OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
-The last user message is the question (earlier turns are ignored: every answer is grounded in the
-documents). Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
+The whole message list (system, user, assistant, in order) is the conversation, framed by the model's
+chat template after the documents (:mod:`kvlink_rag.conversation`); the last user message picks them
+(BM25) unless ``document_ids`` names them. Earlier turns' KV is found in the scheduler's prefix tree, so a
+new turn prefills only its new message; ``usage.prompt_tokens_details.cached_tokens`` counts the prompt
+tokens not computed for the request. Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
 ``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The response carries the usual
 fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is ``chat.completion.chunk``
 events ending with ``data: [DONE]``; a failure once the stream has started sends an error object
@@ -18,7 +21,7 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.errors import ApiError, stream_error_body
+from api.errors import stream_error_body
 from api.schemas import ChatIn
 from api.streaming import iterate_in_thread
 from service.queries import QueryResult
@@ -27,20 +30,19 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 MODEL_ID = "kvlink-rag"
 
 
-def _question(body: ChatIn) -> str:
-    users = [m for m in body.messages if m.role == "user"]
-    if not users or not users[-1].text().strip():
-        raise ApiError(422, "invalid_messages", "messages must contain a non-empty user message (the question)")
-    return users[-1].text()
-
-
 def _usage(r: QueryResult) -> dict:
+    """OpenAI's usage; ``prompt_tokens_details.cached_tokens``: prompt tokens not computed for this request
+    (shared prefix tree, the prefix KV, stored document caches)."""
     return {"prompt_tokens": r.context_tokens, "completion_tokens": len(r.token_ids),
-            "total_tokens": r.context_tokens + len(r.token_ids)}
+            "total_tokens": r.context_tokens + len(r.token_ids),
+            "prompt_tokens_details": {"cached_tokens": r.cached_tokens}}
 
 
 def _extras(r: QueryResult) -> dict:
-    return {"documents": r.documents(), "timings": r.timings}
+    extras = {"documents": r.documents(), "timings": r.timings}
+    if r.attribution is not None:  # explain: documents carry attribution and passages
+        extras["prefix_attribution"] = r.attribution["prefix"]
+    return extras
 
 
 def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None = None, **extra) -> str:
@@ -67,9 +69,11 @@ async def _stream(state, plan, cid: str, created: int, model: str):
 @router.post("/chat/completions")
 async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
-    question = _question(body)
-    plan = await state.gates.run_planning(lambda: queries.plan(
-        tenant, question, body.document_ids, body.top_k, body.k,
+    from kvlink_rag.conversation import Turn
+
+    turns = [Turn(m.role, m.text()) for m in body.messages]
+    plan = await state.gates.run_planning(lambda: queries.plan_chat(
+        tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
         max_new_tokens=body.max_completion_tokens or body.max_tokens, temperature=body.temperature,
         top_p=body.top_p, seed=body.seed))
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID

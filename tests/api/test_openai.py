@@ -31,8 +31,7 @@ def test_openai_client_chat_completion_streaming_and_errors(server):
 
     done = client.chat.completions.create(
         model="kvlink-rag", max_tokens=4,
-        messages=[{"role": "system", "content": "ignored"}, {"role": "user", "content": question}],
-        extra_body={"document_ids": ["volcano"]})
+        messages=[{"role": "user", "content": question}], extra_body={"document_ids": ["volcano"]})
     choice = done.choices[0]
     assert choice.message.role == "assistant" and choice.message.content == reference["answer"]
     assert choice.finish_reason in ("stop", "length")
@@ -40,6 +39,10 @@ def test_openai_client_chat_completion_streaming_and_errors(server):
     assert done.usage.prompt_tokens == reference["context_tokens"]
     extra = done.model_extra["kvlink"]
     assert extra["documents"][0]["id"] == "volcano" and extra["documents"][0]["cache_hit"] is True
+    instructed = client.chat.completions.create(  # a client's system text goes before the question
+        model="kvlink-rag", max_tokens=4, extra_body={"document_ids": ["volcano"]},
+        messages=[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": question}])
+    assert instructed.usage.prompt_tokens == reference["context_tokens"] + 5  # "Answer briefly.\n\n"
 
     chunks = list(client.chat.completions.create(model="kvlink-rag", max_tokens=4, stream=True,
                                                  messages=[{"role": "user", "content": question}],
@@ -96,3 +99,24 @@ def test_chat_fields_are_range_checked_and_a_failing_stream_ends_with_an_error_t
     assert error["code"] == "internal_error" and "RuntimeError: boom" in error["message"]
     assert [json.loads(d)["choices"][0]["delta"] for d in data[:2]] == [{"role": "assistant", "content": ""},
                                                                           {"content": "Ere"}]
+
+
+def test_a_multi_turn_chat_prefills_only_its_new_message_and_bad_lists_are_refused(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="key-a", max_retries=0)
+    question = "Which volcano has a lava lake?"
+    first = client.chat.completions.create(model="kvlink-rag", max_tokens=4, extra_body={"document_ids": ["volcano"]},
+                                           messages=[{"role": "user", "content": question}])
+    turns = [{"role": "user", "content": question}, {"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "How high is it?"}]
+    second = client.chat.completions.create(model="kvlink-rag", max_tokens=4, messages=turns,
+                                            extra_body={"document_ids": ["volcano"]})
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    bad = {"must contain a user message": [{"role": "system", "content": "hi"}],
+           "unknown role": [{"role": "wizard", "content": "hi"}, {"role": "user", "content": "x"}],
+           "start and end with a user message": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+           "two user messages in a row": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+           "has 2001 characters": [{"role": "user", "content": "x" * 2001}]}
+    for message, messages in bad.items():
+        r = server.http.post("/v1/chat/completions", json={"messages": messages, "document_ids": ["volcano"]})
+        assert r.status_code == 422 and message in r.json()["error"]["message"], (message, r.text)

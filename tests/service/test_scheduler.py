@@ -94,3 +94,66 @@ def test_a_full_queue_refuses_new_requests(engine):
             sched.submit(request(engine, "what?", DOCS[:1]))
     finally:
         sched.close()
+
+
+def turn_ids(engine, turns):
+    from kvlink_rag.conversation import Turn, conversation_ids
+
+    return conversation_ids(engine.template, engine.lm.tokenizer, [Turn(r, t) for r, t in turns]).tolist()
+
+
+def chat(sched, engine, turns, docs=DOCS[:2], **kw):
+    req = GenRequest(lambda: engine, docs, turn_ids(engine, turns), engine.sampling(), "linked", keep_logits=True, **kw)
+    (toks, res), = run_all(sched, [req])
+    return engine.lm.tokenizer.decode(toks, skip_special_tokens=True).strip(), res
+
+
+def test_a_chat_turn_reuses_the_previous_turn_and_equals_recomputing_it(engine):
+    shared, fresh = make_scheduler(engine), make_scheduler(engine, budget=0)
+    try:
+        a1, r1 = chat(shared, engine, [("user", "what is the code word?")])
+        turns = [("user", "what is the code word?"), ("assistant", a1), ("user", "and the number?")]
+        a2, r2 = chat(shared, engine, turns)
+        b2, s2 = chat(fresh, engine, turns)  # nothing shared: every token of turn 2 recomputed
+        assert r2.tree_tokens >= r1.prompt_tokens and s2.tree_tokens == 0
+        assert r2.cached_tokens >= r2.tree_tokens  # only what follows turn 1's prompt is computed
+        assert r2.token_ids == s2.token_ids and a2 == b2
+        assert max(float((x - y).abs().max()) for x, y in zip(r2.logits, s2.logits)) < 1e-4
+    finally:
+        shared.close(), fresh.close()
+
+
+def test_an_evicted_conversation_is_recomputed_not_answered_from_a_wrong_prefix(engine):
+    sched = make_scheduler(engine, budget=1)  # anything stored is evicted at once
+    try:
+        a1, _ = chat(sched, engine, [("user", "what is the code word?")])
+        turns = [("user", "what is the code word?"), ("assistant", a1), ("user", "and the number?")]
+        _, r2 = chat(sched, engine, turns)
+        assert r2.tree_tokens == 0 and sched.tree.stats()["bytes"] == 0
+        fresh = make_scheduler(engine, budget=0)
+        try:
+            assert chat(fresh, engine, turns)[1].token_ids == r2.token_ids
+        finally:
+            fresh.close()
+    finally:
+        sched.close()
+
+
+def test_a_request_cancelled_mid_batch_leaves_the_others_unchanged(engine):
+    sched = make_scheduler(engine)
+    try:
+        long = dict(max_new_tokens=40)
+        reqs = [request(engine, q, DOCS[i: i + 2], **long) for i, q in enumerate(QUESTIONS[:3])]
+        handles = [sched.submit(r) for r in reqs]
+        gens = [h.tokens() for h in handles]
+        next(gens[1])
+        gens[1].close()  # the client left after one token
+        outs = []
+        for g in (gens[0], gens[2]):
+            toks = list(g)
+            outs.append(toks)
+        for (q, d), toks in zip([(QUESTIONS[0], DOCS[0:2]), (QUESTIONS[2], DOCS[2:4])], outs):
+            assert toks == engine.answer(q, d, max_new_tokens=40).token_ids
+        assert sched.stats()["running"] == 0 and sched.tree.stats()["pinned_nodes"] == 0
+    finally:
+        sched.close()
