@@ -135,6 +135,33 @@ class QueryService:
         plan.batched = not explain and retention in (None, 1.0)  # both run on the single-request path
         return plan
 
+    def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,
+                  k: int | None = None, adapter: str | None = None, mode: str = "linked", **sampling) -> QueryPlan:
+        """:meth:`plan` for a conversation (``turns``: :class:`kvlink_rag.conversation.Turn`, in order): the
+        last user message picks the documents (BM25), the whole conversation follows them in the prompt.
+
+        Raises:
+            ServiceError: 422 ``invalid_messages`` (no user message, unknown role, turns out of order, a
+                message over its limit: user and system ``KVLINK_RAG_MAX_QUESTION_CHARS``, assistant 8x),
+                and as :meth:`plan`.
+        """
+        from kvlink_rag.conversation import InvalidConversation, check_turns, conversation_ids
+
+        try:
+            talk = check_turns(turns)
+        except InvalidConversation as e:
+            raise ServiceError(422, "invalid_messages", str(e)) from None
+        for i, t in enumerate(turns):
+            limit = self.settings.max_question_chars * (8 if t.role == "assistant" else 1)
+            if len(t.text) > limit:
+                raise ServiceError(422, "message_too_long", f"messages[{i}] ({t.role}) has {len(t.text)} characters; "
+                                   f"the limit is {limit}")
+        plan = self.plan(tenant, talk[-1].text, document_ids, top_k, k, adapter, mode, **sampling)
+        if len(talk) > 1 or len(talk) < len(turns):
+            eng = self.engine
+            plan.text_ids = conversation_ids(eng.template, eng.lm.tokenizer, turns).tolist()
+        return plan
+
     def _check_links(self, k: int | None, adapter: str | None, load: bool = False) -> Engine | None:
         """Check ``adapter`` exists and fits the model and ``k`` is within its K (reads its file only).
 
