@@ -3,20 +3,16 @@ host reads (``redis://host:port/db``, ``redis+cluster://host:port[,host:port]``;
 
 Records keep the LMDB layout and checksums (:mod:`store.codec`): a meta record, the token ids and one payload
 per layer, each payload split into chunks of at most ``chunk_bytes`` (Redis refuses values over its
-``proto-max-bulk-len``, 512 MB by default). Keys, under ``prefix`` (default ``kvlink:``)::
+``proto-max-bulk-len``, 512 MB by default); key names in :mod:`store.redis_layout`. The cache key is a hash tag,
+so a document's keys sit in one Redis Cluster slot (one shard) and documents spread over the shards.
 
-    {p}kv:{<cache key>}:meta              JSON: the codec meta + "redis": {"layout": 1, "gen", "chunks": [ids, L0..]}
-    {p}kv:{<cache key>}:<gen>:ids:<c>     chunk c of the token ids
-    {p}kv:{<cache key>}:<gen>:L<l>:<c>    chunk c of layer l's safetensors payload
-
-The cache key is a hash tag (``{...}``), so a document's keys sit in one Redis Cluster slot (one shard) and
-documents spread over the shards. A put writes the payload chunks of a fresh generation ``gen`` in pipelined
-batches (with a ``pending_ttl_s`` expiry, so a writer that dies leaves nothing behind for long), then swaps
-the meta in one ``SET ... GET`` (the commit: readers see the old record or the new one, never a mix), then
-clears the expiry and deletes the generation it replaced. A reader fetches layers in pipelined batches of
-about ``batch_bytes``; a chunk that is missing (evicted under ``maxmemory``, expired) or a payload that fails
-its checksum makes the record a miss: it is deleted and counted (``missing``, ``checksum_failures``).
-Every Redis error is raised as :class:`~store.blob_store.BlobStoreUnavailable` naming the store.
+A put writes the payload chunks of a fresh generation in pipelined batches (with a ``pending_ttl_s`` expiry, so
+a writer that dies leaves nothing behind for long), then swaps the meta in one ``SET ... GET`` (the commit:
+readers see the old record or the new one, never a mix), then clears the expiry and deletes the generation it
+replaced. A reader fetches layers in pipelined batches of about ``batch_bytes``; a chunk that is missing
+(evicted under ``maxmemory``, expired) or a payload that fails its checksum makes the record a miss: it is
+deleted and counted (``missing``, ``checksum_failures``). Every Redis error is raised as
+:class:`~store.blob_store.BlobStoreUnavailable` naming the store.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import secrets
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,9 +32,9 @@ from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.redis_conn import connect, redact, split_url
+from store.redis_layout import LAYOUT, ChunkedLayout, MissingChunk
 
 log = logging.getLogger(__name__)
-LAYOUT = 1
 DEFAULT_PREFIX = "kvlink:"
 _MAX_KEY_BYTES = 400
 
@@ -71,15 +66,14 @@ class RedisBlobStore(BlobStore):
         counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
     """
 
-    def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX, chunk_bytes: int = 8 << 20,
+    def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX,
+                 chunk_bytes: int = 8 << 20,
                  batch_bytes: int = 16 << 20, pending_ttl_s: int = 900) -> None:
         import redis
         from redis.cluster import RedisClusterException
 
-        if "{" in prefix or "}" in prefix or chunk_bytes < 1 or batch_bytes < 1 or pending_ttl_s < 1:
-            raise ValueError("prefix without braces; chunk_bytes, batch_bytes, pending_ttl_s >= 1")
+        self.layout = ChunkedLayout(prefix, int(chunk_bytes), int(batch_bytes), int(pending_ttl_s) * 1000)
         self._make, self._client, self.name, self.prefix = make_client, None, name, prefix
-        self.chunk_bytes, self.batch_bytes, self.pending_ms = int(chunk_bytes), int(batch_bytes), pending_ttl_s * 1000
         self.redis_errors = (redis.exceptions.RedisError, RedisClusterException)
         self.counters: Counter[str] = Counter()
         self.checksum_failures = 0
@@ -103,18 +97,6 @@ class RedisBlobStore(BlobStore):
         clean, own = split_url(url)
         opts = {k: (v if k == "prefix" else int(v)) for k, v in own.items()}
         return cls(lambda: connect(clean), name=redact(clean), **{**opts, **kwargs})
-
-    # -- key names ---------------------------------------------------------------------------------
-    def _k(self, key: str, part: str) -> str:
-        return f"{self.prefix}kv:{{{key}}}:{part}"
-
-    def _chunk_keys(self, key: str, gen: str, part: str, n: int) -> list[str]:
-        return [self._k(key, f"{gen}:{part}:{c}") for c in range(n)]
-
-    def _all_chunk_keys(self, key: str, meta: dict) -> list[str]:
-        gen, counts = meta["redis"]["gen"], meta["redis"]["chunks"]
-        parts = ["ids"] + [f"L{i}" for i in range(len(counts) - 1)]
-        return [k for part, n in zip(parts, counts) for k in self._chunk_keys(key, gen, part, n)]
 
     @staticmethod
     def _check_key(key: str) -> None:
@@ -142,62 +124,23 @@ class RedisBlobStore(BlobStore):
         import redis
 
         self._check_key(key)
-        gen = secrets.token_hex(6)
         parts = [("ids", memoryview(record.ids))] + [(f"L{i}", memoryview(b)) for i, b in enumerate(record.layers)]
-        counts, written = [], []
-        pipe, pending = self.r.pipeline(transaction=False), 0
         try:
-            for part, buf in parts:
-                n = max(1, -(-len(buf) // self.chunk_bytes))
-                counts.append(n)
-                for c, ck in enumerate(self._chunk_keys(key, gen, part, n)):
-                    pipe.set(ck, buf[c * self.chunk_bytes:(c + 1) * self.chunk_bytes], px=self.pending_ms)
-                    written.append(ck)
-                    pending += min(self.chunk_bytes, len(buf))
-                    if pending >= self.batch_bytes:
-                        pipe.execute()
-                        pending = 0
-            pipe.execute()
+            layout, written = self.layout.write_chunks(self.r, key, parts)
         except redis.exceptions.ResponseError as e:
             if "OOM" not in str(e):
                 raise
-            self._delete_keys(written)
             raise StoreFullError(f"shared cache tier {self.name} is full ({e}); use maxmemory-policy "
                                  "allkeys-lru so that Redis evicts old caches") from e
-        meta = {**record.meta, "redis": {"layout": LAYOUT, "gen": gen, "chunks": counts}}
-        old = self.r.set(self._k(key, "meta"), json.dumps(meta).encode(), get=True)
-        self._persist(written)
-        self._drop_generation(key, old)
+        old = self.layout.commit(self.r, key, {**record.meta, "redis": layout}, written)
+        self.layout.drop(self.r, key, old)
         return int(record.meta["nbytes"])
-
-    def _persist(self, keys: list[str]) -> None:
-        pipe = self.r.pipeline(transaction=False)
-        for k in keys:
-            pipe.persist(k)
-        pipe.execute()
-
-    def _delete_keys(self, keys: list[str]) -> None:
-        if keys:
-            pipe = self.r.pipeline(transaction=False)
-            for k in keys:
-                pipe.delete(k)
-            pipe.execute()
-
-    def _drop_generation(self, key: str, meta_bytes: bytes | None) -> bool:
-        """Delete the chunks of the record whose meta was ``meta_bytes``; True if there was one."""
-        if meta_bytes is None:
-            return False
-        try:
-            self._delete_keys(self._all_chunk_keys(key, json.loads(meta_bytes)))
-        except (ValueError, KeyError, TypeError):  # unreadable meta: its chunks expire or are evicted
-            log.warning("replaced an unreadable meta record of %s", key[:24])
-        return True
 
     @_unavailable
     def delete(self, key: str) -> bool:
         """Remove the record of ``key`` (meta first, so readers stop finding it); True if it existed."""
         self._check_key(key)
-        return self._drop_generation(key, self.r.getdel(self._k(key, "meta")))
+        return self.layout.drop(self.r, key, self.r.getdel(self.layout.key(key, "meta")))
 
     # -- reading -----------------------------------------------------------------------------------
     def _meta(self, key: str) -> dict | None:
@@ -206,7 +149,7 @@ class RedisBlobStore(BlobStore):
         Raises:
             CorruptRecordError: unparsable meta.
         """
-        raw = self.r.get(self._k(key, "meta"))
+        raw = self.r.get(self.layout.key(key, "meta"))
         if raw is None:
             return None
         meta = codec.parse_meta(raw)
@@ -219,29 +162,20 @@ class RedisBlobStore(BlobStore):
         return meta
 
     def _fetch(self, key: str, meta: dict, parts: list[tuple[str, int]]) -> list[bytes]:
-        """The payloads of ``parts`` (``[(part name, chunk count)]``) in one pipelined round trip.
+        """:meth:`ChunkedLayout.fetch`; a missing chunk deletes the record (unless it was replaced meanwhile).
 
         Raises:
-            KeyError: a chunk is gone (the record is deleted and counted as ``missing`` unless it was
-                replaced meanwhile).
+            KeyError: a chunk is gone.
         """
-        gen = meta["redis"]["gen"]
-        pipe = self.r.pipeline(transaction=False)
-        for part, n in parts:
-            for ck in self._chunk_keys(key, gen, part, n):
-                pipe.get(ck)
-        got, out = pipe.execute(), []
-        for part, n in parts:
-            chunks, got = got[:n], got[n:]
-            if any(c is None for c in chunks):
-                self._gone(key, gen)
-                raise KeyError(f"{key}: {part} is no longer stored")
-            out.append(chunks[0] if n == 1 else b"".join(chunks))
-        return out
+        try:
+            return self.layout.fetch(self.r, key, meta, parts)
+        except MissingChunk:
+            self._gone(key, meta["redis"]["gen"])
+            raise
 
     def _gone(self, key: str, gen: str) -> None:
         """A chunk of generation ``gen`` is missing: delete the record if it is still that generation."""
-        now = self.r.get(self._k(key, "meta"))
+        now = self.r.get(self.layout.key(key, "meta"))
         try:
             same = now is not None and json.loads(now)["redis"]["gen"] == gen
         except (ValueError, KeyError, TypeError):
@@ -251,22 +185,9 @@ class RedisBlobStore(BlobStore):
             log.warning("shared KV record %s lost a chunk (evicted or expired); deleting it", key[:24])
             self.delete(key)
 
-    def _batches(self, meta: dict) -> Iterator[list[int]]:
-        """Layer numbers grouped into round trips of about ``batch_bytes`` (at least one layer each)."""
-        counts = meta["redis"]["chunks"][1:]
-        batch, size = [], 0
-        for i, n in enumerate(counts):
-            batch.append(i)
-            size += n * self.chunk_bytes if n > 1 else meta["nbytes"] // max(1, len(counts))
-            if size >= self.batch_bytes:
-                yield batch
-                batch, size = [], 0
-        if batch:
-            yield batch
-
     def _layer_bytes(self, key: str, meta: dict) -> Iterator[bytes]:
         counts = meta["redis"]["chunks"]
-        for batch in self._batches(meta):
+        for batch in self.layout.batches(meta):
             yield from self._fetch(key, meta, [(f"L{i}", counts[i + 1]) for i in batch])
 
     @_unavailable
@@ -365,7 +286,7 @@ class RedisBlobStore(BlobStore):
     @_unavailable
     def contains(self, key: str) -> bool:
         """Whether a meta record for ``key`` exists (payload not verified)."""
-        return bool(self.r.exists(self._k(key, "meta")))
+        return bool(self.r.exists(self.layout.key(key, "meta")))
 
     def _corrupt(self, key: str, err: Exception) -> None:
         log.warning("corrupt shared KV record %s (%s); deleting it", key[:24], err)
@@ -377,8 +298,8 @@ class RedisBlobStore(BlobStore):
     @_unavailable
     def keys(self) -> list[str]:
         """All stored cache keys, sorted (a SCAN over every node)."""
-        pattern, head = f"{self.prefix}kv:{{*}}:meta", len(self.prefix) + 4
-        return sorted(k.decode()[head:-6] for k in self.r.scan_iter(match=pattern, count=1000))
+        return sorted(self.layout.cache_key_of(k) for k in self.r.scan_iter(match=self.layout.meta_pattern(),
+                                                                                count=1000))
 
     @_unavailable
     def entries(self) -> dict[str, dict]:

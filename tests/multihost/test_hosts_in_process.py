@@ -59,7 +59,7 @@ def test_a_truncated_or_newer_format_shared_record_is_a_counted_miss_and_recompu
         shared: RedisBlobStore = a.store.shared
         r = shared_server.client()
         gen = shared.meta(key)["redis"]["gen"]
-        chunk = shared._k(key, f"{gen}:L1:0")
+        chunk = shared.layout.key(key, f"{gen}:L1:0")
         r.set(chunk, r.get(chunk)[:-16])  # truncated in the shared tier
         with make_host("c", shared_server.url()) as c:
             body = c.query([doc["id"]])
@@ -68,7 +68,7 @@ def test_a_truncated_or_newer_format_shared_record_is_a_counted_miss_and_recompu
             assert 'kvlink_blob_store_events_total{event="corrupt"} 1.0' in metrics
             assert "kvlink_checksum_failures_total 1.0" in metrics
 
-        meta_key = shared._k(key, "meta")  # the recompute stored it again; now mark it a newer format
+        meta_key = shared.layout.key(key, "meta")  # the recompute stored it again; now mark it a newer format
         r.set(meta_key, json.dumps({**json.loads(r.get(meta_key)), "format_version": codec.FORMAT_VERSION + 1}))
         with make_host("e", shared_server.url()) as e:
             body = e.query([doc["id"]])
@@ -113,7 +113,7 @@ def _document(doc: dict):
 
 def _complete(shared: RedisBlobStore, key: str) -> bool:
     meta = shared.meta(key)
-    return meta is not None and all(shared.r.exists(k) for k in shared._all_chunk_keys(key, meta))
+    return meta is not None and all(shared.r.exists(k) for k in shared.layout.all_chunk_keys(key, meta))
 
 
 def test_an_unreachable_shared_tier_at_start_is_a_503_readiness_naming_it(make_host, documents):
@@ -136,7 +136,7 @@ def test_a_cluster_node_stopped_gives_a_recompute_or_a_503_never_a_wrong_answer(
         keys = [a.ready(d["id"])["cache_key"] for d in documents]
         ids = [d["id"] for d in documents]
         reference = a.query(ids)["answer"]
-        victim = cluster.node_of(a.store.shared._k(keys[0], "meta"))
+        victim = cluster.node_of(a.store.shared.layout.key(keys[0], "meta"))
         with make_host("c", cluster.url + "?batch_bytes=1") as c:
             if when == "before_query":
                 victim.stop()

@@ -78,7 +78,7 @@ def test_a_replaced_record_leaves_one_generation_and_delete_leaves_nothing(serve
 
 
 def _chunk(blobs: RedisBlobStore, key: str, part: str) -> str:
-    return blobs._k(key, f"{blobs.meta(key)['redis']['gen']}:{part}:0")
+    return blobs.layout.key(key, f"{blobs.meta(key)['redis']['gen']}:{part}:0")
 
 
 def test_a_truncated_chunk_is_a_counted_miss_and_the_record_is_deleted(server, blobs, make_kv):
@@ -110,7 +110,7 @@ def test_an_evicted_chunk_is_a_counted_miss_and_the_record_is_deleted(server, bl
 
 def test_a_record_of_a_newer_format_or_a_garbled_meta_is_a_miss(server, blobs, make_kv):
     blobs.put("doc", make_kv(seed=1))
-    r, meta_key = server.client(db=3), blobs._k("doc", "meta")
+    r, meta_key = server.client(db=3), blobs.layout.key("doc", "meta")
     meta = json.loads(r.get(meta_key))
     r.set(meta_key, json.dumps({**meta, "format_version": codec.FORMAT_VERSION + 1}))
     assert blobs.get("doc") is None and blobs.meta("doc") is None and blobs.events()["newer_format"] == 2
@@ -129,7 +129,8 @@ def test_an_unreachable_server_raises_blob_store_unavailable_naming_it(make_kv):
 
 def test_urls_choose_the_backend_and_its_options():
     store = open_blob_store("redis://127.0.0.1:1/4?prefix=x:&chunk_bytes=4096&batch_bytes=8192&pending_ttl_s=60")
-    assert (store.prefix, store.chunk_bytes, store.batch_bytes, store.pending_ms) == ("x:", 4096, 8192, 60_000)
+    layout = store.layout
+    assert (store.prefix, layout.chunk_bytes, layout.batch_bytes, layout.pending_ms) == ("x:", 4096, 8192, 60_000)
     cluster = open_blob_store(f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}?prefix=c:")
     assert cluster.prefix == "c:"  # no connection yet: a cluster client connects when first used
     with pytest.raises(BlobStoreUnavailable, match="redis\\+cluster://127.0.0.1"):
@@ -153,7 +154,7 @@ def test_a_real_three_node_cluster_spreads_documents_and_a_lost_node_loses_only_
         assert sum(1 for n in per_node if n) >= 2  # hash tags spread documents over the shards
         for key, kv in docs.items():
             same_kv(blobs.get(key), kv)
-        lost = cluster.node_of(blobs._k("doc0", "meta"))
+        lost = cluster.node_of(blobs.layout.key("doc0", "meta"))
         lost.stop()
         for key, kv in docs.items():
             try:

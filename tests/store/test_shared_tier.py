@@ -90,7 +90,7 @@ def test_a_record_missing_in_the_shared_tier_mid_stream_is_a_miss(server, host, 
     a.put("doc", make_kv(seed=3, layers=4))
     shared = a.shared
     gen = shared.meta("doc")["redis"]["gen"]
-    server.client(db=5).delete(shared._k("doc", f"{gen}:L3:0"))  # evicted under maxmemory
+    server.client(db=5).delete(shared.layout.key("doc", f"{gen}:L3:0"))  # evicted under maxmemory
     stream = b.iter_layers("doc")
     next(stream)
     with pytest.raises(KeyError):
@@ -123,6 +123,6 @@ def test_a_newer_format_in_the_shared_tier_is_a_miss_even_with_an_old_local_copy
     a, b = host("a"), host("b")
     a.put("doc", make_kv(seed=6))
     b.get("doc")
-    r, key = server.client(db=5), a.shared._k("doc", "meta")
+    r, key = server.client(db=5), a.shared.layout.key("doc", "meta")
     r.set(key, json.dumps({**json.loads(r.get(key)), "format_version": 99}))
     assert b.get("doc") is None and not b.local.contains("doc")
