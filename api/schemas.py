@@ -141,6 +141,20 @@ DocIds = Annotated[list[DocId], Field(max_length=MAX_IDS_PER_QUERY, description=
                                       "KVLINK_RAG_MAX_QUERY_DOCUMENTS distinct ids (checked when planned).")]
 
 
+Retention = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, description="Fraction of each document's cached tokens kept "
+                                   "(0 < r <= 1; default KVLINK_RAG_RETENTION): the most important ones, at their "
+                                   "original positions. Linked answers only.")]
+Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
+                                "tokens' attention (documents[].attribution) and its top passages (character "
+                                "offsets). Linked answers only; costs the eager attention kernel.")]
+
+
+class Passage(BaseModel):
+    start: int = Field(..., description="First character (into the document's text as normalised: NFC, LF).")
+    end: int = Field(..., description="One past the last character.")
+    share: float = Field(..., description="Share of the document's attention mass in this span.")
+
+
 class Sampling(BaseModel):
     max_new_tokens: MaxNewTokens | None = None
     temperature: Temperature | None = None
@@ -168,6 +182,8 @@ class QueryIn(Sampling):
     mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
                                             "'full' (full prefill of the same prompt, for comparison: no cache used, "
                                             "every cache_hit false, cache_load_s 0, link_s the prefill time).")
+    retention: Retention | None = None
+    explain: Explain = False
 
 
 class UsedDocument(BaseModel):
@@ -177,6 +193,9 @@ class UsedDocument(BaseModel):
     content_hash: str
     cache_hit: bool = Field(..., description="True: KV came from the cache; False: encoded for this query.")
     score: float | None = Field(None, description="BM25 score when retrieved.")
+    attribution: float | None = Field(None, description="With explain: this document's share of the attention "
+                                      "question and answer tokens paid to the prefix and the documents.")
+    passages: list[Passage] | None = Field(None, description="With explain: the most-attended spans, most first.")
 
 
 class Timings(BaseModel):
@@ -198,6 +217,7 @@ class QueryOut(BaseModel):
     context_tokens: int
     completion_tokens: int
     finish_reason: Literal["stop", "length"]
+    prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 
 
 # -- OpenAI-compatible chat --------------------------------------------------------------------------
@@ -235,6 +255,8 @@ class ChatIn(BaseModel):
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     k: LinkK | None = None
+    retention: Retention | None = None
+    explain: Explain = False
 
     @field_validator("n")
     @classmethod

@@ -12,6 +12,8 @@ import typer
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
                         make_settings, out, progress_bar, results_only_stdout)
+from cli.documents import ask_inputs
+from cli.explain import RetentionOpt, attribution_dict, checked_retention, print_attribution
 
 app = typer.Typer()
 model_app = typer.Typer(no_args_is_help=True, help="Model management.")
@@ -24,14 +26,6 @@ def model_fetch() -> None:
     Prints the converted model's folder; the download and conversion report on stderr.
     """
     out.print(str(fetch_default_model(make_settings())))
-
-
-def _read_docs(paths: list[Path]):
-    """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
-    from cli.documents import read_documents
-    from kvlink_rag.types import Document
-
-    return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]
 
 
 @app.command()
@@ -50,6 +44,9 @@ def ask(
                                                    "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
     compare: Annotated[bool, typer.Option("--full/--no-full", help="Also answer with full prefill, for comparison "
                                           "(slow on long documents).")] = True,
+    retention: RetentionOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Also print each document's share of the answer's "
+                                          "attention and its top passages.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (only JSON on stdout).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print where the time went.")] = False,
 ) -> None:
@@ -58,7 +55,8 @@ def ask(
     Answers with the documents' cached KV re-linked and, unless --no-full, with full prefill too.
     """
     start = time.perf_counter()
-    question, documents, gold = _ask_inputs(question, doc, nq, index, docs, gold_position)
+    retention = checked_retention(retention)
+    question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
     timings: dict[str, float] = {}
     engine = make_engine(settings, timings, adhoc=True)
@@ -71,33 +69,19 @@ def ask(
             fail(str(e))
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     with results_only_stdout():
-        linked, full, hits = _answer(engine, question, documents, compare, sampling, timings)
+        linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain)
     timings["total_s"] = time.perf_counter() - start
-    _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose)
+    _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose,
+                  attribution_dict(att) if att is not None else None)
+    if att is not None and not as_json:
+        print_attribution(att, documents)
 
 
-def _ask_inputs(question, doc, nq, index, docs, gold_position):
-    """``(question, documents, gold answers)`` of ``ask``, read and checked before the model loads."""
-    from kvlink_rag.nq import DataFormatError, build_documents, load_nq
+def _answer(engine, question, documents, compare, sampling, timings, retention=None, explain=False):
+    """Precompute what is not cached, then answer linked at ``retention`` (explained: with its attribution),
+    and with full prefill when ``compare``.
 
-    if nq is None:
-        if not question or not question.strip():
-            fail("give a question (or --nq FILE)")
-        if not doc:
-            fail("give at least one --doc FILE (a question alone has no documents)")
-        return question, _read_docs(doc), []
-    try:
-        examples = load_nq(nq)
-        documents, _ = build_documents(examples, index, docs, gold_position)
-    except (DataFormatError, ValueError) as e:
-        fail(str(e))
-    return examples[index].question, documents, list(examples[index].answers)
-
-
-def _answer(engine, question, documents, compare, sampling, timings):
-    """Precompute what is not cached, then answer linked (and with full prefill when ``compare``).
-
-    Returns ``(linked Answer, full Answer or None, documents cached before this call)``; adds
+    Returns ``(linked Answer, full Answer or None, documents cached before this call, Attribution or None)``; adds
     ``documents_s``, ``answer_s`` and (when ``compare``) ``answer_full_s`` to ``timings``."""
     try:
         t0 = time.perf_counter()
@@ -107,7 +91,13 @@ def _answer(engine, question, documents, compare, sampling, timings):
             hits += engine.get_or_encode(d)[1] and key not in seen
             seen.add(key)
         t1 = time.perf_counter()
-        linked = engine.answer(question, documents, **sampling)
+        att = None
+        if explain:
+            from kvlink_rag.explain import explain_answer
+
+            linked, att = explain_answer(engine, question, documents, retention=retention, **sampling)
+        else:
+            linked = engine.answer(question, documents, retention=retention, **sampling)
         t2 = time.perf_counter()
         full = engine.answer_full(question, documents, **sampling) if compare else None
     except ValueError as e:
@@ -115,10 +105,10 @@ def _answer(engine, question, documents, compare, sampling, timings):
     timings.update(documents_s=t1 - t0, answer_s=t2 - t1)
     if compare:
         timings["answer_full_s"] = time.perf_counter() - t2
-    return linked, full, hits
+    return linked, full, hits, att
 
 
-def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings, as_json, verbose):
+def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings, as_json, verbose, attribution=None):
     """The ``ask`` result: JSON (``--json``), else lines; ``--verbose`` adds the time breakdown."""
     from kvlink_rag.nq import best_subspan_em
 
@@ -130,6 +120,8 @@ def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings,
         "documents": n_docs, "context_tokens": linked.context_tokens, "link_k": settings.link_k,
         "encoding": settings.encoding, "timings_linked": linked.timings, "timings": timings,
     }
+    if attribution is not None:
+        result["attribution"] = attribution
     if as_json:
         print(json.dumps(result, indent=2))
         return

@@ -1,4 +1,4 @@
-"""Documents from files, as ``ask --doc`` and ``ingest`` read them."""
+"""Documents from files, as ``ask --doc`` and ``ingest`` read them, and the inputs of ``ask``/``explain``."""
 
 from __future__ import annotations
 
@@ -39,3 +39,28 @@ def read_documents(paths: list[Path]) -> list[dict]:
     if not docs:
         fail("no documents found in the given files")
     return docs
+
+
+def _read_docs(paths: list[Path]):
+    """Documents from files (text files, or JSONL with a ``text`` field); exits on bad input."""
+    from kvlink_rag.types import Document
+
+    return [Document(text=d["text"], title=d["title"] or None) for d in read_documents(paths)]
+
+
+def ask_inputs(question, doc, nq, index, docs, gold_position):
+    """``(question, documents, gold answers)`` of ``ask``, read and checked before the model loads."""
+    from kvlink_rag.nq import DataFormatError, build_documents, load_nq
+
+    if nq is None:
+        if not question or not question.strip():
+            fail("give a question (or --nq FILE)")
+        if not doc:
+            fail("give at least one --doc FILE (a question alone has no documents)")
+        return question, _read_docs(doc), []
+    try:
+        examples = load_nq(nq)
+        documents, _ = build_documents(examples, index, docs, gold_position)
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    return examples[index].question, documents, list(examples[index].answers)

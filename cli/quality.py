@@ -58,27 +58,38 @@ def eval_cmd(
     max_new_tokens: Annotated[int, typer.Option()] = 24,
     int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0,
+    retention: Annotated[Optional[str], typer.Option(help="Comma list of retentions (0 < r <= 1) every linked mode "
+                                                     "runs at (fraction of each document's tokens kept).")] = None,
+    retention_methods: Annotated[str, typer.Option(help="Comma list of importance, random, recency: which tokens "
+                                                   "a retention below 1 keeps.")] = "importance",
+    explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
+                                          "captured): per-document attribution, the gold passage's rank, and "
+                                          "the TTFT cost of explaining.")] = False,
 ) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ.
 
-    Accuracy is best_subspan_em with a 95% bootstrap interval; TTFT is the median.
+    Accuracy is best_subspan_em with a 95% bootstrap interval; TTFT is the median. --retention adds KV
+    bytes per document per retention and method; --explain the attribution of the gold passage.
     """
     from kvlink_rag.nq import DataFormatError, load_nq
 
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
+    variants = _retention_variants(wanted, retention, retention_methods, explain)
     try:
         examples = load_nq(data)
     except DataFormatError as e:
         fail(str(e))
-    from training.eval import evaluate, plot_by_position, position_for, summarise
+    from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
-    engines = _eval_engines(settings, wanted, links, adapter, int8)
+    by_mode = _eval_engines(settings, wanted, links, adapter, int8)
+    engines, wanted = {label: by_mode[mode] for label, (mode, _) in variants.items()}, list(variants)
     rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
             results_only_stdout():
-        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance)
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance,
+                        retentions={label: ret for label, (_, ret) in variants.items() if ret is not None})
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
@@ -88,10 +99,62 @@ def eval_cmd(
         run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
                "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
                "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
-               "max_new_tokens": max_new_tokens, "int8": int8}
+               "max_new_tokens": max_new_tokens, "int8": int8, "retention": retention,
+               "retention_methods": retention_methods}
         json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
+    _eval_reports(summary, rows, plot, retention is not None, explain)
+
+
+def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:
+    """``--plot``: accuracy by gold position, and with ``--retention`` the retention curve beside it
+    (``<plot>-retention.png``) and its markdown table on stdout; with ``--explain`` the attribution table."""
+    from training.eval import plot_by_position
+
+    if explain:
+        from training.explain_report import attribution_markdown
+
+        out.print(attribution_markdown(rows))
+    if retention:
+        from training.retention_report import plot_retention, retention_markdown
+
+        out.print(retention_markdown(summary))
+        if plot is not None:
+            plot_retention(summary, plot.with_name(plot.stem + "-retention.png"))
     if plot is not None:
         plot_by_position(summary, plot)
+
+
+def _retention_variants(wanted: list[str], retention: str | None, methods: str, explain: bool = False) -> dict:
+    """Mode label -> (mode, :class:`training.eval.Retention` or None): each linked mode at every retention and
+    method (r=1 once), or the modes as they are without ``--retention``; with ``explain`` also each linked mode
+    explained at r=1 (``"<mode> r=1 explain"``); or exit on a bad value."""
+    from kvlink_rag.retention import METHODS, check_retention
+    from training.eval import Retention
+
+    if explain:
+        retention = retention or "1"
+    if retention is None:
+        return {m: (m, None) for m in wanted}
+
+    try:
+        rs = [check_retention(x.strip()) for x in retention.split(",") if x.strip()]
+    except ValueError as e:
+        fail(f"--retention: {e}")
+    ms = [m.strip() for m in methods.split(",") if m.strip()]
+    if not rs or not ms or set(ms) - set(METHODS):
+        fail(f"--retention needs values in (0, 1] and --retention-methods some of {', '.join(METHODS)}")
+    out: dict = {}
+    for m in wanted:
+        if m in ("full", "full-adapted"):
+            out[m] = (m, None)
+            continue
+        for r in rs:
+            for method in (["importance"] if r == 1.0 else ms):
+                label = f"{m} r=1" if r == 1.0 else f"{m} r={r:g} {method}"
+                out[label] = (m, Retention(r, method))
+        if explain:
+            out[f"{m} r=1 explain"] = (m, Retention(1.0, "importance", explain=True))
+    return out
 
 
 def _eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Path | None) -> tuple[list[str], list[str]]:

@@ -39,9 +39,14 @@ class DocumentCache(Protocol):
         read (to be passed to :meth:`stream`), or None if it is not cached."""
         ...
 
-    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
+    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+               method: str = "importance") -> LayeredDocuments:
         """The documents (in memory, or keys from :meth:`resolve`) as one layer-by-layer stream.
 
+        Args:
+            retention: fraction of each document's tokens streamed (``kvlink_rag.retention``), 0 < r <= 1;
+                below 1 a stored document is read as a prefix of its importance-ordered records.
+            method: ``importance`` (stored order), ``random`` or ``recency`` (evaluation baselines).
         Raises:
             LookupError: a keyed document is no longer stored (the caller encodes instead).
         """
@@ -67,10 +72,12 @@ class MemoryCache(dict, DocumentCache):
         """Per key: the document or None (everything here is in memory; never a key to stream)."""
         return [dict.get(self, k) for k in keys]
 
-    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
-        """``LayeredDocuments.from_documents`` of the items (keys looked up here).
+    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+               method: str = "importance") -> LayeredDocuments:
+        """``LayeredDocuments.from_documents`` of the items (keys looked up here) at ``retention``.
 
         Raises:
             KeyError: a key is not stored. ValueError: the documents' fingerprints differ.
         """
-        return LayeredDocuments.from_documents([self[it] if isinstance(it, str) else it for it in items])
+        docs = [self[it] if isinstance(it, str) else it for it in items]
+        return LayeredDocuments.from_documents(docs, retention, method)

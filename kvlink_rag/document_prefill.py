@@ -8,12 +8,15 @@ are stored *before* RoPE, so that the linker can rotate them to any offset later
 from __future__ import annotations
 
 import hashlib
+from contextlib import nullcontext
 
 import torch
 
+from .attention import capture_attention
 from .kvcache import build_cache, cache_tensors
 from .lora import adapter_scope
 from .model import LoadedModel
+from .retention import ImportanceAccumulator
 from .rope import remove_rope, rope_cos_sin
 from .types import DocumentKV, PrefixKV, parse_dtype
 
@@ -71,6 +74,7 @@ def encode_document(
     kv_dtype: str = "bfloat16",
     prefix: PrefixKV | None = None,
     fingerprint: str | None = None,
+    importance: bool = False,
 ) -> DocumentKV:
     """Run the model over one document and return its position-free KV.
 
@@ -81,8 +85,13 @@ def encode_document(
         prefix: the anchor prefix for anchored encoding (document at positions ``P..P+n-1`` attending
             to the prefix), or ``None`` for isolated encoding (positions ``0..n-1``).
         fingerprint: encoding fingerprint to record; computed with :func:`encoding_fingerprint` if None.
+        importance: also score each token's importance (H2O: attention received from later document tokens,
+            summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`). This forward
+            then runs the eager attention kernel (:func:`kvlink_rag.attention.capture_attention`); K and V are
+            the same up to kernel rounding (~1e-6 in float32).
     Returns:
-        ``DocumentKV`` with keys before RoPE and values, each ``[layers, kv_heads, tokens, head_dim]``.
+        ``DocumentKV`` with keys before RoPE and values, each ``[layers, kv_heads, tokens, head_dim]``, and
+        ``importance`` ``[tokens]`` float32 when asked for (else None).
     Raises:
         ValueError: empty document, unknown dtype, or prefix + document longer than the model's context.
     """
@@ -100,14 +109,8 @@ def encode_document(
     if fingerprint is None:
         fingerprint = encoding_fingerprint(lm.fingerprint, encoding, prefix, kv_dtype)
     pos = torch.arange(start, start + n, device=lm.device)
-    cache = None
-    if prefix is not None:
-        cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
-    with adapter_scope(lm, None):  # documents are always encoded by the base model
-        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
-    k, v = cache_tensors(out.cache)
-    # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
-    k, v = k[:, :, start:], v[:, :, start:]
+    scores = ImportanceAccumulator(n, start) if importance else None
+    k, v = _forward(lm, ids, pos, prefix, scores)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
     k_raw = remove_rope(k.float(), cos, sin)
     return DocumentKV(
@@ -116,4 +119,21 @@ def encode_document(
         token_ids=ids.detach().to(torch.long).cpu(),
         fingerprint=fingerprint,
         encoding=encoding,
+        importance=scores.scores if scores is not None else None,
     )
+
+
+def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: PrefixKV | None,
+             scores: ImportanceAccumulator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The base model over the document at ``pos`` (after the prefix's KV, if any), attention captured into
+    ``scores`` when given; returns the document's own K (rotated) and V, ``[layers, kv_heads, n, head_dim]``."""
+    cache = None
+    if prefix is not None:
+        cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
+    with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
+        # documents are always encoded by the base model
+        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
+    k, v = cache_tensors(out.cache)
+    # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
+    start = prefix.num_tokens if prefix is not None else 0
+    return k[:, :, start:], v[:, :, start:]

@@ -21,6 +21,7 @@ from .linker import link
 from .lora import adapter_scope, add_lora
 from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
+from .retention import check_retention
 from .settings import Settings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
 
@@ -139,7 +140,8 @@ class Engine:
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
         return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
-                               prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint)
+                               prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint,
+                               importance=self.settings.importance_scores)
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
         """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""
@@ -165,15 +167,28 @@ class Engine:
         parts = [self.prefix.token_ids] + [self.document_ids(d) for d in docs]
         return torch.cat(parts + [self.template.question_ids(tok, question)])
 
-    def link_context(self, question: str, docs: list[Document], k: int | None = None) -> tuple[LinkedContext, int]:
+    def retention(self, retention: float | None) -> float:
+        """The retention a query runs at: ``retention``, else the ``retention`` setting.
+
+        Raises:
+            ValueError: outside (0, 1].
+        """
+        return check_retention(self.settings.retention if retention is None else retention)
+
+    def link_context(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
+                     method: str = "importance") -> tuple[LinkedContext, int]:
         """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits.
 
         Args:
             k: override the number of link tokens (0 = naive reuse); at most the loaded K.
+            retention: fraction of each document's tokens kept (0 < r <= 1; default the setting), at their
+                original positions (:mod:`kvlink_rag.retention`).
+            method: which tokens retention keeps: ``importance`` (the service), ``random``, ``recency``.
         Raises:
-            ValueError: no documents, empty question.
+            ValueError: no documents, empty question, retention outside (0, 1].
             ContextTooLong: the prompt leaves no position for a new token (the counts in the message).
         """
+        r = self.retention(retention)
         if not docs:
             raise ValueError("at least one document is required")
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
@@ -181,21 +196,22 @@ class Engine:
         if self.link_tokens is not None and (k is None or k > 0):
             embeds = self.link_tokens.embeds[..., : (k or self.link_tokens.k), :]  # [(S,) K, hidden]
         t0 = time.perf_counter()
-        source, hits = self._resolve(docs)
+        source, hits = self._resolve(docs, r, method)
         lookup_s = time.perf_counter() - t0
         try:
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
                 ctx = link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored, new_tokens=1)
         except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
-            kvs = [self.get_or_encode(d)[0] for d in docs]
+            kvs = LayeredDocuments.from_documents([self.get_or_encode(d)[0] for d in docs], r, method)
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
                 ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored, new_tokens=1)
             hits = 0
         ctx.timings.load_s += lookup_s
         return ctx, hits
 
-    def _resolve(self, docs: list[Document]) -> tuple[list[DocumentKV] | LayeredDocuments, int]:
-        """Documents as a link source and the number of cache hits (:meth:`DocumentCache.resolve`).
+    def _resolve(self, docs: list[Document], retention: float = 1.0,
+                 method: str = "importance") -> tuple[list[DocumentKV] | LayeredDocuments, int]:
+        """Documents as a link source at ``retention`` and the number of cache hits (:meth:`DocumentCache.resolve`).
 
         Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
         (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
@@ -214,10 +230,22 @@ class Engine:
                 items[i] = encoded[keys[i]]
         if any(isinstance(it, str) for it in items):
             try:
-                return self.cache.stream(items), hits
+                return self.cache.stream(items, retention, method), hits
             except LookupError:
-                return [self.get_or_encode(d)[0] for d in docs], 0
+                items, hits = [self.get_or_encode(d)[0] for d in docs], 0
+        if retention < 1.0:
+            return LayeredDocuments.from_documents(items, retention, method), hits
         return items, hits
+
+    def resolve_documents(self, docs: list[Document]) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:
+        """``docs``' caches as a link source (all tokens, slot order) and, per document, whether it was a
+        cache hit; missing ones are encoded now and put in the cache (the batching scheduler's entry to
+        :meth:`_resolve`)."""
+        keys = [self.cache_key(d) for d in docs]
+        found = [isinstance(it, str) or (isinstance(it, DocumentKV) and it.fingerprint == self.fingerprint)
+                 for it in self.cache.resolve(keys)]
+        source, _ = self._resolve(docs)
+        return source, found
 
     def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,
                  pieces: bool = True) -> Generator[str, None, Answer]:
@@ -229,10 +257,12 @@ class Engine:
         """The whole answer from ``ctx`` (:meth:`generate` run to its end, no text pieces)."""
         return run_to_end(self.generate(ctx, params, t0, hits, pieces=False))
 
-    def answer(self, question: str, docs: list[Document], k: int | None = None, **sampling) -> Answer:
-        """Answer from reused document caches, re-linked with link tokens (KVLink)."""
+    def answer(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
+               **sampling) -> Answer:
+        """Answer from reused document caches, re-linked with link tokens (KVLink), keeping ``retention`` of
+        each document's tokens (default the setting)."""
         t0 = time.perf_counter()
-        ctx, hits = self.link_context(question, docs, k)
+        ctx, hits = self.link_context(question, docs, k, retention)
         return self.finish(ctx, self.sampling(**sampling), t0, hits)
 
     def answer_full(self, question: str, docs: list[Document], **sampling) -> Answer:
@@ -253,10 +283,10 @@ class Engine:
         with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
             return full_prefill(self.lm, self.prompt_ids(question, docs), new_tokens=1)
 
-    def stream(self, question: str, docs: list[Document], k: int | None = None,
+    def stream(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
                **sampling) -> Generator[str, None, Answer]:
         """Text pieces of the linked answer as they are generated; returns the :class:`Answer`."""
         t0 = time.perf_counter()
-        ctx, hits = self.link_context(question, docs, k)
+        ctx, hits = self.link_context(question, docs, k, retention)
         return (yield from self.generate(ctx, self.sampling(**sampling), t0, hits))
 

@@ -74,7 +74,7 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
                          f"{lm.config.hidden_size}")
     n_docs = len(docs.num_tokens)
     p_len = prefix.num_tokens if prefix is not None else 0
-    d_len, q_len = sum(docs.num_tokens), int(question_ids.numel())
+    d_len, q_len = sum(docs.layout_lengths), int(question_ids.numel())  # dropped tokens keep their positions
     total = p_len + d_len + num_links * n_docs + q_len
     if total + new_tokens > lm.max_positions:
         raise ContextTooLong(
@@ -83,16 +83,26 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
     return num_links
 
 
+def document_positions(segments: list[Segment], docs: LayeredDocuments) -> torch.Tensor:
+    """``[streamed document tokens]`` int64 layout positions of the documents' streamed tokens, in slot order:
+    each document's segment start plus the offsets of its kept tokens (every offset at retention 1)."""
+    starts = [s.start for s in segments if s.kind == "document"]
+    parts = [start + docs.offsets(j) for j, start in enumerate(starts)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
 @torch.no_grad()
 def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment],
                      prefix: PrefixKV | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Re-apply RoPE to every document's keys at its layout offset, layer by layer as layers arrive.
+    """Re-apply RoPE to every document's keys at its layout offsets, layer by layer as layers arrive.
+
+    Kept tokens of a partly retained document are rotated at their original offsets within its slot.
 
     Returns:
-        per-layer ``(keys, values)`` lists, each ``[kv_heads, prefix + doc_tokens_total, head_dim]`` in the
+        per-layer ``(keys, values)`` lists, each ``[kv_heads, prefix + streamed_doc_tokens, head_dim]`` in the
         compute dtype: the prefix, then the documents in slot order.
     """
-    pos = _positions(segments, ("document",)).to(lm.device)
+    pos = document_positions(segments, docs).to(lm.device)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
     keys, values = [], []
     it = iter(docs.layers)
@@ -148,7 +158,7 @@ def link(
     num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, docs.num_tokens, num_links, int(question_ids.numel()))
+    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()))
 
     t0 = time.perf_counter()
     doc_k, doc_v = rotate_documents(lm, docs, segments, prefix)
@@ -158,7 +168,9 @@ def link(
 
     t0 = time.perf_counter()
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
-    out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep)
+    doc_pos = document_positions(segments, docs)
+    out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep,
+                                           doc_pos)
     timings.link_forward_s = time.perf_counter() - t0
     return LinkedContext(
         cache=out.cache, segments=segments, storage_positions=storage_pos,
@@ -168,17 +180,18 @@ def link(
 
 
 def _forward_new_tokens(lm: LoadedModel, cache, segments: list[Segment], slot_links: list[torch.Tensor],
-                        question_ids: torch.Tensor, anchored: bool, logits_to_keep: int):
+                        question_ids: torch.Tensor, anchored: bool, logits_to_keep: int, doc_pos: torch.Tensor):
     """One forward over every slot's link tokens and the question, on top of the re-rotated cache,
     under the KVLink mask (:func:`kvlink_rag.mask.allowed`).
 
     Args:
         slot_links: per document slot ``[K, hidden]`` link embeddings in the compute dtype (empty: K=0).
+        doc_pos: ``[cached document tokens]`` int64 layout positions of the cached document slots.
     Returns:
         the model output (its ``cache`` extended) and ``[total_tokens]`` int64 storage positions.
     """
     p_len = segments[0].length if segments[0].kind == "prefix" else 0
-    cached_pos = torch.cat([torch.arange(p_len), _positions(segments, ("document",))])
+    cached_pos = torch.cat([torch.arange(p_len), doc_pos])
     new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
     storage_pos = torch.cat([cached_pos, new_pos])
     mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)

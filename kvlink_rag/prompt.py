@@ -88,6 +88,21 @@ def encode_user_text(tokenizer, text: str) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
+def user_text_offsets(tokenizer, text: str) -> list[tuple[int, int]]:
+    """Character span ``(start, end)`` in ``text`` of each token of :func:`encode_user_text` (a fast
+    tokenizer's offset mapping; same ids, one span per id).
+
+    Raises:
+        ValueError: the tokenizer gives no offsets (not a fast tokenizer).
+    """
+    user, _, _ = _user_tokenizer(tokenizer)
+    try:
+        enc = user(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
+    except NotImplementedError as e:
+        raise ValueError(f"the tokenizer gives no character offsets: {e}") from None
+    return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+
+
 def has_special_text(tokenizer, text: str) -> bool:
     """Whether ``text`` contains the string of a special token (its ids differ from those of the old,
     special-matching tokenisation, so its cache key must too)."""

@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         False, description="Let tenants share the KV cache of identical texts (only when all tenants trust each "
         "other: a cache hit and its timing reveal that another tenant holds the text). Off: each tenant's "
         "caches are keyed by tenant, so its first use of a text is a miss.")
+    retention: float = Field(
+        1.0, gt=0.0, le=1.0, description="Fraction of each document's cached tokens a query keeps (0 < r <= 1): "
+        "the first tokens, then recent tokens and heavy hitters (attention received at precompute) half each, "
+        "at their original positions; 1 = every token. A query's own `retention` overrides it.")
+    importance_scores: bool = Field(
+        True, description="Score token importance while precomputing (eager attention for that forward) and store "
+        "each layer's tokens in importance order, so a retention below 1 reads a prefix of each record.")
     max_new_tokens: int = Field(32, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -74,6 +74,9 @@ class DocumentKV:
         fingerprint: encoding fingerprint (model identity, encoding context, KV dtype); a cache is only
             valid for an engine with the same fingerprint.
         encoding: ``'isolated'`` or ``'anchored'``.
+        importance: ``[tokens]`` float32 H2O importance of each token (attention received from later tokens
+            at precompute, see :mod:`kvlink_rag.retention`), or None (a cache made without scores: retention
+            keeps tokens in positional order).
     """
 
     keys: torch.Tensor
@@ -81,6 +84,7 @@ class DocumentKV:
     token_ids: torch.Tensor
     fingerprint: str
     encoding: str
+    importance: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -111,23 +115,59 @@ class LayeredDocuments:
         layers: iterator over layers of ``(k_raw, v)``, each ``[kv_heads, sum(num_tokens), head_dim]``,
             documents concatenated in slot order; keys before RoPE.
         wait_s: seconds the consumer spent blocked waiting for layers (load time not hidden by compute).
+        positions: per document, ``[num_tokens[j]]`` int64 sorted offsets within the document of the tokens
+            streamed (retention below 1 keeps a subset); None: every token, offsets ``0..n-1``.
+        doc_lengths: per document, its full length in tokens (the positions its slot spans in the layout);
+            None: ``num_tokens``.
     """
 
     num_tokens: list[int]
     fingerprint: str
     layers: Iterator[tuple[torch.Tensor, torch.Tensor]]
     wait_s: float = 0.0
+    positions: list[torch.Tensor] | None = None
+    doc_lengths: list[int] | None = None
+
+    @property
+    def layout_lengths(self) -> list[int]:
+        """Positions each document's slot spans (its full length, kept tokens or not)."""
+        return self.doc_lengths if self.doc_lengths is not None else self.num_tokens
+
+    def offsets(self, j: int) -> torch.Tensor:
+        """``[num_tokens[j]]`` int64 offsets within document ``j`` of its streamed tokens."""
+        import torch
+
+        return self.positions[j] if self.positions is not None else torch.arange(self.num_tokens[j])
 
     @classmethod
-    def from_documents(cls, docs: list[DocumentKV]) -> "LayeredDocuments":
-        """In-memory documents as a layer stream (no copy beyond the per-layer concatenation)."""
+    def from_documents(cls, docs: list[DocumentKV], retention: float = 1.0, method: str = "importance",
+                       seed: int = 0) -> "LayeredDocuments":
+        """In-memory documents as a layer stream (no copy beyond the per-layer concatenation).
+
+        Args:
+            retention: fraction of each document's tokens kept (``kvlink_rag.retention.kept_positions``);
+                1 streams every token exactly as stored.
+            method, seed: the retention method (``importance``, ``random``, ``recency``) and random seed.
+        Raises:
+            ValueError: fingerprints differ, or retention outside (0, 1].
+        """
         import torch
+
+        from .retention import check_retention, kept_positions
 
         if len({d.fingerprint for d in docs}) > 1:
             raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
-        layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
+        if check_retention(retention) == 1.0:
+            layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
+                      for i in range(docs[0].num_layers))
+            return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
+        pos = [kept_positions(d.importance, d.num_tokens, retention, method, seed) for d in docs]
+        # each layer: [kv_heads, sum(kept), head_dim], the kept tokens of every document in slot order
+        layers = ((torch.cat([d.keys[i][:, p.to(d.keys.device)] for d, p in zip(docs, pos)], dim=1),
+                   torch.cat([d.values[i][:, p.to(d.values.device)] for d, p in zip(docs, pos)], dim=1))
                   for i in range(docs[0].num_layers))
-        return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
+        return cls([int(p.numel()) for p in pos], docs[0].fingerprint, layers, positions=pos,
+                   doc_lengths=[d.num_tokens for d in docs])
 
 
 @dataclass(frozen=True)

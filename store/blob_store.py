@@ -47,10 +47,8 @@ def encode_record(kv: DocumentKV, int8: bool = False, tracked: bool = True) -> R
     """
     from store import codec
 
-    codec.validate(kv)
-    layers = [codec.encode_layer(kv.keys[i], kv.values[i], int8) for i in range(kv.num_layers)]
-    ids = codec.encode_ids(kv.token_ids)
-    return RawRecord(codec.build_meta(kv, layers, ids, int8, tracked), ids, layers)
+    meta, ids, layers = codec.encode_document(kv, int8, tracked)  # importance-ordered layers when scored
+    return RawRecord(meta, ids, layers)
 
 
 class RecordSink(Protocol):
@@ -108,6 +106,26 @@ class BlobStore(ABC):
             KeyError: ``key`` is absent, or was replaced or deleted while iterating.
             store.codec.CorruptRecordError: a layer failed its checksum (the record is deleted).
         """
+
+    def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
+                             ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:
+        """The tokens a read at ``retention`` keeps (:func:`store.ordered_layout.retained_positions`): their
+        sorted ``[kept]`` int64 offsets and ``(k, v)`` ``[H, kept, D]`` per layer in that order.
+
+        This default reads whole layers (:meth:`iter_layers`) and gathers; a backend that can read a prefix of
+        an importance-ordered record overrides it so that the bytes read scale with ``retention``.
+
+        Raises:
+            KeyError: absent. ValueError: retention outside (0, 1]. store.codec.CorruptRecordError: as
+            :meth:`iter_layers`.
+        """
+        from store.ordered_layout import retained_positions
+
+        meta = self.meta(key)
+        if meta is None:
+            raise KeyError(key)
+        pos = retained_positions(meta, retention)
+        return pos, ((k[:, pos], v[:, pos]) for k, v in self.iter_layers(key, dtype))
 
     @abstractmethod
     def get_ids(self, key: str) -> torch.Tensor | None:

@@ -23,11 +23,15 @@ import safetensors.torch
 import torch
 import xxhash
 
+from kvlink_rag.retention import retention_order
 from kvlink_rag.types import DocumentKV, dtype_name, kv_dtypes, parse_dtype
+from store import ordered_layout
 from store.quant import QuantizedTensor, dequantize, quantize_int8
+from store.record_errors import CorruptRecordError
 
-FORMAT_VERSION = 2  # 2: xxh3_64 checksums (~6x faster to verify than version 1's xxh64); 1 stays readable
-_HASHES = {1: xxhash.xxh64_hexdigest, 2: xxhash.xxh3_64_hexdigest}
+FORMAT_VERSION = 3  # 3: optional importance-ordered layers (store.ordered_layout); 2: xxh3_64 checksums (~6x
+# faster to verify than version 1's xxh64); 1 and 2 stay readable
+_HASHES = {1: xxhash.xxh64_hexdigest, 2: xxhash.xxh3_64_hexdigest, 3: xxhash.xxh3_64_hexdigest}
 KEY_AXIS = "channel"
 VALUE_AXIS = "token"
 _INT8_NAMES = ("k", "k_scale", "k_zero", "v", "v_scale", "v_zero")
@@ -39,10 +43,6 @@ _ST_DTYPES: dict[str, torch.dtype] = {
     "I8": torch.int8,
     "I64": torch.int64,
 }
-
-
-class CorruptRecordError(LookupError):
-    """A stored record failed its checksum or could not be parsed."""
 
 
 def checksum(buf, version: int) -> str:
@@ -85,6 +85,27 @@ def encode_layer(k: torch.Tensor, v: torch.Tensor, int8: bool) -> bytes:
     )
 
 
+def encode_document(kv: DocumentKV, int8: bool = False, tracked: bool = True) -> tuple[dict, bytes, list[bytes]]:
+    """``(meta, ids bytes, layer payloads)`` of a whole document: importance-ordered layers
+    (:mod:`store.ordered_layout`, a retention read is a prefix of each layer) when ``kv.importance`` is set,
+    else the positional layout of :func:`encode_layer`.
+
+    Raises:
+        ValueError: invalid document (:func:`validate`).
+    """
+    validate(kv)
+    ids = encode_ids(kv.token_ids)
+    if kv.importance is None:
+        layers = [encode_layer(kv.keys[i], kv.values[i], int8) for i in range(kv.num_layers)]
+        return build_meta(kv, layers, ids, int8, tracked), ids, layers
+    order = retention_order(kv.importance.cpu(), kv.num_tokens)
+    layers = [ordered_layout.encode_layer_ordered(kv.keys[i], kv.values[i], order, int8) for i in range(kv.num_layers)]
+    meta = build_meta(kv, layers, ids, int8, tracked)
+    meta["token_order"] = order.tolist()
+    meta["checksum"]["chunks"] = [ordered_layout.chunk_checksums(b, kv.num_tokens) for b in layers]
+    return meta, ids, layers
+
+
 def encode_ids(token_ids: torch.Tensor) -> bytes:
     """Little-endian int64 bytes of ``token_ids`` ``[tokens]``."""
     return token_ids.detach().cpu().to(torch.int64).contiguous().numpy().tobytes()
@@ -123,6 +144,9 @@ def parse_meta(buf) -> dict:
         n_layers = meta["shape"][0]
         if len(meta["checksum"]["layers"]) != n_layers or len(meta["shape"]) != 4:
             raise ValueError("checksum count does not match the shape")
+        if "token_order" in meta and (len(meta["token_order"]) != meta["shape"][2]
+                                      or len(meta["checksum"]["chunks"]) != n_layers):
+            raise ValueError("token order or chunk checksums do not match the shape")
         return meta
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise CorruptRecordError(f"bad meta record: {e}") from None
@@ -195,7 +219,7 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
     cpu = (keys.device.type == values.device.type == "cpu" and keys.is_contiguous() and values.is_contiguous()
            and keys.dtype == values.dtype)
     int8 = meta["dtype"] == "int8"
-    if not cpu or not (int8 or parse_dtype(meta["dtype"]) == keys.dtype):
+    if not cpu or not (int8 or parse_dtype(meta["dtype"]) == keys.dtype) or "token_order" in meta:
         for i, buf in enumerate(bufs):
             decode_layer_into(buf, meta, i, keys[i], values[i])
         return
@@ -261,6 +285,9 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
         CorruptRecordError: missing buffer, checksum mismatch or unparsable payload.
     """
     views = _verified_views(buf, meta, layer)
+    if "token_order" in meta:  # importance-ordered layer: decode, then back to positional order
+        ordered_layout.decode_ordered_into(buf, meta, layer, k_out, v_out)
+        return
     try:
         if meta["dtype"] != "int8":
             _fill(k_out, *views["k"])

@@ -89,8 +89,10 @@ class StoreCache(DocumentCache):
                 out.append(kv)
         return out
 
-    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
-        """Layer stream over in-memory and LMDB documents; LMDB ones fill the tiers once read.
+    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+               method: str = "importance") -> LayeredDocuments:
+        """Layer stream over in-memory and LMDB documents at ``retention`` (below 1: prefix reads of
+        importance-ordered records); LMDB ones fill the tiers once read whole.
 
         Raises:
             KeyError: a keyed document disappeared.
@@ -99,7 +101,7 @@ class StoreCache(DocumentCache):
             self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
             self.tiered.put(key, kv, self.tenant)
 
-        return prefetch_layers(self.blobs, items, on_loaded=loaded)
+        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method)
 
     def write(self, key: str, kv: DocumentKV, fill_tiers: bool = True) -> int:
         """The one write path of a document's cache: the blob store (atomic), then the memory tiers.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store import codec
+from store import codec, ordered_layout
 from store.access_stats import AccessStats
 from store.blob_store import BlobStore, RawRecord, encode_record
 from store.codec import CorruptRecordError
@@ -198,7 +198,8 @@ class LmdbBlobStore(BlobStore):
             return None
         self.access.touch(key.encode())
         return DocumentKV(
-            keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"], encoding=meta["encoding"]
+            keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"], encoding=meta["encoding"],
+            importance=ordered_layout.record_importance(meta),
         )
 
     def iter_layers(
@@ -233,6 +234,52 @@ class LmdbBlobStore(BlobStore):
                     if now_meta is None or bytes(now_meta) != meta_bytes:
                         raise KeyError(f"{key} changed while its layers were read")
                     codec.decode_layer_into(txn.get(_rkey(key, f"L{i}"), db=self._db), meta, i, k, v)
+            except CorruptRecordError as e:
+                self._corrupt(key, e)
+                raise
+            yield k, v
+        self.access.touch(key.encode())
+
+    def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
+                             ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:
+        """:meth:`BlobStore.iter_retained_layers`, reading of an importance-ordered record only the prefix of
+        each layer that holds the kept tokens (the bytes read scale with ``retention``; the chunks read are
+        verified against their checksums). Records without an order read whole layers.
+
+        Raises:
+            KeyError: absent, or replaced while read. ValueError: retention outside (0, 1].
+            CorruptRecordError: a chunk failed its checksum (the record is deleted and reported).
+        """
+        _check_key(key)
+        with self.env.read() as txn:
+            buf = txn.get(_rkey(key, "meta"), db=self._db)
+            meta_bytes = None if buf is None else bytes(buf)
+        if meta_bytes is None:
+            raise KeyError(key)
+        try:
+            meta = codec.parse_meta(meta_bytes)
+            if "token_order" not in meta:
+                return super().iter_retained_layers(key, retention, dtype)
+            pos = ordered_layout.retained_positions(meta, retention)
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            raise
+        return pos, self._prefix_layers(key, meta_bytes, meta, retention, codec.target_dtype(meta, dtype))
+
+    def _prefix_layers(self, key: str, meta_bytes: bytes, meta: dict, retention: float,
+                       dtype: torch.dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(k, v)`` ``[H, kept, D]`` per layer from prefixes of the ordered layer records (one short read
+        transaction each; the memoryview is touched only where the prefix lies)."""
+        for i in range(meta["shape"][0]):
+            try:
+                with self.env.read() as txn:
+                    now_meta = txn.get(_rkey(key, "meta"), db=self._db)
+                    if now_meta is None or bytes(now_meta) != meta_bytes:
+                        raise KeyError(f"{key} changed while its layers were read")
+                    buf = txn.get(_rkey(key, f"L{i}"), db=self._db)
+                    if buf is None:
+                        raise CorruptRecordError(f"layer {i} is missing")
+                    k, v = ordered_layout.decode_ordered_prefix(buf, meta, i, retention, dtype)
             except CorruptRecordError as e:
                 self._corrupt(key, e)
                 raise

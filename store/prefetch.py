@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from kvlink_rag.retention import check_retention, kept_positions
 from kvlink_rag.types import DocumentKV, LayeredDocuments
 from store.blob_store import BlobStore
+from store.ordered_layout import record_importance
 
 
 def _describe(blobs: BlobStore, items: list[DocumentKV | str]) -> tuple[list[dict | None], str, int, list[int]]:
@@ -38,22 +40,36 @@ def _describe(blobs: BlobStore, items: list[DocumentKV | str]) -> tuple[list[dic
 
 class _LayerReader:
     """The background side: reads layer i of every keyed document, concatenates it with the in-memory
-    documents' layer i and queues ``(k_raw, v)``, each ``[kv_heads, total_tokens, head_dim]``."""
+    documents' layer i and queues ``(k_raw, v)``, each ``[kv_heads, total_tokens, head_dim]``.
+
+    With ``positions`` (retention below 1) only those tokens of each document are streamed: keyed documents
+    through ``iters`` made up front (prefix reads), in-memory ones gathered; no document is handed to
+    ``on_loaded`` then (a part of a document is not a cache entry)."""
 
     def __init__(self, blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int,
-                 depth: int, on_loaded: Callable[[str, DocumentKV], None] | None):
+                 depth: int, on_loaded: Callable[[str, DocumentKV], None] | None,
+                 positions: list[torch.Tensor] | None = None, iters: dict[int, Iterator] | None = None):
         self.blobs, self.items, self.metas, self.n_layers, self.on_loaded = blobs, items, metas, n_layers, on_loaded
+        self.positions, self.iters = positions, iters
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
 
+    def _memory_layer(self, j: int, kv: DocumentKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.positions is None:
+            return kv.keys[i], kv.values[i]
+        pos = self.positions[j].to(kv.keys.device)
+        return kv.keys[i][:, pos], kv.values[i][:, pos]
+
     def run(self) -> None:
         try:
-            iters = {j: self.blobs.iter_layers(it) for j, it in enumerate(self.items) if isinstance(it, str)}
-            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {j: [] for j in iters}
+            iters = self.iters if self.iters is not None else {
+                j: self.blobs.iter_layers(it) for j, it in enumerate(self.items) if isinstance(it, str)}
+            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
+                j: [] for j in iters} if self.positions is None else {}
             for i in range(self.n_layers):
                 ks, vs = [], []
                 for j, it in enumerate(self.items):
-                    k, v = (it.keys[i], it.values[i]) if isinstance(it, DocumentKV) else next(iters[j])
+                    k, v = self._memory_layer(j, it, i) if isinstance(it, DocumentKV) else next(iters[j])
                     if j in got:
                         got[j].append((k, v))
                     ks.append(k)
@@ -81,7 +97,7 @@ class _LayerReader:
         meta = self.metas[j]
         return DocumentKV(keys=torch.stack([k for k, _ in layer_list]), values=torch.stack([v for _, v in layer_list]),
                           token_ids=self.blobs.get_ids(self.items[j]), fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"])
+                          encoding=meta["encoding"], importance=record_importance(meta))
 
     def consume(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The consumer side: the layers in order; closing it early stops the reader."""
@@ -95,8 +111,28 @@ class _LayerReader:
             self.stop.set()
 
 
+def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], retention: float,
+              method: str) -> tuple[list[torch.Tensor], dict[int, Iterator]]:
+    """Per document the sorted offsets kept at ``retention``, and the layer iterators of the keyed ones
+    (prefix reads of importance-ordered records for ``importance``; gathered whole layers otherwise)."""
+    positions: list[torch.Tensor] = []
+    iters: dict[int, Iterator] = {}
+    for j, (it, meta) in enumerate(zip(items, metas)):
+        if isinstance(it, DocumentKV):
+            positions.append(kept_positions(it.importance, it.num_tokens, retention, method))
+        elif method == "importance":
+            pos, iters[j] = blobs.iter_retained_layers(it, retention)
+            positions.append(pos)
+        else:
+            pos = kept_positions(None, meta["shape"][2], retention, method)
+            iters[j] = ((k[:, pos], v[:, pos]) for k, v in blobs.iter_layers(it))
+            positions.append(pos)
+    return positions, iters
+
+
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int = 2,
-                    on_loaded: Callable[[str, DocumentKV], None] | None = None) -> LayeredDocuments:
+                    on_loaded: Callable[[str, DocumentKV], None] | None = None, retention: float = 1.0,
+                    method: str = "importance") -> LayeredDocuments:
     """Stream documents, some in memory (``DocumentKV``) and some in LMDB (cache key ``str``), by layer.
 
     Args:
@@ -104,7 +140,9 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
         items: documents in slot order.
         depth: layers the reader may run ahead.
         on_loaded: called with ``(key, DocumentKV)`` for each keyed document once all its layers were read
-            (to fill the memory tiers).
+            (to fill the memory tiers; not for a retention below 1).
+        retention, method: fraction of each document's tokens streamed and which (``kvlink_rag.retention``);
+            below 1, keyed importance-ordered documents are read as a prefix of each layer record.
     Returns:
         a :class:`LayeredDocuments` whose ``layers`` yield ``[kv_heads, total_tokens, head_dim]`` pairs.
     Raises:
@@ -114,6 +152,12 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
             is deleted by the blob store).
     """
     metas, fingerprint, n_layers, num_tokens = _describe(blobs, items)
-    reader = _LayerReader(blobs, items, metas, n_layers, depth, on_loaded)
+    if check_retention(retention) == 1.0:
+        reader = _LayerReader(blobs, items, metas, n_layers, depth, on_loaded)
+        threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
+        return LayeredDocuments(num_tokens, fingerprint, reader.consume())
+    positions, iters = _retained(blobs, items, metas, retention, method)
+    reader = _LayerReader(blobs, items, metas, n_layers, depth, None, positions, iters)
     threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
-    return LayeredDocuments(num_tokens, fingerprint, reader.consume())
+    return LayeredDocuments([int(p.numel()) for p in positions], fingerprint, reader.consume(), positions=positions,
+                            doc_lengths=num_tokens)

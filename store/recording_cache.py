@@ -38,13 +38,14 @@ class RecordingCache(DocumentCache):
             self.hits.setdefault(k, it is not None)
         return items
 
-    def stream(self, items: list[DocumentKV | str]) -> LayeredDocuments:
-        """The inner cache's layer stream (hits were recorded by :meth:`resolve`).
+    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+               method: str = "importance") -> LayeredDocuments:
+        """The inner cache's layer stream at ``retention`` (hits were recorded by :meth:`resolve`).
 
         Raises:
             LookupError: a keyed document is no longer stored.
         """
-        return self.inner.stream(items)
+        return self.inner.stream(items, retention, method)
 
     def put(self, key: str, kv: DocumentKV) -> str | None:
         """Store through the inner cache; ``key`` is recorded as a miss, and why it was not stored if so."""

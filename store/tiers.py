@@ -44,6 +44,7 @@ def _to_device(kv: DocumentKV, device: torch.device) -> DocumentKV:
         token_ids=kv.token_ids,
         fingerprint=kv.fingerprint,
         encoding=kv.encoding,
+        importance=kv.importance,
     )
 
 

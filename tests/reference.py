@@ -18,7 +18,9 @@ class Piece:
     """A span of the reference sequence.
 
     kind: prefix | document | link | question | prefix-copy | answer; ``ids`` or ``embeds`` give its
-    content; ``positions`` its position ids; ``owner`` ties a prefix copy to its document.
+    content; ``positions`` its position ids; ``owner`` ties a prefix copy to its document; ``visible``
+    (``[len]`` bool, documents) which of its tokens later link, question and answer tokens may see (the
+    kept tokens of a partly retained document; None: all).
     """
 
     kind: str
@@ -26,6 +28,7 @@ class Piece:
     ids: torch.Tensor | None = None
     embeds: torch.Tensor | None = None
     owner: int = -1
+    visible: torch.Tensor | None = None
 
 
 def reference_mask(pieces: list[Piece]) -> torch.Tensor:
@@ -43,7 +46,7 @@ def reference_mask(pieces: list[Piece]) -> torch.Tensor:
         m[a:b, a:b] = torch.tril(torch.ones(b - a, b - a, dtype=torch.bool))
         for j, (q, (c, d)) in enumerate(zip(pieces[:i], spans[:i])):
             if p.kind in ("link", "question", "answer") and q.kind != "prefix-copy":
-                m[a:b, c:d] = True
+                m[a:b, c:d] = True if q.visible is None else q.visible[None, :]
             if p.kind == "document" and q.kind == "prefix-copy" and q.owner == i:
                 m[a:b, c:d] = True
     return m

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.lora import adapter_scope
 from kvlink_rag.engine import Engine
+from kvlink_rag.explain import attribution, explaining
+from kvlink_rag.lora import adapter_scope
 from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import truncate_cache
 from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
@@ -67,14 +69,19 @@ class ModeResult:
     em: list[float] = field(default_factory=list)
     nll: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
+    bytes: list[float] = field(default_factory=list)
 
     def summary(self, seed: int = 0) -> dict:
-        """``{"accuracy", "ci95", "answer_nll", "ttft_s", "n"}`` (means; ttft median)."""
+        """``{"accuracy", "ci95", "answer_nll", "ttft_s", "n"}`` (means; ttft median), and ``bytes_per_doc``
+        (mean) when the rows carry it."""
         n = len(self.em)
         lo, hi = bootstrap_ci(self.em, seed=seed)
-        return {"accuracy": sum(self.em) / n if n else 0.0, "ci95": [lo, hi],
-                "answer_nll": sum(self.nll) / n if n else 0.0,
-                "ttft_s": sorted(self.ttft)[n // 2] if n else 0.0, "n": n}
+        out = {"accuracy": sum(self.em) / n if n else 0.0, "ci95": [lo, hi],
+               "answer_nll": sum(self.nll) / n if n else 0.0,
+               "ttft_s": sorted(self.ttft)[n // 2] if n else 0.0, "n": n}
+        if self.bytes:
+            out["bytes_per_doc"] = sum(self.bytes) / len(self.bytes)
+        return out
 
 
 def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -87,23 +94,50 @@ def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[
     return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How much of each document a linked mode keeps: fraction ``r`` (0 < r <= 1) chosen by ``method``
+    (``importance``, ``random`` or ``recency``, see :mod:`kvlink_rag.retention`)."""
+
+    r: float = 1.0
+    method: str = "importance"
+    explain: bool = False
+
+
+def document_bytes(engine: Engine, ctx, n_docs: int) -> float:
+    """Mean KV bytes per document a linked context holds (kept tokens x layers x kv heads x head dim x 2 (K, V)
+    x the stored dtype's bytes): what a retention read moves from the store."""
+    spans = [(s.start, s.end) for s in ctx.segments if s.kind == "document"]
+    pos = ctx.storage_positions
+    kept = sum(int(((pos >= a) & (pos < b)).sum()) for a, b in spans)
+    cfg = engine.lm.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_token = cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2
+    elem = 2 if engine.settings.kv_dtype in ("bfloat16", "float16") else 4
+    return kept * per_token * elem / max(1, n_docs)
+
+
 @torch.inference_mode()
 def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], answer: str,
-               max_new_tokens: int) -> dict:
-    """One question under one mode: ``{"answer", "ttft_s", "nll"}``.
+               max_new_tokens: int, retention: Retention = Retention()) -> dict:
+    """One question under one mode: ``{"answer", "ttft_s", "nll"}`` (and ``bytes_per_doc`` for linked modes).
 
     TTFT covers cache lookup/load, linking (or full prefill) and the first token; the answer NLL is
     scored on the same cache, which is then truncated back before greedy decoding.
     """
     lm = engine.lm
-    with adapter_scope(lm, engine.adapter):
+    k = 0 if mode.startswith("naive") else None
+    with adapter_scope(lm, engine.adapter), \
+            (explaining(engine, len(docs), k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
         if mode in FULL_MODES:
             ctx = full_prefill(lm, engine.prompt_ids(question, docs))
         else:
-            ctx, _ = engine.link_context(question, docs, k=0 if mode == "naive" else None)
+            ctx, _ = engine.link_context(question, docs, k=k, retention=retention.r, method=retention.method)
         first = int(torch.argmax(ctx.last_logits))
         ttft = time.perf_counter() - t0
+        if mass is not None:
+            mass.active = False  # the reference answer's forward is not the model's answer
         ans = encode_user_text(lm.tokenizer, answer)
         n_cached = ctx.storage_positions.numel()
         pos = torch.arange(ctx.next_position, ctx.next_position + len(ans))
@@ -113,15 +147,26 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
         nll = float(F.cross_entropy(logits.cpu(), ans))
         truncate_cache(ctx.cache, n_cached)
         params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=engine.stop_ids)
+        if mass is not None:
+            mass.active = True
         ids = list(decode(lm, ctx, params))
     assert not ids or ids[0] == first
-    return {"answer": lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), "ttft_s": ttft, "nll": nll}
+    extra = {} if mode in FULL_MODES else {"bytes_per_doc": document_bytes(engine, ctx, len(docs)),
+                                           "retention": retention.r, "method": retention.method}
+    if mass is not None:
+        att = attribution(engine, mass, ctx, docs)
+        extra.update(attribution=[d.share for d in att.documents], prefix_share=att.prefix,
+                     passage_peak=[d.share * (d.passages[0][2] if d.passages else 0.0) for d in att.documents])
+    return {"answer": lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), "ttft_s": ttft, "nll": nll,
+            **extra}
 
 
 def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
-             seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None) -> list[dict]:
+             seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
+             retentions: dict[str, Retention] | None = None) -> list[dict]:
     """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
-    (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`).
+    (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
+    a linked mode's retention (mode label -> :class:`Retention`, default every token).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -143,7 +188,8 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
                     if mode not in FULL_MODES:
                         for d in docs:
                             eng.get_or_encode(d)
-                    r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens)
+                    r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,
+                                   (retentions or {}).get(mode, Retention()))
                     row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,
                            "em": best_subspan_em(r["answer"], ex.answers), **r}
                     rows.append(row)
@@ -167,6 +213,8 @@ def summarise(rows: list[dict], seed: int = 0) -> dict:
             m.em.append(r["em"])
             m.nll.append(r["nll"])
             m.ttft.append(r["ttft_s"])
+            if "bytes_per_doc" in r:
+                m.bytes.append(r["bytes_per_doc"])
         return {k: v.summary(seed) for k, v in out.items()}
 
     positions = sorted({r["gold_position"] for r in rows})

@@ -1,0 +1,128 @@
+"""``kvlink-rag explain``: which documents and passages an answer drew on, printed and as a token heatmap PNG;
+also the printing and option checks behind ``ask --explain`` and ``--retention``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from cli.common import DtypeOpt, EncOpt, KOpt, fail, make_engine, make_settings, out, results_only_stdout
+
+if TYPE_CHECKING:
+    from kvlink_rag.attribution import Attribution
+    from kvlink_rag.types import Document
+
+app = typer.Typer()
+
+RetentionOpt = Annotated[Optional[float], typer.Option(
+    help="Fraction of each document's cached tokens kept (0 < r <= 1; default KVLINK_RAG_RETENTION): the most "
+    "important ones at their original positions.")]
+
+
+def checked_retention(retention: float | None) -> float | None:
+    """``retention`` when in (0, 1] (or None), else a one-line error and exit (before the model loads)."""
+    if retention is None:
+        return None
+    from kvlink_rag.retention import check_retention
+
+    try:
+        return check_retention(retention)
+    except ValueError as e:
+        fail(f"--retention: {e}")
+
+
+def print_attribution(att: Attribution, documents: list[Document]) -> None:
+    """Per document: its share, title, and top passages quoted (character offsets in brackets)."""
+    from kvlink_rag.prompt import normalize_text
+
+    out.print(f"[bold]attribution[/bold] (share of the question and answer tokens' attention): "
+              f"system prompt {att.prefix:.1%}")
+    order = sorted(range(len(documents)), key=lambda i: -att.documents[i].share)
+    for i in order:
+        d, a = documents[i], att.documents[i]
+        out.print(f"  {a.share:6.1%}  doc {i + 1}: {(d.title or normalize_text(d.text))[:60]}")
+        text = normalize_text(d.text)
+        for start, end, share in a.passages:
+            out.print(f"          [{start}:{end}] ({share:.0%}) \"{text[start:end].strip()[:100]}\"")
+
+
+def attribution_dict(att: Attribution) -> dict:
+    """JSON-able attribution (:func:`kvlink_rag.explain.attribution_json`)."""
+    from kvlink_rag.explain import attribution_json
+
+    return attribution_json(att)
+
+
+def draw_heatmap(att: Attribution, documents: list[Document], path: Path) -> None:
+    """PNG: one row per document, one cell per token, colour = the token's share of that document's attention
+    mass (white: none, or a token not kept by retention); rows labelled with the document's share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    width = max(a.token_mass.numel() for a in att.documents)
+    grid = torch.full((len(documents), width), float("nan"))
+    for i, a in enumerate(att.documents):
+        total = float(a.token_mass.sum()) or 1.0
+        grid[i, : a.token_mass.numel()] = a.token_mass / total
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(documents) + 1.2))
+    im = ax.imshow(grid.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(range(len(documents)))
+    ax.set_yticklabels([f"{a.share:.0%} {(d.title or d.text)[:28]}" for d, a in zip(documents, att.documents)],
+                       fontsize=7)
+    ax.set_xlabel("document token")
+    ax.set_title(f"attention of question + answer tokens per document token (system prompt {att.prefix:.0%})",
+                 fontsize=9)
+    fig.colorbar(im, ax=ax, label="share of the document's mass")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@app.command()
+def explain(
+    question: Annotated[Optional[str], typer.Argument(help="The question (omit with --nq).")] = None,
+    doc: Annotated[list[Path], typer.Option("--doc", help="A document file; repeat for several.")] = [],
+    nq: Annotated[Optional[Path], typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz): question --index.")] = None,
+    index: Annotated[int, typer.Option(help="Question index in --nq.")] = 0,
+    docs: Annotated[int, typer.Option("--docs", help="Documents per question with --nq (gold + distractors).")] = 10,
+    gold_position: Annotated[str, typer.Option(help="first | middle | last | random")] = "random",
+    k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None, retention: RetentionOpt = None,
+    png: Annotated[Optional[Path], typer.Option("--png", help="Write a token heatmap per document here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (only JSON on stdout).")] = False,
+) -> None:
+    """Answer linked and show which documents and passages the answer drew on.
+
+    The share of attention that the question and answer tokens pay to each document (and to the system
+    prompt), with each document's most-attended passages; --png draws every document's tokens as a heatmap.
+    """
+    from cli.documents import ask_inputs
+    from kvlink_rag.explain import explain_answer
+
+    retention = checked_retention(retention)
+    question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
+    engine = make_engine(make_settings(k, encoding, kv_dtype), adhoc=True)
+    with results_only_stdout():
+        try:
+            for d in documents:  # precompute outside the timed answer
+                engine.get_or_encode(d)
+            t0 = time.perf_counter()
+            answer, att = explain_answer(engine, question, documents, retention=retention)
+        except ValueError as e:
+            fail(str(e))
+    if png is not None:
+        draw_heatmap(att, documents, png)
+    if as_json:
+        print(json.dumps({"question": question, "answer": answer.text, "gold_answers": gold,
+                          "seconds": time.perf_counter() - t0, "attribution": attribution_dict(att)}, indent=2))
+        return
+    out.print(f"[bold]Q:[/bold] {question}\n[bold]A:[/bold] {answer.text}" + (f"   [dim]gold: {gold}[/dim]" if gold else ""))
+    print_attribution(att, documents)
+    if png is not None:
+        out.print(f"heatmap: {png}")

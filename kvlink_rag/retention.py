@@ -1,0 +1,117 @@
+"""Token importance and retention: which of a document's cached tokens a query keeps.
+
+Importance is the H2O heavy-hitter score (Zhang et al., 2023, "H2O: Heavy-Hitter Oracle", arXiv 2306.14048):
+the attention probability each document token receives from the *later* tokens of the same document while
+it is encoded, summed over heads and layers. The first :data:`SINK_TOKENS` tokens are always kept first
+(attention sinks: Xiao et al., 2023, StreamingLLM, arXiv 2309.17453). Keeping a fraction ``r`` of a document
+means keeping the first ``ceil(r * n)`` tokens of its *retention order* (sinks, then H2O's mix of heavy
+hitters and recent tokens, :func:`retention_order`); the kept tokens keep their original positions (gaps
+stay), so RoPE is re-applied at the same offsets.
+
+Measured on NQ (30 questions, 10 documents, r=0.4, shipped link tokens): heavy hitters alone 0.03
+accuracy, random 0.10, recency 0.20, heavy hitters + recent (this order) 0.20 (r=1: 0.20); the heavy-only
+order keeps mostly a document's first tokens (earlier tokens have more later tokens to receive from).
+
+``random`` and ``recency`` are the comparison methods of the evaluation (a seeded random subset; the last
+tokens of the document).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SINK_TOKENS = 4
+METHODS = ("importance", "random", "recency")
+
+
+def check_retention(r: float) -> float:
+    """``r`` as a float when ``0 < r <= 1``.
+
+    Raises:
+        ValueError: ``r`` outside ``(0, 1]`` or not a number (the message names the range).
+    """
+    try:
+        value = float(r)
+    except (TypeError, ValueError):
+        raise ValueError(f"retention must be a number in (0, 1], got {r!r}") from None
+    if not 0.0 < value <= 1.0 or math.isnan(value):
+        raise ValueError(f"retention must be in (0, 1] (the fraction of each document's tokens kept), got {r}")
+    return value
+
+
+def kept_count(n: int, r: float) -> int:
+    """Tokens kept of an ``n``-token document at retention ``r``: ``ceil(r * n)``, at least 1, at most ``n``."""
+    return max(1, min(n, math.ceil(r * n - 1e-9)))
+
+
+class ImportanceAccumulator:
+    """Sums, over layers, the attention each document token receives from later document tokens.
+
+    Args:
+        n: document tokens.
+        start: cache slots before the document (the anchor prefix: those keys are not scored).
+    Attributes:
+        scores: ``[n]`` float32, the running H2O score.
+    """
+
+    def __init__(self, n: int, start: int):
+        self.n, self.start = n, start
+        self.scores = torch.zeros(n, dtype=torch.float32)
+
+    def __call__(self, layer: int, weights: torch.Tensor) -> None:
+        """Add one layer's ``[1, heads, n, start + n]`` attention probabilities (document queries)."""
+        w = weights[0, :, -self.n:, self.start:].float().sum(dim=0)  # w: [n queries, n keys], heads summed
+        self.scores += (w.sum(dim=0) - w.diagonal()).cpu()  # received from later tokens (causal: q >= k)
+
+
+def retention_order(importance: torch.Tensor | None, n: int, sinks: int = SINK_TOKENS) -> torch.Tensor:
+    """``[n]`` int64 positions in keep order (H2O's policy: heavy hitters and recent tokens, half each).
+
+    The first ``sinks`` positions, then alternately the most recent and the most important (importance
+    descending, ties by position) token not taken yet; so every prefix of the order keeps about as many
+    recent tokens as heavy hitters (H2O, Zhang et al., 2023, section 4). ``importance`` None (a cache stored
+    without scores): positional order.
+
+    Raises:
+        ValueError: ``importance`` does not have ``n`` scores.
+    """
+    if importance is None:
+        return torch.arange(n)
+    if importance.numel() != n:
+        raise ValueError(f"importance has {importance.numel()} scores for {n} tokens")
+    s = min(sinks, n)
+    heavy = (torch.sort(-importance[s:].float(), stable=True).indices + s).tolist()  # descending, ties by position
+    recent = list(range(n - 1, s - 1, -1))
+    order, taken, cursors = list(range(s)), [False] * n, [0, 0]
+    for i in range(n - s):
+        src, c = (recent, 0) if i % 2 == 0 else (heavy, 1)
+        while taken[src[cursors[c]]]:
+            cursors[c] += 1
+        taken[src[cursors[c]]] = True
+        order.append(src[cursors[c]])
+    return torch.tensor(order, dtype=torch.long)
+
+
+def kept_positions(importance: torch.Tensor | None, n: int, r: float, method: str = "importance",
+                   seed: int = 0) -> torch.Tensor:
+    """Sorted ``[kept_count(n, r)]`` int64 offsets (within the document) of the tokens kept at retention ``r``.
+
+    Args:
+        importance: ``[n]`` scores (method ``importance``; None: positional order).
+        method: ``importance`` (:func:`retention_order`), ``random`` (seeded by ``seed`` and ``n``) or
+            ``recency`` (the last tokens).
+    Raises:
+        ValueError: unknown method or retention outside (0, 1].
+    """
+    m = kept_count(n, check_retention(r))
+    if method == "importance":
+        keep = retention_order(importance, n)[:m]
+    elif method == "random":
+        keep = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + n))[:m]
+    elif method == "recency":
+        keep = torch.arange(n - m, n)
+    else:
+        raise ValueError(f"unknown retention method {method!r}; choose one of {', '.join(METHODS)}")
+    return torch.sort(keep).values

@@ -1,0 +1,58 @@
+"""Retention and explain for a query: the checks of the request's fields and the attention capture around
+its linked answer (single-request path; the batching scheduler runs neither).
+
+``explain`` captures the attention of the question and answer tokens (eager kernel for the link forward and
+decoding steps, :mod:`kvlink_rag.explain`) and returns each document's share and top passages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from service.errors import ServiceError
+
+if TYPE_CHECKING:
+    from kvlink_rag.attribution import AttentionMass
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.types import LinkedContext
+
+
+def check_explained(mode: str, retention: float | None, explain: bool) -> None:
+    """Raise for a retention outside (0, 1] or explain with mode ``full``.
+
+    Raises:
+        ServiceError: 422 ``retention_out_of_range`` / ``explain_unsupported``.
+    """
+    from kvlink_rag.retention import check_retention
+
+    if retention is not None:
+        try:
+            check_retention(retention)
+        except ValueError as e:
+            raise ServiceError(422, "retention_out_of_range", str(e)) from None
+    if mode == "full" and (explain or retention not in (None, 1.0)):
+        raise ServiceError(422, "explain_unsupported", "explain and retention apply to linked answers only "
+                           "(mode 'linked'), not to the full-prefill comparison")
+
+
+@contextmanager
+def explained_scope(eng: Engine, plan) -> Iterator[AttentionMass | None]:
+    """Around linking and decoding a plan: the captured attention mass with ``plan.explain``, else None."""
+    if not plan.explain:
+        yield None
+        return
+    from kvlink_rag.explain import explaining
+
+    with explaining(eng, len(plan.docs), plan.k) as mass:
+        yield mass
+
+
+def explanation(eng: Engine, plan, mass: AttentionMass | None, ctx: LinkedContext) -> dict | None:
+    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`), or None without explain."""
+    if mass is None:
+        return None
+    from kvlink_rag.explain import attribution, attribution_json
+
+    return attribution_json(attribution(eng, mass, ctx, [d.document for d in plan.docs]))

@@ -1,0 +1,215 @@
+"""Importance-ordered layer records: reading a fraction of a document is reading a prefix of each layer.
+
+A document stored with importance scores (:attr:`kvlink_rag.types.DocumentKV.importance`) keeps, in its meta,
+``token_order``: the positions of its tokens in retention order (sinks first, then importance descending,
+:func:`kvlink_rag.retention.retention_order`), and each layer's safetensors payload holds its tokens in that
+order, *token-major* (the token axis first, so the first ``m`` tokens are one contiguous byte range per
+tensor):
+
+- float: ``k``, ``v`` ``[T, H, D]``;
+- int8: ``k``, ``v`` int8 ``[T, H, D]``, ``v_scale``/``v_zero`` float16 ``[T, H, 1]`` (per token), and
+  ``k_scale``/``k_zero`` float16 ``[H, 1, D]`` (per channel over the whole document, read whole).
+
+Besides the whole-layer checksum of every record, the meta's ``checksum.chunks[layer]`` holds one xxh3_64
+checksum per tenth of the tokens (:data:`CHUNKS`): chunk ``c`` covers tokens ``[bound(c), bound(c+1))`` of
+every token-major tensor (names sorted), and chunk 0 also the header and the whole tensors. A reader of the
+first ``m`` tokens verifies and touches only the chunks that cover them, so the bytes read scale with
+``m / T`` (to within one chunk).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import numpy as np
+import safetensors.torch
+import torch
+import xxhash
+
+from kvlink_rag.retention import check_retention, kept_count
+from store.quant import QuantizedTensor, dequantize, quantize_int8
+from store.record_errors import CorruptRecordError
+
+CHUNKS = 10
+TOKEN_MAJOR = ("k", "v", "v_scale", "v_zero")
+_ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I8": torch.int8}
+
+
+def chunk_bounds(tokens: int) -> list[int]:
+    """``CHUNKS + 1`` token bounds ``ceil(c * T / CHUNKS)`` of the checksum chunks."""
+    return [math.ceil(c * tokens / CHUNKS) for c in range(CHUNKS + 1)]
+
+
+def encode_layer_ordered(k: torch.Tensor, v: torch.Tensor, order: torch.Tensor, int8: bool) -> bytes:
+    """Safetensors bytes of one layer in retention order, token-major.
+
+    Args:
+        k, v: ``[H, T, D]`` in positional order (keys before RoPE).
+        order: ``[T]`` int64 positions in retention order.
+        int8: quantise (keys per channel over all tokens, values per token) before reordering.
+    """
+    k, v, order = k.detach().cpu(), v.detach().cpu(), order.cpu()
+
+    def rows(x: torch.Tensor) -> torch.Tensor:  # [H, T, X] -> [T, H, X] in retention order
+        return x[:, order].transpose(0, 1).contiguous()
+
+    if not int8:
+        return safetensors.torch.save({"k": rows(k), "v": rows(v)})
+    qk, qv = quantize_int8(k, axis="channel"), quantize_int8(v, axis="token")
+    return safetensors.torch.save({"k": rows(qk.q), "k_scale": qk.scale.contiguous(), "k_zero": qk.zero.contiguous(),
+                                   "v": rows(qv.q), "v_scale": rows(qv.scale), "v_zero": rows(qv.zero)})
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_header(raw: bytes) -> tuple:
+    """``(name, dtype, shape, start, end)`` per tensor of a safetensors header (offsets in the data section)."""
+    header = json.loads(raw)
+    return tuple(sorted((name, _ST_DTYPES[info["dtype"]], tuple(info["shape"]), *info["data_offsets"])
+                        for name, info in header.items() if name != "__metadata__"))
+
+
+def _tensors(buf) -> tuple[int, tuple]:
+    """Data-section start and the parsed header of a safetensors buffer.
+
+    Raises:
+        CorruptRecordError: unparsable header.
+    """
+    try:
+        n = int.from_bytes(bytes(buf[:8]), "little")
+        return 8 + n, _parse_header(bytes(buf[8:8 + n]))
+    except (KeyError, ValueError, TypeError) as e:
+        raise CorruptRecordError(f"ordered layer header could not be parsed: {e}") from None
+
+
+def _chunk_digests(buf, tokens: int, upto: int = CHUNKS) -> list[str]:
+    """xxh3_64 hex digests of the first ``upto`` chunks of an ordered layer (see the module docstring)."""
+    data, tensors = _tensors(buf)
+    bounds = chunk_bounds(tokens)
+    mv = memoryview(buf)
+    out = []
+    for c in range(upto):
+        h = xxhash.xxh3_64()
+        if c == 0:
+            h.update(mv[:data])
+            for name, _, _, start, end in tensors:
+                if name not in TOKEN_MAJOR:
+                    h.update(mv[data + start:data + end])
+        for name, _, _, start, end in tensors:
+            if name in TOKEN_MAJOR:
+                row = (end - start) // max(1, tokens)
+                h.update(mv[data + start + bounds[c] * row:data + start + bounds[c + 1] * row])
+        out.append(h.hexdigest())
+    return out
+
+
+def chunk_checksums(buf, tokens: int) -> list[str]:
+    """The :data:`CHUNKS` checksums of an ordered layer of ``tokens`` tokens (stored in the meta)."""
+    return _chunk_digests(buf, tokens)
+
+
+def token_order(meta: dict) -> torch.Tensor | None:
+    """``[T]`` int64 retention order of an ordered record, or None for a record in positional order.
+
+    Raises:
+        CorruptRecordError: the stored order is not a permutation of the record's tokens.
+    """
+    order = meta.get("token_order")
+    if order is None:
+        return None
+    t = torch.tensor(order, dtype=torch.long)
+    if t.numel() != meta["shape"][2] or not torch.equal(torch.sort(t).values, torch.arange(t.numel())):
+        raise CorruptRecordError("token_order is not a permutation of the record's tokens")
+    return t
+
+
+def record_importance(meta: dict) -> torch.Tensor | None:
+    """``[T]`` float32 importance that reproduces the stored retention order (``T - rank``; the order is what
+    the scores are kept as), or None for a record stored without scores."""
+    order = token_order(meta)
+    if order is None:
+        return None
+    scores = torch.empty(order.numel(), dtype=torch.float32)
+    scores[order] = torch.arange(order.numel(), 0, -1, dtype=torch.float32)
+    return scores
+
+
+def retained_positions(meta: dict, retention: float) -> torch.Tensor:
+    """Sorted ``[kept]`` int64 offsets a read at ``retention`` keeps: the first ``kept_count(T, r)`` of the
+    stored order (of the positions, for a record without scores).
+
+    Raises:
+        ValueError: retention outside (0, 1]. CorruptRecordError: bad stored order.
+    """
+    tokens = meta["shape"][2]
+    m = kept_count(tokens, check_retention(retention))
+    order = token_order(meta)
+    return torch.arange(m) if order is None else torch.sort(order[:m]).values
+
+
+def _rows(buf, data: int, spec: tuple, tokens: int, m: int | None) -> torch.Tensor:
+    """Tensor ``spec`` of a layer buffer; only its first ``m`` rows when it is token-major (one copy)."""
+    name, dtype, shape, start, end = spec
+    count = end - start
+    if m is not None and name in TOKEN_MAJOR:
+        count, shape = count // max(1, tokens) * m, (m, *shape[1:])
+    raw = np.frombuffer(buf, dtype=np.uint8, count=count, offset=data + start)
+    return torch.from_numpy(raw.copy()).view(dtype).view(shape)
+
+
+def decode_ordered(buf, meta: dict, layer: int, tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V ``[H, m, D]`` (float32 for int8 records, else the stored dtype) of the first ``m`` tokens in
+    retention order (all of them when ``tokens`` is None); a partial read verifies the chunks it touches,
+    a whole read is verified by the caller's whole-layer checksum.
+
+    Raises:
+        CorruptRecordError: a chunk failed its checksum, or the payload does not fit the meta.
+    """
+    T = meta["shape"][2]
+    m = T if tokens is None else tokens
+    if tokens is not None:
+        need = next(c for c in range(CHUNKS + 1) if chunk_bounds(T)[c] >= m)
+        if _chunk_digests(buf, T, need) != meta["checksum"]["chunks"][layer][:need]:
+            raise CorruptRecordError(f"layer {layer} failed its chunk checksum")
+    data, tensors = _tensors(buf)
+    try:
+        t = {spec[0]: _rows(buf, data, spec, T, m if tokens is not None else None) for spec in tensors}
+        if meta["dtype"] != "int8":
+            return t["k"].transpose(0, 1), t["v"].transpose(0, 1)
+        src = torch.float32
+        k = dequantize(QuantizedTensor(t["k"].transpose(0, 1), t["k_scale"], t["k_zero"], "channel", src), src)
+        v = dequantize(QuantizedTensor(t["v"].transpose(0, 1), t["v_scale"].transpose(0, 1),
+                                       t["v_zero"].transpose(0, 1), "token", src), src)
+        return k, v
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+
+
+def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    """A whole ordered layer (already verified) back in positional order into ``k_out``/``v_out`` ``[H, T, D]``.
+
+    Raises:
+        CorruptRecordError: the payload or the stored order does not fit the meta.
+    """
+    k, v = decode_ordered(buf, meta, layer)
+    if list(k.shape) != list(k_out.shape):
+        raise CorruptRecordError(f"layer {layer} shape {list(k.shape)} does not match {list(k_out.shape)}")
+    order = token_order(meta)
+    k_out[:, order] = k.to(k_out.dtype)
+    v_out[:, order] = v.to(v_out.dtype)
+
+
+def decode_ordered_prefix(buf, meta: dict, layer: int, retention: float,
+                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V ``[H, kept, D]`` in ``dtype`` of the tokens a read at ``retention`` keeps, sorted by position
+    (the offsets are :func:`retained_positions`), reading only a prefix of the layer's bytes.
+
+    Raises:
+        CorruptRecordError: a touched chunk failed its checksum, or the payload does not fit the meta.
+    """
+    T = meta["shape"][2]
+    m = kept_count(T, check_retention(retention))
+    k, v = decode_ordered(buf, meta, layer, m)
+    idx = torch.argsort(token_order(meta)[:m])  # storage order -> position order
+    return k[:, idx].to(dtype), v[:, idx].to(dtype)
