@@ -16,6 +16,7 @@ import typer
 from cli.common import (console, fail, fetch_default_model, make_engine, make_settings, open_runtime, out,
                         progress_bar, quiet_libraries, results_only_stdout)
 from cli.documents import read_documents
+from cli.explain import RetentionOpt, checked_retention
 from kvlink_rag.settings import DEFAULT_MODEL
 
 app = typer.Typer()
@@ -164,6 +165,9 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
           max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
           adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
                                                          "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
+          retention: RetentionOpt = None,
+          explain: Annotated[bool, typer.Option("--explain", help="Also show each document's share of the answer's "
+                                                "attention and its top passages (character offsets).")] = False,
           as_json: Annotated[bool, typer.Option("--json", help="Print the response JSON.")] = False) -> None:
     """Answer a question over the tenant's stored documents.
 
@@ -173,7 +177,7 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
     if top_k is not None and doc_id:
         fail("give either --top-k or --doc-id, not both")
     body = {"question": question, "top_k": top_k, "document_ids": doc_id or None, "max_new_tokens": max_new_tokens,
-            "adapter": adapter}
+            "adapter": adapter, "retention": checked_retention(retention), "explain": explain or None}
     body = {k: v for k, v in body.items() if v is not None}
     res = _query_remote(body, url, api_key) if url else _query_direct(body, tenant)
     if as_json:
@@ -181,7 +185,10 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
         return
     out.print(f"[bold]A:[/bold] {res['answer']}")
     for d in res["documents"]:
-        out.print(f"  {d['id']}  {d['title'][:50]!r}  {'cache hit' if d['cache_hit'] else 'encoded now'}")
+        share = f"  attribution {d['attribution']:.1%}" if d.get("attribution") is not None else ""
+        out.print(f"  {d['id']}  {d['title'][:50]!r}  {'cache hit' if d['cache_hit'] else 'encoded now'}{share}")
+        for p in d.get("passages") or []:
+            out.print(f"      passage [{p['start']}:{p['end']}] ({p['share']:.0%})")
     t = res["timings"]
     out.print("  " + ", ".join(f"{k[:-2]} {v * 1000:.0f} ms" for k, v in t.items()))
 
@@ -256,7 +263,8 @@ def _query_direct(body: dict, tenant: str) -> dict:
         service = runtime.queries
         with results_only_stdout():
             plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
-                                adapter=body.get("adapter"), max_new_tokens=body.get("max_new_tokens"))
+                                adapter=body.get("adapter"), retention=body.get("retention"),
+                                explain=body.get("explain", False), max_new_tokens=body.get("max_new_tokens"))
             return query_out(service.answer(plan))
     except ServiceError as e:
         fail(e.message)

@@ -1,0 +1,57 @@
+"""The CLI's retention and explain: one-line errors before the model loads, ``explain --png``, ``query
+--explain`` on the store (tiny model with the real tokenizer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args", [
+    ["ask", "--doc", "README.md", "--retention", "0", "q?"],
+    ["explain", "--doc", "README.md", "--retention", "1.5", "q?"],
+    ["query", "q?", "--retention", "-1"],
+    ["eval", "--retention", "0.5,2"],
+])
+def test_retention_outside_range_is_a_one_line_error(args, env):
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: --retention: retention must be in (0, 1]")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_explain_prints_shares_and_writes_a_heatmap(tmp_path, env):
+    a, b = tmp_path / "lighthouse.txt", tmp_path / "paris.txt"
+    a.write_text("The lighthouse on Skerry Point was built in 1851. Agnes Moray kept the lamp burning.")
+    b.write_text("Paris is the capital of France. The Seine flows through the city.")
+    png = tmp_path / "heat.png"
+    result = runner.invoke(app, ["explain", "--doc", str(a), "--doc", str(b), "--png", str(png), "--json",
+                                 "--retention", "0.5", "Who kept the lamp burning?"], env=env)
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.stdout)
+    att = res["attribution"]
+    assert len(att["documents"]) == 2
+    assert abs(att["prefix"] + sum(d["share"] for d in att["documents"]) - 1) < 1e-4
+    for d, text in zip(att["documents"], (a.read_text(), b.read_text())):
+        assert all(0 <= p["start"] < p["end"] <= len(text) for p in d["passages"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_query_explain_on_the_store(tmp_path, env):
+    docs = shutil.copy(FIXTURE, tmp_path / "documents.jsonl")
+    assert runner.invoke(app, ["ingest", str(docs)], env=env).exit_code == 0
+    result = runner.invoke(app, ["query", "Who kept the lighthouse lamp?", "--doc-id", "lighthouse", "--doc-id",
+                                 "paris", "--explain", "--retention", "0.6", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.stdout)
+    shares = [d["attribution"] for d in res["documents"]]
+    assert abs(sum(shares) + res["prefix_attribution"] - 1) < 1e-4
