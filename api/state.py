@@ -9,12 +9,12 @@ retrieval, queries) and the HTTP side's gates.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from api.concurrency import Gates
 from kvlink_rag.settings import Settings
+from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService
 from service.queues import Queue, redact
 from service.retrieval import Retrieval
@@ -41,7 +41,7 @@ class ServiceState:
         self.settings = settings
         self.engine = engine
         self.runtime: Runtime | None = None
-        self.model_lock = threading.Lock()
+        self.model_lock = FairLock()  # FIFO: precompute and bookkeeping run between scheduler steps
         # where queries wait for the model, and probes run (api.concurrency); with the batching scheduler a
         # query's thread only waits for its tokens, so as many may enter as the scheduler can hold, plus one
         # that it refuses (503 with Retry-After) rather than leave waiting here

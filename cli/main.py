@@ -3,17 +3,17 @@
 Commands: ``ask``, ``demo`` (:mod:`cli.core`); ``explain`` (:mod:`cli.explain`); ``eval``, ``train-links``, ``eval-report``
 (:mod:`cli.quality`); ``serve``, ``worker``, ``ingest``, ``query`` (:mod:`cli.serving`); ``bench``
 (:mod:`cli.benchmark`); the groups ``model`` (fetch), ``store`` (check) and ``index`` (rebuild)
-(:mod:`cli.maintenance`). Output rules and shared helpers: :mod:`cli.common`.
+(:mod:`cli.maintenance`); ``verify`` (:mod:`cli.verification`). Output rules and shared helpers: :mod:`cli.common`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli import benchmark, core, explain, maintenance, quality, serving
+from cli import benchmark, core, explain, maintenance, quality, serving, verification
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="KVLink document-cache RAG.")
-for _commands in (core.app, explain.app, quality.app, serving.app, benchmark.app):  # merged: top-level commands
+for _commands in (core.app, explain.app, quality.app, serving.app, benchmark.app, verification.app):  # merged: top-level commands
     app.add_typer(_commands)
 app.add_typer(core.model_app, name="model")
 app.add_typer(maintenance.store_app, name="store")

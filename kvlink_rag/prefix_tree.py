@@ -169,12 +169,12 @@ class PrefixTree:
                 while j < len(child.items) and i + j < len(items) and child.items[j] == items[i + j]:
                     j += 1
                 if j < len(child.items):
-                    self._split(child, j)
+                    child = self._split(child, j)  # the head holds the matched items; go on from there
                 child.last_used = now
                 i, at, node = i + j, at + sum(sizes[i:i + j]), child
             return 0
 
-    def _split(self, node: Node, j: int) -> None:
+    def _split(self, node: Node, j: int) -> Node:
         """Cut ``node``'s edge after ``j`` items: a new parent holds the first ``j`` (views, no copies); a pin
         stays on ``node``, and the head is safe as its parent."""
         t = sum(node.sizes[:j])
@@ -184,6 +184,7 @@ class PrefixTree:
         node.kv = _slice(node.kv, t, t + sum(node.sizes))
         node.parent = head
         head.children[node.items[0]] = node
+        return head
 
     def _leaves(self) -> list[Node]:
         out, stack = [], [c for r in self.roots.values() for c in r.children.values()]

@@ -54,6 +54,7 @@ class RunningRequest:
         self.generator = None
         self.shared = False
         self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
+        self.last_layer_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # with logits: the prompt's last layer
         if params.temperature > 0:
             self.generator = torch.Generator(device="cpu")
             self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
@@ -73,6 +74,10 @@ class RunningRequest:
         request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
         if self.logits is not None:
             self.logits.append(logits.detach().clone())
+            if not self.shared:  # the prompt's last-layer KV, storage order: [kv_heads, prompt_tokens, head_dim]
+                last = self.engine.lm.num_layers - 1
+                pieces = list(self.seq.layer_kv(last))
+                self.last_layer_kv = (torch.cat([k for k, _ in pieces], 1).clone(), torch.cat([v for _, v in pieces], 1).clone())
         if not self.shared:
             self.shared = True
             self._share_prompt()

@@ -66,6 +66,8 @@ class GenResult:
         tree_docs: cache keys of documents whose KV came from the prefix tree.
         engine: the engine used (its cache view recorded per-document hits).
         logits: per generated token the ``[vocab]`` float32 logits it was sampled from (``keep_logits``).
+        last_layer_kv: with ``keep_logits``, the prompt's last-layer ``(k, v)``, each ``[kv_heads,
+            prompt_tokens, head_dim]`` in storage order (keys after RoPE).
         timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
             ``total_s`` (all from ``t0``).
     """
@@ -79,6 +81,7 @@ class GenResult:
     engine: Engine | None
     timings: dict[str, float]
     logits: list | None = None
+    last_layer_kv: tuple | None = None
 
 
 class RequestHandle:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kvlink_rag.settings import Settings
+from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService
 from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue
 from service.recovery_hooks import RequeueCorrupt, recover_at_start
@@ -192,7 +193,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
         settings or model. What is opened is closed again on failure.
     """
     apply_torch_threads(settings)
-    lock = model_lock if model_lock is not None else threading.Lock()
+    lock = model_lock if model_lock is not None else FairLock()
     q = open_queue(settings, queue, lock)
     try:
         t0 = time.perf_counter()

@@ -253,4 +253,4 @@ class Scheduler:
 def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
     return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.prompt_tokens, rr.cached_tokens, rr.tree_tokens,
-                     set(rr.tree_docs), rr.engine, timings, rr.logits)
+                     set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv)
