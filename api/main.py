@@ -29,6 +29,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     state = ServiceState(settings, engine)
     metrics = Metrics(state)
     state.on_result = metrics.observe_query
+    state.on_step = metrics.observe_step
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -15,6 +15,8 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from api.scheduler_metrics import SchedulerCollector, StepMetrics
+
 log = logging.getLogger(__name__)
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -116,6 +118,8 @@ class Metrics:
         self.documents = Counter("kvlink_query_documents", "Documents used by queries, by cache outcome.",
                                  ["cache"], registry=self.registry)
         self.registry.register(StoreCollector(state))
+        self.registry.register(SchedulerCollector(state))
+        self.observe_step = StepMetrics(self.registry)  # the scheduler's observe
 
     def observe_query(self, result) -> None:
         """Record an :class:`service.queries.QueryResult`."""

@@ -48,6 +48,7 @@ class ServiceState:
         slots = settings.max_running_requests + settings.max_waiting_requests + 1 if settings.scheduler else 1
         self.gates = Gates(model=slots)
         self.on_result: Callable[[QueryResult], None] | None = None
+        self.on_step: Callable[[int, list[float]], None] | None = None  # the scheduler's per-step metrics
         self.started = 0.0
 
     @property
@@ -88,6 +89,8 @@ class ServiceState:
         """
         s = self.settings
         rt = build_runtime(s, self.engine, queue="auto", on_result=self.on_result, model_lock=self.model_lock)
+        if rt.scheduler is not None:
+            rt.scheduler.observe = self.on_step
         self.runtime, self.engine = rt, rt.engine
         self.started = time.time()
         if not s.api_keys:

@@ -76,7 +76,8 @@ class Scheduler:
         tree: the prefix tree (sharing off: a tree with a zero byte budget).
         model_lock: taken for each step (shared with other model users).
         limits: see :class:`SchedulerLimits`.
-        observe: called after each step with ``(batch_rows, batch_tokens, queue_waits_s)`` (metrics).
+        observe: called after each step with ``(rows, waits)``: requests in the step's forwards and the queue
+            waits (seconds) of those admitted in it (metrics); settable after construction.
     """
 
     def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None):
@@ -160,6 +161,7 @@ class Scheduler:
     def _step(self, chosen: list[_Waiting]) -> None:
         from kvlink_rag.running import admit
 
+        waits = []
         with self.model_lock:
             for w in chosen:
                 req = w.handle.request
@@ -171,6 +173,7 @@ class Scheduler:
                     w.handle.fail(e)
                     continue
                 rr.timings["queue_wait_s"] = time.perf_counter() - w.since
+                waits.append(rr.timings["queue_wait_s"])
                 with self._cond:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()
@@ -183,7 +186,7 @@ class Scheduler:
                 rows += len(members)
             self.steps += 1
         if self.observe is not None:
-            self.observe(rows, [w.handle for w in chosen])
+            self.observe(rows, waits)
 
     def _forward(self, adapter, members) -> None:
         """One packed forward for ``members`` (same adapter); sample, emit, finish."""

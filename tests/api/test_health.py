@@ -138,3 +138,16 @@ def test_metrics_labels_come_from_a_closed_set(client):
     assert {re.search(r'route="([^"]*)"', line).group(1) for line in series} == {
         "/v1/query", "/healthz", "unmatched", "/v1/documents/{doc_id}"}
     assert all('method="other"' in line for line in series)
+
+
+def test_scheduler_metrics_count_steps_batches_waits_and_the_prefix_tree(client, fixture_docs):
+    client.post("/v1/documents", json=fixture_docs[1])
+    wait_ready(client, "paris")
+    for _ in range(2):
+        client.post("/v1/query", json={"question": "capital of France?", "document_ids": ["paris"]})
+    text = client.get("/metrics").text
+    assert _sample(text, "kvlink_queue_wait_seconds_count") == 2 and _sample(text, "kvlink_batch_size_count") >= 2
+    assert _sample(text, "kvlink_scheduler_running") == 0 and _sample(text, "kvlink_scheduler_waiting") == 0
+    tree = client.app_state.runtime.scheduler.tree.stats()
+    assert _sample(text, "kvlink_prefix_tree_bytes") == tree["bytes"] > 0
+    assert _sample(text, "kvlink_prefix_tree_hit_tokens_total") == tree["hit_tokens"] > 0  # the second query
