@@ -8,7 +8,9 @@ are stored *before* RoPE, so that the linker can rotate them to any offset later
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from contextlib import nullcontext
+from contextvars import ContextVar
 
 import torch
 
@@ -22,6 +24,13 @@ from .types import DocumentKV, PrefixKV, parse_dtype
 
 ENCODINGS = ("isolated", "anchored")
 FORMAT_VERSION = 1
+CHUNK_TOKENS = 256
+"""Document tokens per forward of a precompute; a long document is encoded in chunks (same K and V:
+each chunk attends to the cache of the ones before it)."""
+
+between_chunks: ContextVar[Callable[[], None] | None] = ContextVar("between_chunks", default=None)
+"""Called between two chunks of a precompute in this context (thread), e.g. by the service to let the
+batching scheduler run a step: a long document then never stalls queries for its whole encode."""
 
 
 def ids_hash(ids: torch.Tensor) -> str:
@@ -130,10 +139,17 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     cache = None
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
-    with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
-        # documents are always encoded by the base model
-        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
-    k, v = cache_tensors(out.cache)
+    n, hook = int(ids.numel()), between_chunks.get()
+    for c0 in range(0, n, CHUNK_TOKENS):
+        c1 = min(n, c0 + CHUNK_TOKENS)
+        with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
+            # documents are always encoded by the base model
+            out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
+                                 cache=cache, use_cache=True)
+        cache = out.cache
+        if hook is not None and c1 < n:
+            hook()
+    k, v = cache_tensors(cache)
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     start = prefix.num_tokens if prefix is not None else 0
     return k[:, :, start:], v[:, :, start:]

@@ -61,9 +61,13 @@ class ImportanceAccumulator:
         self.scores = torch.zeros(n, dtype=torch.float32)
 
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
-        """Add one layer's ``[1, heads, n, start + n]`` attention probabilities (document queries)."""
-        w = weights[0, :, -self.n:, self.start:].float().sum(dim=0)  # w: [n queries, n keys], heads summed
-        self.scores += (w.sum(dim=0) - w.diagonal()).cpu()  # received from later tokens (causal: q >= k)
+        """Add one layer's ``[1, heads, q, start + t]`` attention probabilities of the document's queries
+        ``t - q .. t - 1`` (the whole document at once, or one chunk of it)."""
+        w = weights[0, :, :, self.start:].float().sum(dim=0)  # w: [q queries, t keys], heads summed
+        q, t = w.shape
+        received = w.sum(dim=0)
+        received[t - q:] -= w.diagonal(offset=t - q)  # not from itself; causal, so only later tokens remain
+        self.scores[:t] += received.cpu()
 
 
 def retention_order(importance: torch.Tensor | None, n: int, sinks: int = SINK_TOKENS) -> torch.Tensor:

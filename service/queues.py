@@ -63,7 +63,9 @@ class NoQueue:
 
 
 class EmbeddedQueue:
-    """Precompute in ``threads`` background threads of this process, one model call at a time.
+    """Precompute in ``threads`` background threads of this process, one model call at a time; a document
+    is encoded in chunks (``kvlink_rag.document_prefill.CHUNK_TOKENS``) with the model lock handed to the
+    batching scheduler between them, so queries keep answering while a long document is encoded.
 
     Args:
         engine: the shared engine (its cache must be the store's ``StoreCache``).
@@ -87,7 +89,16 @@ class EmbeddedQueue:
             self._pending += 1
         self._pool.submit(self._run, tenant, doc_id, version)
 
+    def _yield_model(self) -> None:
+        """Between two chunks of a document: hand the model lock to whoever waits (the scheduler's next
+        step; the lock is first-come first-served) and take it back."""
+        self.model_lock.release()
+        self.model_lock.acquire()
+
     def _run(self, tenant: str, doc_id: str, version: int) -> None:
+        from kvlink_rag.document_prefill import between_chunks
+
+        token = between_chunks.set(self._yield_model)
         try:
             with self.model_lock:
                 self.catalog.precompute(tenant, doc_id, version, self.engine)
@@ -100,6 +111,7 @@ class EmbeddedQueue:
             except Exception:  # noqa: BLE001
                 log.exception("could not mark %s/%s failed", tenant, doc_id)
         finally:
+            between_chunks.reset(token)
             with self._count_lock:
                 self._pending -= 1
 

@@ -56,3 +56,23 @@ def test_bad_input_gives_clear_errors():
         encoding_fingerprint("m", "shuffled", None, "float32")
     with pytest.raises(ValueError, match="anchor prefix is empty"):
         encode_prefix(lm, torch.zeros(0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chunks(monkeypatch, anchored):
+    from kvlink_rag import document_prefill
+    from kvlink_rag.document_prefill import between_chunks, encode_document, encode_prefix
+
+    lm = tiny_model("llama")
+    ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(4, seed=4)) if anchored else None)
+    whole = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
+    monkeypatch.setattr(document_prefill, "CHUNK_TOKENS", 5)
+    calls = []
+    token = between_chunks.set(lambda: calls.append(1))
+    try:
+        chunked = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
+    finally:
+        between_chunks.reset(token)
+    assert len(calls) == 3  # 4 chunks of 5, 5, 5, 2 tokens
+    assert torch.allclose(chunked.keys, whole.keys, atol=1e-5) and torch.allclose(chunked.values, whole.values, atol=1e-5)
+    assert torch.allclose(chunked.importance, whole.importance, atol=1e-4)
