@@ -7,7 +7,10 @@ embedded index), under the cache key (see :func:`store.keys.cache_key`)::
     <key>/meta   JSON: format_version, dtype, source_dtype, key_axis, shape [L, H, T, D], fingerprint,
                  encoding, num_tokens, nbytes, checksum {ids, layers[L]} (xxh3_64 hex; xxh64 in version-1 records), created
     <key>/ids    int64 little-endian token ids, T * 8 bytes
-    <key>/L{l}   safetensors bytes of layer l (see :mod:`store.codec`)
+    <key>/L{l}   safetensors bytes of layer l (see :mod:`store.codec`); a document stored with importance
+                 scores has its tokens in retention order, token-major, with per-tenth chunk checksums in
+                 the meta (``token_order``, ``checksum.chunks``; :mod:`store.ordered_layout`), so a read at
+                 retention r touches only the first ~r of each layer's bytes
 
 A small access-stats record per document (``blob_stats`` sub-database: hits, last access, bytes,
 created) ranks documents for eviction when the map cannot grow past ``max_map_size``.
@@ -270,6 +273,7 @@ class LmdbBlobStore(BlobStore):
                        dtype: torch.dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(k, v)`` ``[H, kept, D]`` per layer from prefixes of the ordered layer records (one short read
         transaction each; the memoryview is touched only where the prefix lies)."""
+        order = ordered_layout.token_order(meta)  # checked once per document (by iter_retained_layers)
         for i in range(meta["shape"][0]):
             try:
                 with self.env.read() as txn:
@@ -279,7 +283,7 @@ class LmdbBlobStore(BlobStore):
                     buf = txn.get(_rkey(key, f"L{i}"), db=self._db)
                     if buf is None:
                         raise CorruptRecordError(f"layer {i} is missing")
-                    k, v = ordered_layout.decode_ordered_prefix(buf, meta, i, retention, dtype)
+                    k, v = ordered_layout.decode_ordered_prefix(buf, meta, i, retention, dtype, order)
             except CorruptRecordError as e:
                 self._corrupt(key, e)
                 raise

@@ -200,16 +200,19 @@ def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out:
     v_out[:, order] = v.to(v_out.dtype)
 
 
-def decode_ordered_prefix(buf, meta: dict, layer: int, retention: float,
-                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_ordered_prefix(buf, meta: dict, layer: int, retention: float, dtype: torch.dtype,
+                          order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """K and V ``[H, kept, D]`` in ``dtype`` of the tokens a read at ``retention`` keeps, sorted by position
     (the offsets are :func:`retained_positions`), reading only a prefix of the layer's bytes.
 
+    Args:
+        order: :func:`token_order` of ``meta`` when the caller already has it (one check per document,
+            not per layer).
     Raises:
         CorruptRecordError: a touched chunk failed its checksum, or the payload does not fit the meta.
     """
     T = meta["shape"][2]
     m = kept_count(T, check_retention(retention))
     k, v = decode_ordered(buf, meta, layer, m)
-    idx = torch.argsort(token_order(meta)[:m])  # storage order -> position order
+    idx = torch.argsort((token_order(meta) if order is None else order)[:m])  # storage order -> position order
     return k[:, idx].to(dtype), v[:, idx].to(dtype)
