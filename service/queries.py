@@ -131,8 +131,9 @@ class QueryService:
         docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
         plan = QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
-        plan.retention, plan.explain = retention, explain
-        plan.batched = not explain and retention in (None, 1.0)  # both run on the single-request path
+        plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
+        plan.explain = explain
+        plan.batched = not explain and plan.retention == 1.0  # both run on the single-request path
         return plan
 
     def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,

@@ -66,3 +66,17 @@ def test_chat_kvlink_field_carries_the_attribution(client, ready):
     assert r.status_code == 200, r.text
     kv = r.json()["kvlink"]
     assert abs(sum(d["attribution"] for d in kv["documents"]) + kv["prefix_attribution"] - 1) < 1e-4
+
+
+def test_the_retention_setting_applies_when_a_query_names_none(make_client, fixture_docs):
+    with make_client(retention=0.5) as c:
+        c.post("/v1/documents", json={"documents": fixture_docs})
+        for d in fixture_docs:
+            wait_ready(c, d["id"])
+        by_setting = c.post("/v1/query", json=ASK).json()
+        explicit = c.post("/v1/query", json={**ASK, "retention": 0.5}).json()
+        full = c.post("/v1/query", json={**ASK, "retention": 1.0}).json()
+        plan = c.app_state.queries.plan("default", ASK["question"], ASK["document_ids"])
+    assert plan.retention == 0.5 and not plan.batched  # retention runs on the single-request path
+    assert by_setting["answer"] == explicit["answer"]
+    assert full["context_tokens"] == by_setting["context_tokens"]
