@@ -10,12 +10,24 @@ def _ms(s: float) -> str:
 
 
 def markdown(results: dict, command: str) -> str:
-    """The BENCHMARKS.md body."""
+    """The BENCHMARKS.md body: the sections of the suites that ran."""
+    from .serving_report import serving_section
+
     m = results["machine"]
     lines = [f"Produced by `{command}` on {results['started']} ({m['platform']}, {m['threads']} threads, "
              f"device {m['device']}, model {m['model']}, KV {m['kv_dtype']}, K={m['link_k']}, {m['encoding']}).",
-             "All figures of one table come from the same run, medians of repeats (min-max in brackets).", "",
-             "## TTFT vs context length (10 documents)", "",
+             "All figures of one table come from the same run, medians of repeats (min-max in brackets).", ""]
+    sections = (("ttft", _ttft_section), ("bandwidth", _bandwidth_section), ("precompute", _precompute_section),
+                ("scaling_documents", _scaling_section), ("concurrency", _concurrency_section),
+                ("serving", serving_section))
+    for key, section in sections:
+        if results.get(key):
+            lines += section(results) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _ttft_section(results: dict) -> list[str]:
+    lines = ["## TTFT vs context length (10 documents)", "",
              "| context tokens | full prefill ms | linked (host) ms | linked (LMDB warm) ms | linked (LMDB cold) ms "
              "| speed-up host | speed-up LMDB warm | floor ms | linked / floor |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -36,16 +48,27 @@ def markdown(results: dict, command: str) -> str:
         lines.append(f"| {r['context_tokens']} | {_ms(h['load_s'])} | {_ms(h['rope_s'])} | {_ms(h['link_forward_s'])} "
                      f"| {_ms(r['first_decode_step']['median_s'])} | {_ms(r['floor']['copy']['median_s'])} "
                      f"| {_ms(r['floor']['forward']['median_s'])} |")
-    lines += ["", "## Load bandwidth (LMDB, page cache warm) vs plain memory copy of the same KV", "",
+    return lines
+
+
+def _bandwidth_section(results: dict) -> list[str]:
+    lines = ["## Load bandwidth (LMDB, page cache warm) vs plain memory copy of the same KV", "",
               "| format | bytes/token stored | LMDB load GB/s | memory copy GB/s | load / copy |", "|---|---|---|---|---|"]
     for fmt, b in results["bandwidth"].items():
         lines.append(f"| {fmt} | {b['bytes_per_token']:.0f} | {b['load_gbps']:.2f} | {b['copy_gbps']:.2f} "
                      f"| {b['load_vs_copy']:.2f} |")
+    return lines
+
+
+def _precompute_section(results: dict) -> list[str]:
     p = results["precompute"]
-    lines += ["", "## Precompute throughput (one process)", "",
+    return ["## Precompute throughput (one process)", "",
               "| tokens | raw forward tok/s | encode + LMDB write tok/s | ratio |", "|---|---|---|---|",
-              f"| {p['tokens']} | {p['raw_tokens_per_s']:.0f} | {p['precompute_tokens_per_s']:.0f} | {p['ratio']:.2f} |",
-              "", "## TTFT vs number of documents", "", "| documents | context tokens | full ms | linked ms | speed-up |",
+              f"| {p['tokens']} | {p['raw_tokens_per_s']:.0f} | {p['precompute_tokens_per_s']:.0f} | {p['ratio']:.2f} |"]
+
+
+def _scaling_section(results: dict) -> list[str]:
+    lines = ["## TTFT vs number of documents", "", "| documents | context tokens | full ms | linked ms | speed-up |",
               "|---|---|---|---|---|"]
     for r in results["scaling_documents"]:
         lines.append(f"| {r['documents']} | {r['context_tokens']} | {_ms(r['full_s'])} | {_ms(r['linked_s'])} "
@@ -55,16 +78,19 @@ def markdown(results: dict, command: str) -> str:
     for r in results["scaling_store"]:
         lines.append(f"| {r['entries']} | {r['store_bytes'] / 1e6:.1f} | {r['index_get_us']:.0f} "
                      f"| {r['near_duplicates_us']:.0f} | {r['blob_get_us']:.0f} |")
-    if results.get("concurrency"):
-        lines += ["", "## Concurrency through the HTTP API (60% short / 30% medium / 10% long; 2, 5, 10 documents)", "",
-                  "| clients | requests | throughput req/s | p50 s | p99 s | hit rate | p50 short s | p50 long s | long / short |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in results["concurrency"]:
-            f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
-            lines.append(f"| {r['clients']} | {r['requests']} | {r['throughput_rps']:.2f} | {r['p50_s']:.2f} "
-                         f"| {r['p99_s']:.2f} | {r['hit_rate']:.2f} | {f(r['p50_short_s'])} | {f(r['p50_long_s'])} "
-                         f"| {f(r['long_over_short'])} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _concurrency_section(results: dict) -> list[str]:
+    lines = ["## Concurrency through the HTTP API (60% short / 30% medium / 10% long; 2, 5, 10 documents)", "",
+              "| clients | requests | throughput req/s | p50 s | p99 s | hit rate | p50 short s | p50 long s | long / short |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in results["concurrency"]:
+        f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+        lines.append(f"| {r['clients']} | {r['requests']} | {r['throughput_rps']:.2f} | {r['p50_s']:.2f} "
+                     f"| {r['p99_s']:.2f} | {r['hit_rate']:.2f} | {f(r['p50_short_s'])} | {f(r['p50_long_s'])} "
+                     f"| {f(r['long_over_short'])} |")
+    return lines
 
 
 def _log_plot(path: Path, xlabel: str, xs: list, series: list[tuple[list, str, str]]) -> Path:

@@ -25,9 +25,14 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving")
+"""Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
+
+
 def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
-              store_sizes: list[int], clients: list[int] | None = None, log=_stderr, requests: int = 32) -> dict:
-    """Everything side by side in one process; returns the results dict.
+              store_sizes: list[int], clients: list[int] | None = None, log=_stderr, requests: int = 32,
+              suites: tuple[str, ...] = SUITES) -> dict:
+    """The ``suites`` side by side in one process; returns the results dict.
 
     ``requests``: HTTP queries per concurrency level (at least one per client). ``log`` gets the progress
     lines (default: stderr; stdout carries only results)."""
@@ -42,23 +47,32 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
         st = open_store(engine.settings.model_copy(update={"home": Path(tmp), "store_max_bytes": 16 << 30,
                                                            "host_cache_bytes": 8 << 30}))
         engine.cache = st.cache
-        results["ttft"] = _ttft_rows(engine, st, examples, question, lengths, repeats, log)
-        log("load bandwidth")
+        if "ttft" in suites:
+            results["ttft"] = _ttft_rows(engine, st, examples, question, lengths, repeats, log)
         docs = documents_for_budget(engine, examples, 10, 4000, start=1000)
-        results["bandwidth"] = _bandwidth(engine, st, docs, repeats)
-        log("precompute throughput")
-        results["precompute"] = precompute_throughput(engine, st.blobs, docs)
-        log("scaling with documents")
-        pool = documents_for_budget(engine, examples, max(doc_counts), 130 * max(doc_counts), start=1200)
-        results["scaling_documents"] = ttft_by_documents(engine, question, pool, doc_counts, repeats)
-        log("scaling with stored entries")
-        results["scaling_store"] = store_scaling(Path(tmp), store_sizes)
-    if clients:
+        if "bandwidth" in suites:
+            log("load bandwidth")
+            results["bandwidth"] = _bandwidth(engine, st, docs, repeats)
+        if "precompute" in suites:
+            log("precompute throughput")
+            results["precompute"] = precompute_throughput(engine, st.blobs, docs)
+        if "scaling" in suites:
+            log("scaling with documents")
+            pool = documents_for_budget(engine, examples, max(doc_counts), 130 * max(doc_counts), start=1200)
+            results["scaling_documents"] = ttft_by_documents(engine, question, pool, doc_counts, repeats)
+            log("scaling with stored entries")
+            results["scaling_store"] = store_scaling(Path(tmp), store_sizes)
+    engine.cache = None  # the runtimes below give each request its tenant's store cache
+    if clients and "concurrency" in suites:
         from .concurrency import concurrency
 
         log("concurrency through the HTTP API")
-        engine.cache = None  # the app gives each request its tenant's store cache
         results["concurrency"] = concurrency(engine, examples, clients, requests=requests)
+    if clients and "serving" in suites:
+        from .serving import serving_suite
+
+        log("serving: batching scheduler and prefix sharing")
+        results["serving"] = serving_suite(engine, examples, clients, log=log)
     return results
 
 

@@ -23,6 +23,8 @@ def bench(
     clients: Annotated[str, typer.Option(help="Concurrent HTTP clients ('' to skip).")] = "1,4,16",
     requests: Annotated[int, typer.Option(help="HTTP queries per concurrency level (60/30/10% short/medium/long).")] = 32,
     repeats: Annotated[int, typer.Option()] = 3,
+    suites: Annotated[str, typer.Option(help="Comma-separated groups: ttft, bandwidth, precompute, scaling, "
+                                             "concurrency, serving (default all).")] = "all",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Folder for PNG plots.")] = None,
@@ -40,7 +42,11 @@ def bench(
     if requests < 1:
         fail("--requests must be >= 1")
     from bench.report import markdown, plots as make_plots
-    from bench.run import run_suite
+    from bench.run import SUITES, run_suite
+
+    picked = SUITES if suites == "all" else tuple(x.strip() for x in suites.split(",") if x.strip())
+    if not picked or set(picked) - set(SUITES):
+        fail(f"--suites takes a comma-separated subset of {', '.join(SUITES)} (or all); got {suites!r}")
 
     if device == "cuda":
         import torch
@@ -50,7 +56,7 @@ def bench(
     engine = make_engine(make_settings(device=device))
     with results_only_stdout():
         results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
-                            requests=requests)
+                            requests=requests, suites=picked)
     command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
     text = markdown(results, command)
     out.print(text)

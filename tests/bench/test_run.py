@@ -14,7 +14,7 @@ def test_suite_runs_and_reports(tmp_path):
         pytest.skip(f"{NQ_PATH} not present")
     engine = tiny_text_engine(tmp_path)
     res = run_suite(engine, NQ_PATH, lengths=[300], repeats=1, doc_counts=[1, 2], store_sizes=[20], clients=[1, 2],
-                    log=lambda m: None, requests=10)
+                    log=lambda m: None, requests=10, suites=("ttft", "bandwidth", "precompute", "scaling", "concurrency"))
     [row] = res["ttft"]
     assert row["context_tokens"] > 300 and row["full"]["median_s"] > 0 and row["linked_host"]["total"]["median_s"] > 0
     assert row["floor"]["kv_bytes"] > 0 and row["linked_over_floor"] > 0
@@ -27,6 +27,32 @@ def test_suite_runs_and_reports(tmp_path):
     assert res["concurrency"][0]["hit_rate"] == 1.0
     text = markdown(res, "kvlink-rag bench (test)")
     assert "## Concurrency" in text and "| 20 |" in text
+
+
+def test_serving_workloads_run_and_report(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from bench.dialogues import dialogues
+    from bench.interference import precompute_interference
+    from bench.serving_nq import nq_throughput
+    from kvlink_rag.nq import load_nq
+
+    engine = tiny_text_engine(tmp_path)
+    engine.cache = None
+    examples = load_nq(NQ_PATH, limit=300)
+    res = {"nq": nq_throughput(engine, examples, [1, 2], new_tokens=4, log=lambda m: None),
+           "dialogues": dialogues(engine, examples, n_dialogues=2, turns=2, docs=2, new_tokens=3, log=lambda m: None),
+           "interference": precompute_interference(engine, examples, long_tokens=600, samples=2, log=lambda m: None)}
+    assert [(r["clients"], r["scheduler"]) for r in res["nq"]["rows"]] == [(1, True), (2, True), (2, False)]
+    assert all(r["throughput_rps"] > 0 and r["p99_s"] >= r["p50_s"] > 0 for r in res["nq"]["rows"])
+    assert res["nq"]["floor"]["total_gflop"] > 0 and res["nq"]["floor"]["floor_rps"] > 0
+    d = res["dialogues"]
+    assert d["shared"]["turns"] == 4 and d["shared"]["cached_token_share"] > d["unshared"]["cached_token_share"]
+    assert d["shared"]["peak_kv_bytes"] > 0 and d["unshared"]["peak_kv_bytes"] > 0
+    assert res["interference"]["samples"] >= 1 and res["interference"]["idle_p50_s"] > 0
+    text = markdown({"machine": {"platform": "p", "threads": 1, "device": "cpu", "model": "tiny", "kv_dtype": "bfloat16",
+                                 "link_k": 5, "encoding": "anchored"}, "started": "now", "serving": res}, "bench (test)")
+    assert "## Serving: batching scheduler" in text and "## Serving: 16 concurrent" in text
 
 
 def test_workload_keeps_the_class_shares_and_every_class():

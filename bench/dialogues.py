@@ -1,0 +1,67 @@
+"""16 concurrent 5-turn dialogues over one document set and system prompt, prefix sharing on vs off."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from kvlink_rag.conversation import Turn
+from kvlink_rag.engine import Engine
+from kvlink_rag.nq import NQExample
+
+from .serving_common import TENANT, ingest, run_clients, runtime
+
+
+def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, turns: int = 5, docs: int = 5,
+              new_tokens: int = 16, log=print) -> dict:
+    """Each dialogue asks ``turns`` NQ questions in turn (the assistant's answers kept in the history) over
+    the same ``docs`` documents; ``{"shared": row, "unshared": row, ...ratios}``."""
+    pool = {f"d{i}": ex for i, ex in enumerate(examples[:docs])}
+    questions = [ex.question for ex in examples[docs: docs + n_dialogues * turns]]
+    out = {}
+    for shared in (True, False):
+        log(f"dialogues: {n_dialogues} x {turns} turns, prefix sharing {'on' if shared else 'off'}")
+        rt = runtime(engine, **({} if shared else {"prefix_cache_bytes": 0}))
+        try:
+            ingest(rt, pool)
+            out["shared" if shared else "unshared"] = _run(rt, list(pool), questions, n_dialogues, turns, new_tokens)
+        finally:
+            rt.close()
+    s, u = out["shared"], out["unshared"]
+    out["throughput_ratio"] = s["turns_per_s"] / u["turns_per_s"]
+    out["peak_kv_saving"] = 1 - s["peak_kv_bytes"] / u["peak_kv_bytes"]
+    return out
+
+
+def _run(rt, doc_ids: list[str], questions: list[str], n_dialogues: int, turns: int, new_tokens: int) -> dict:
+    queries, sched = rt.queries, rt.scheduler
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            s = sched.stats()
+            peak[0] = max(peak[0], s["tree"]["bytes"] + s["running_own_bytes"])
+            time.sleep(0.01)
+
+    def dialogue(d: int) -> list[tuple[int, float]]:
+        history, ttfts = [], []
+        for t in range(turns):
+            history.append(Turn("user", questions[d * turns + t]))
+            r = queries.answer(queries.plan_chat(TENANT, history, doc_ids, max_new_tokens=new_tokens, temperature=0.0))
+            history.append(Turn("assistant", r.answer or "-"))
+            ttfts.append((t, r.timings["ttft_s"], r.context_tokens, r.cached_tokens))
+        return ttfts
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        results, wall = run_clients(n_dialogues, list(range(n_dialogues)), dialogue)
+    finally:
+        stop.set()
+        sampler.join()
+    by_turn = {t: statistics.median(x[1] for r in results for x in r if x[0] == t) for t in range(turns)}
+    cached = sum(x[3] for r in results for x in r) / max(1, sum(x[2] for r in results for x in r))
+    return {"turns": n_dialogues * turns, "wall_s": wall, "turns_per_s": n_dialogues * turns / wall,
+            "peak_kv_bytes": peak[0], "ttft_p50_by_turn_s": by_turn,
+            "last_over_first_ttft": by_turn[turns - 1] / by_turn[0], "cached_token_share": cached}
