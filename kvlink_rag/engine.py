@@ -154,12 +154,13 @@ class Engine:
         return kv, False
 
     # -- answering -------------------------------------------------------------------------------
-    def sampling(self, **overrides) -> SamplingParams:
-        """Sampling params from settings, with ``overrides`` (max_new_tokens, temperature, top_p, seed)."""
+    def sampling(self, ignore_eos: bool = False, **overrides) -> SamplingParams:
+        """Sampling params from settings, with ``overrides`` (max_new_tokens, temperature, top_p, seed);
+        ``ignore_eos`` generates all ``max_new_tokens`` (no stop token; vLLM's option, for benchmarks)."""
         s = self.settings
         base = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=0)
         base.update({k: v for k, v in overrides.items() if v is not None})
-        return SamplingParams(stop_token_ids=self.stop_ids, **base)
+        return SamplingParams(stop_token_ids=() if ignore_eos else self.stop_ids, **base)
 
     def prompt_ids(self, question: str, docs: list[Document]) -> torch.Tensor:
         """``[tokens]`` ids of the full prompt: prefix, documents, question (the same ids the linker uses)."""

@@ -94,16 +94,19 @@ def full_layout(prompt_ids: list[int]) -> RequestLayout:
     return lay
 
 
-def _rotate(lm: LoadedModel, docs: list[DocumentKV] | LayeredDocuments, positions: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stored documents' keys rotated at ``positions``; ``([layers, kv_heads, tokens, head_dim],) * 2``."""
+def _rotate_into(lm: LoadedModel, seq: SequenceKV, docs: list[DocumentKV] | LayeredDocuments,
+                 positions: torch.Tensor) -> None:
+    """Append stored documents' KV to ``seq``, keys rotated at ``positions`` (``[tokens]``), written layer by
+    layer straight into its buffers (no intermediate copy of all layers)."""
     src = docs if isinstance(docs, LayeredDocuments) else LayeredDocuments.from_documents(docs)
     cos, sin = rope_cos_sin(lm.rotary_emb, positions.to(lm.device), torch.float32)
-    keys, values = [], []
-    for k_raw, v in src.layers:  # k_raw, v: [kv_heads, tokens, head_dim]
-        keys.append(apply_rope(k_raw.to(lm.device).float(), cos, sin).to(lm.dtype))
-        values.append(v.to(lm.device, lm.dtype))
-    return torch.stack(keys), torch.stack(values)
+    n = int(positions.numel())
+    seq.reserve(n)
+    at = seq.length
+    for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim]
+        seq.keys[i, :, at: at + n] = apply_rope(k_raw.to(lm.device).float(), cos, sin)
+        seq.values[i, :, at: at + n] = v
+    seq.commit(n)
 
 
 @torch.inference_mode()
@@ -124,8 +127,7 @@ def fill_cached(lm: LoadedModel, lay: RequestLayout, start: int, seq: SequenceKV
     while j < len(lay.items) and lay.kinds[j] == "doc":
         j += 1
     if j > i:
-        k, v = _rotate(lm, docs, lay.storage_positions(j)[lay.storage_positions(i).numel():])
-        seq.append(k, v)
+        _rotate_into(lm, seq, docs, lay.storage_positions(j)[lay.storage_positions(i).numel():])
     return j
 
 

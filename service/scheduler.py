@@ -165,6 +165,7 @@ class Scheduler:
         with self.model_lock:
             for w in chosen:
                 req = w.handle.request
+                waited = time.perf_counter() - w.since
                 try:
                     eng = req.make_engine()
                     rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
@@ -172,8 +173,8 @@ class Scheduler:
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)
                     continue
-                rr.timings["queue_wait_s"] = time.perf_counter() - w.since
-                waits.append(rr.timings["queue_wait_s"])
+                rr.timings["queue_wait_s"] = waited
+                waits.append(waited)
                 with self._cond:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()

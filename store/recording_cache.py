@@ -19,10 +19,14 @@ class RecordingCache(DocumentCache):
         self.inner = inner
         self.hits: dict[str, bool] = {}
         self.unstored: dict[str, str] = {}
+        self._keys: dict[tuple[str, str], str] = {}
 
     def key(self, fingerprint: str, text: str) -> str:
-        """The inner cache's key."""
-        return self.inner.key(fingerprint, text)
+        """The inner cache's key (computed once per text for this request: it hashes the whole text)."""
+        k = self._keys.get((fingerprint, text))
+        if k is None:
+            k = self._keys[(fingerprint, text)] = self.inner.key(fingerprint, text)
+        return k
 
     def get(self, key: str) -> DocumentKV | None:
         """The inner cache's document; the first lookup of ``key`` is recorded as a hit or a miss."""
