@@ -25,7 +25,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
 
 
@@ -62,6 +62,11 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
             results["scaling_documents"] = ttft_by_documents(engine, question, pool, doc_counts, repeats)
             log("scaling with stored entries")
             results["scaling_store"] = store_scaling(Path(tmp), store_sizes)
+        if "shared" in suites:
+            from .shared_tier import shared_tier_suite
+
+            results["shared_tier"] = shared_tier_suite(engine, examples, question, Path(tmp) / "shared", repeats,
+                                                       log=log)
     engine.cache = None  # the runtimes below give each request its tenant's store cache
     if clients and "concurrency" in suites:
         from .concurrency import concurrency

@@ -19,6 +19,7 @@ from kvlink_rag.linker import _positions, plan_layout, rotate_documents, slot_li
 from kvlink_rag.mask import additive, allowed
 from kvlink_rag.types import Document, LayeredDocuments
 
+from .bandwidth import copy_floor
 from .timing import Timing, measure
 
 
@@ -82,12 +83,13 @@ def first_decode_step(engine: Engine, question: str, docs: list[Document], repea
 
 @torch.inference_mode()
 def physical_floor(engine: Engine, question: str, docs: list[Document], repeats: int) -> dict:
-    """memcpy of the documents' KV bytes + forward of link and question tokens over a ready cache."""
+    """memcpy of the documents' KV bytes (:func:`bench.bandwidth.copy_floor`) + forward of link and question
+    tokens over a ready cache."""
     lm = engine.lm
     kvs = [engine.get_or_encode(d)[0] for d in docs]
     tensors = [t for kv in kvs for t in (kv.keys, kv.values)]
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    copy = measure(lambda: [t.clone() for t in tensors], repeats)
+    copy = copy_floor(tensors, repeats)  # into touched buffers, one thread: no allocation or page faults
     q_ids = engine.template.question_ids(lm.tokenizer, question)
     k = engine.link_tokens.k if engine.link_tokens is not None else 0
     segments = plan_layout(engine.prefix.num_tokens, [kv.num_tokens for kv in kvs], k, len(q_ids))

@@ -10,7 +10,8 @@
   hashes of the document's current text, which every host reads from the shared index and texts, so the
   key a query asks for already belongs to the current version; the fence makes the local tier exact too.
 * Otherwise the record is streamed from the shared tier layer by layer (the linker starts on layer 0) and,
-  once complete and verified, written to the local tier (a record too large for it is skipped).
+  once complete and verified, written to the local tier (a record too large for it is skipped); a streamed
+  record is written by a background thread, off the query's path (:meth:`TieredBlobStore.drain` waits).
 * An unreachable shared tier is a miss for records the local tier lacks; a local copy is then served
   (content-addressed: the key fixes the text and the encoding, and the payload is checksummed). A failed
   shared write raises :class:`~store.blob_store.BlobStoreUnavailable` after the local write.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -72,6 +74,11 @@ class TieredBlobStore(BlobStore):
         self._sink: RecordSink = local  # type: ignore[assignment]
         self._source: RecordSource = shared  # type: ignore[assignment]
         self.counters: Counter[str] = Counter()
+        self._filler = ThreadPoolExecutor(1, thread_name_prefix="local-fill")
+
+    def drain(self) -> None:
+        """Wait until the local fills of records streamed so far are written (they run in the background)."""
+        self._filler.submit(lambda: None).result()
 
     @property
     def checksum_failures(self) -> int:  # type: ignore[override]
@@ -223,7 +230,7 @@ class TieredBlobStore(BlobStore):
                 if i == L - 1:
                     codec.decode_ids(ids, meta)
                     self.counters["shared_hit"] += 1
-                    self._fill(key, RawRecord(meta, ids, layers))
+                    self._filler.submit(self._fill, key, RawRecord(meta, ids, layers))  # off the query's path
                 yield k, v
         except (KeyError, BlobStoreUnavailable) as e:
             self._failed_read(key, e)
@@ -286,5 +293,7 @@ class TieredBlobStore(BlobStore):
         self.shared.ping()
 
     def close(self) -> None:
+        """Finish the pending local fills, then close both tiers."""
+        self._filler.shutdown(wait=True)
         self.local.close()
         self.shared.close()

@@ -21,6 +21,7 @@ def test_a_cache_precomputed_on_one_host_is_a_hit_on_another_with_no_encode(make
             assert not any(c.store.blobs.local.keys())  # an empty home
             body = c.query(["lighthouse", "paris"])
             assert [d["cache_hit"] for d in body["documents"]] == [True, True] and c.encodes == 0
+            c.store.blobs.drain()
             assert c.store.blobs.events()["shared_hit"] == 2 and len(c.store.blobs.local.keys()) == 2
             assert body["answer"] == a.query(["lighthouse", "paris"])["answer"]
             top = c.client.post("/v1/query", json={"question": "Mount Erebus lava lake", "top_k": 1}).json()
@@ -34,6 +35,7 @@ def test_an_update_on_one_host_is_never_answered_from_another_hosts_old_cache(ma
         a.client.post("/v1/documents", json=doc)
         old_key = a.ready(doc["id"])["cache_key"]
         first = c.query([doc["id"]])
+        c.store.blobs.drain()
         assert first["documents"][0]["cache_hit"] and c.store.blobs.local.contains(old_key)
 
         a.client.put(f"/v1/documents/{doc['id']}", json={"text": doc["text"] + " It was rebuilt in 1902."})
@@ -41,6 +43,7 @@ def test_an_update_on_one_host_is_never_answered_from_another_hosts_old_cache(ma
         assert new["version"] == 2 and new["cache_key"] != old_key
         assert c.store.blobs.local.contains(old_key)  # host C's disk still holds the old version's cache
         second = c.query([doc["id"]])
+        c.store.blobs.drain()
         d = second["documents"][0]
         assert (d["version"], d["content_hash"], d["cache_hit"]) == (2, new["content_hash"], True) and c.encodes == 0
         assert c.store.blobs.local.contains(new["cache_key"])

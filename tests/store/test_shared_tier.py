@@ -61,6 +61,7 @@ def test_layers_stream_from_the_shared_tier_and_the_record_is_kept_locally(host,
     kv = make_kv(seed=2, layers=4)
     a.put("doc", kv)
     layers = list(b.iter_layers("doc"))
+    b.drain()  # the local fill of a streamed record runs in the background
     assert torch.equal(torch.stack([k for k, _ in layers]), kv.keys) and b.local.contains("doc")
     assert torch.equal(b.get_ids("doc"), kv.token_ids)
     assert torch.equal(torch.stack([v for _, v in b.iter_layers("doc")]), kv.values)

@@ -1,0 +1,37 @@
+"""The BENCHMARKS.md section of the shared cache tier (:mod:`bench.shared_tier`)."""
+
+from __future__ import annotations
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.0f}"
+
+
+def shared_section(results: dict) -> list[str]:
+    """Markdown lines: TTFT from memory, local LMDB warm and the shared Redis tier (local cold), the load
+    bandwidth of both tiers against the copy floor, and precompute throughput with 1..N worker processes."""
+    r = results["shared_tier"]
+    if "skipped" in r:
+        return ["## Shared cache tier (Redis)", "", f"Skipped: {r['skipped']}."]
+    t = r["ttft"]
+    lines = ["## Shared cache tier (Redis): TTFT and load bandwidth", "",
+             f"10 documents, {t['context_tokens']} context tokens, {t['kv_bytes'] / 1e6:.1f} MB of KV "
+             f"({t['bytes_per_token']:.0f} stored bytes/token), a private redis-server on loopback (append-only "
+             "file, everysec). Medians, ms (min-max).", "",
+             "| linked from | TTFT | load (lookup + waits) | RoPE | link+question forward |", "|---|---|---|---|---|"]
+    for name, key in (("host memory", "memory"), ("local LMDB (warm)", "local_warm"),
+                      ("shared Redis (local tier cold)", "shared_cold")):
+        x = t[key]
+        lines.append(f"| {name} | {_ms(x['total']['median_s'])} ({_ms(x['total']['min_s'])}-{_ms(x['total']['max_s'])}) "
+                     f"| {_ms(x['load_s'])} | {_ms(x['rope_s'])} | {_ms(x['link_forward_s'])} |")
+    lines += ["", f"Shared / local TTFT: **{t['shared_over_local']:.2f}x** (target <= 1.5x).", "",
+              "| tier | load GB/s | floor copy GB/s | load / floor |", "|---|---|---|---|"]
+    for name, b in t["bandwidth"].items():
+        lines.append(f"| {name} | {b['load_gbps']:.2f} | {b['copy_gbps']:.2f} | {b['load_vs_copy']:.2f} |")
+    lines += ["", "## Precompute throughput with worker processes writing to the shared tier", "",
+              "One torch thread per worker, timed from all models loaded to the last write.", "",
+              "| workers | tokens | wall s | tokens/s | speed-up |", "|---|---|---|---|---|"]
+    for p in r["precompute"]:
+        lines.append(f"| {p['workers']} | {p['tokens']} | {p['wall_s']:.1f} | {p['tokens_per_s']:.0f} "
+                     f"| {p['speedup']:.2f}x |")
+    return lines
