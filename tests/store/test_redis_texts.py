@@ -51,3 +51,24 @@ def test_the_store_keeps_texts_in_redis_with_a_redis_index_and_in_lmdb_without(s
     server.client(db=7).flushdb()
     assert isinstance(open_store(Settings(home=tmp_path / "c", model="unused", store_max_bytes=64 << 20)).texts,
                       TextStore)
+
+
+def test_texts_are_mirrored_locally_for_a_redis_outage_and_seeded_from_a_local_store(tmp_path, lmdb_env):
+    from redis_servers import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    local = TextStore(lmdb_env)
+    local.put("t", "old", 1, "written before texts moved to Redis")
+    texts = RedisTextStore.from_url(server.url(0), local=local)
+    assert texts.seed_from_local() == 1 and texts.get("t", "old")["text"].startswith("written before")
+    assert texts.seed_from_local() == 0  # Redis has texts now
+    texts.put("t", "mine", 1, "written here")
+    other = RedisTextStore.from_url(server.url(0))
+    other.put("t", "theirs", 2, "written on another host")
+    assert texts.get("t", "theirs")["version"] == 2  # read once: mirrored
+    server.stop()
+    assert texts.get("t", "mine")["text"] == "written here" and texts.get("t", "theirs")["version"] == 2
+    import redis
+
+    with pytest.raises(redis.exceptions.ConnectionError):
+        texts.get("t", "never-read-here")  # not a 404: the service answers 503
