@@ -24,9 +24,11 @@ from .types import DocumentKV, PrefixKV, parse_dtype
 
 ENCODINGS = ("isolated", "anchored")
 FORMAT_VERSION = 1
-CHUNK_TOKENS = 256
-"""Document tokens per forward of a precompute; a long document is encoded in chunks (same K and V:
-each chunk attends to the cache of the ones before it)."""
+CHUNK_TOKENS = 64
+"""Document tokens per forward of a precompute that yields between chunks (:data:`between_chunks` set):
+the document is encoded in chunks (the same K and V: each chunk attends to the cache of the ones before
+it), each short enough (a fraction of a second on a CPU core, even 4k tokens in) that a query arriving
+meanwhile waits little. Without the hook a document is one forward."""
 
 between_chunks: ContextVar[Callable[[], None] | None] = ContextVar("between_chunks", default=None)
 """Called between two chunks of a precompute in this context (thread), e.g. by the service to let the
@@ -140,8 +142,9 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
     n, hook = int(ids.numel()), between_chunks.get()
-    for c0 in range(0, n, CHUNK_TOKENS):
-        c1 = min(n, c0 + CHUNK_TOKENS)
+    size = CHUNK_TOKENS if hook is not None else n
+    for c0 in range(0, n, size):
+        c1 = min(n, c0 + size)
         with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
             # documents are always encoded by the base model
             out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -80,6 +82,8 @@ class EmbeddedQueue:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompute") if threads else None
         self._pending = 0
         self._count_lock = threading.Lock()
+        self.model_busy: Callable[[], bool] | None = None  # the scheduler has running or waiting requests
+        self.max_defer_s = 2.0
 
     def __call__(self, tenant: str, doc_id: str, version: int) -> None:
         """Schedule ``catalog.precompute(tenant, doc_id, version, engine)``; returns at once."""
@@ -90,9 +94,14 @@ class EmbeddedQueue:
         self._pool.submit(self._run, tenant, doc_id, version)
 
     def _yield_model(self) -> None:
-        """Between two chunks of a document: hand the model lock to whoever waits (the scheduler's next
-        step; the lock is first-come first-served) and take it back."""
+        """Between two chunks of a document: hand the model lock to whoever waits (first-come first-served),
+        and while the batching scheduler has requests (:attr:`model_busy`) let it run, for at most
+        :attr:`max_defer_s` seconds, before taking the lock back for the next chunk: queries keep their
+        latency, and a document still advances under constant load."""
         self.model_lock.release()
+        deadline = time.monotonic() + self.max_defer_s
+        while self.model_busy is not None and self.model_busy() and time.monotonic() < deadline:
+            time.sleep(0.005)
         self.model_lock.acquire()
 
     def _run(self, tenant: str, doc_id: str, version: int) -> None:

@@ -89,6 +89,8 @@ class Runtime:
             self.queue.engine = engine
         if self.scheduler is None and self.settings.scheduler:
             self.scheduler = build_scheduler(self.settings, engine, self.model_lock)
+            if isinstance(self.queue, EmbeddedQueue):  # precompute chunks wait while queries are served
+                self.queue.model_busy = self.scheduler.busy
         self.queries = QueryService(engine, self.store, self.retrieval, self.model_lock, self.settings,
                                     on_result=self.on_result, scheduler=self.scheduler)
         return engine

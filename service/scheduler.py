@@ -108,6 +108,10 @@ class Scheduler:
             self._cond.notify()
         return handle
 
+    def busy(self) -> bool:
+        """Whether requests are running or waiting (other model work should wait for a quiet moment)."""
+        return bool(self.running or self.waiting)
+
     def stats(self) -> dict:
         """``{running, waiting, steps, tree: PrefixTree.stats(), running_own_bytes}`` (bytes)."""
         with self._cond:
