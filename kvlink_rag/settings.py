@@ -117,6 +117,14 @@ class Settings(BaseSettings):
         "(picks up documents ingested by other processes)."
     )
     playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
+    scheduler: bool = Field(True, description="Serve queries and chat through the batching scheduler (continuous "
+                            "batching, prefix sharing); False: one request at a time under the model lock.")
+    max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")
+    max_waiting_requests: int = Field(256, ge=0, description="Requests queued for the model before new ones get 503.")
+    max_prefill_tokens: int = Field(2048, ge=1, description="Prefill tokens admitted into one scheduler step.")
+    max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
+    prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
+                                    "tree: system prompt, documents in order, earlier chat turns); 0 = no sharing.")
 
     @field_validator("kv_dtype")
     @classmethod

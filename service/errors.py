@@ -11,11 +11,12 @@ from service.queues import QueueUnavailable
 
 class ServiceError(Exception):
     """An error with an HTTP-like status (4xx: the caller's fault; 503: a dependency is down), a stable
-    machine ``code`` and a human ``message``."""
+    machine ``code`` and a human ``message``; ``retry_after_s`` (seconds) when retrying later can succeed
+    (the API sends it as ``Retry-After``)."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None):
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.retry_after_s = status, code, message, retry_after_s
 
 
 def redis_errors() -> tuple[type[BaseException], ...]:
