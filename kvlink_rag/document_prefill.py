@@ -8,6 +8,7 @@ are stored *before* RoPE, so that the linker can rotate them to any offset later
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from contextvars import ContextVar
@@ -25,10 +26,13 @@ from .types import DocumentKV, PrefixKV, parse_dtype
 ENCODINGS = ("isolated", "anchored")
 FORMAT_VERSION = 1
 CHUNK_TOKENS = 64
-"""Document tokens per forward of a precompute that yields between chunks (:data:`between_chunks` set):
-the document is encoded in chunks (the same K and V: each chunk attends to the cache of the ones before
-it), each short enough (a fraction of a second on a CPU core, even 4k tokens in) that a query arriving
-meanwhile waits little. Without the hook a document is one forward."""
+"""First chunk of a precompute that yields between chunks (:data:`between_chunks` set): the document is
+encoded in chunks (the same K and V: each chunk attends to the cache of the ones before it). Without the
+hook a document is one forward."""
+CHUNK_SECONDS = 0.2
+"""Target seconds per chunk: later chunks are resized (16-512 tokens) from the last one's time, since a
+chunk costs more the further into the document it is (attention over the cache); a query arriving
+meanwhile waits at most about this long. 0: fixed ``CHUNK_TOKENS``."""
 
 between_chunks: ContextVar[Callable[[], None] | None] = ContextVar("between_chunks", default=None)
 """Called between two chunks of a precompute in this context (thread), e.g. by the service to let the
@@ -134,6 +138,13 @@ def encode_document(
     )
 
 
+def _next_chunk(size: int, took_s: float) -> int:
+    """Tokens of the next chunk so that it takes about :data:`CHUNK_SECONDS` (``size`` took ``took_s``)."""
+    if CHUNK_SECONDS <= 0:
+        return size
+    return max(16, min(512, int(size * CHUNK_SECONDS / max(took_s, 1e-4))))
+
+
 def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: PrefixKV | None,
              scores: ImportanceAccumulator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The base model over the document at ``pos`` (after the prefix's KV, if any), attention captured into
@@ -142,16 +153,18 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
     n, hook = int(ids.numel()), between_chunks.get()
-    size = CHUNK_TOKENS if hook is not None else n
-    for c0 in range(0, n, size):
-        c1 = min(n, c0 + size)
+    size, c0 = (CHUNK_TOKENS if hook is not None else n), 0
+    while c0 < n:
+        c1, t0 = min(n, c0 + size), time.perf_counter()
         with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
             # documents are always encoded by the base model
             out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
                                  cache=cache, use_cache=True)
         cache = out.cache
         if hook is not None and c1 < n:
+            size = _next_chunk(size, time.perf_counter() - t0)
             hook()
+        c0 = c1
     k, v = cache_tensors(cache)
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     start = prefix.num_tokens if prefix is not None else 0

@@ -67,6 +67,7 @@ def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chun
     ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(4, seed=4)) if anchored else None)
     whole = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
     monkeypatch.setattr(document_prefill, "CHUNK_TOKENS", 5)
+    monkeypatch.setattr(document_prefill, "CHUNK_SECONDS", 0)  # fixed chunks (else resized by time)
     calls = []
     token = between_chunks.set(lambda: calls.append(1))
     try:
@@ -76,3 +77,11 @@ def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chun
     assert len(calls) == 3  # 4 chunks of 5, 5, 5, 2 tokens
     assert torch.allclose(chunked.keys, whole.keys, atol=1e-5) and torch.allclose(chunked.values, whole.values, atol=1e-5)
     assert torch.allclose(chunked.importance, whole.importance, atol=1e-4)
+
+
+def test_chunks_are_resized_toward_the_target_time():
+    from kvlink_rag.document_prefill import CHUNK_SECONDS, _next_chunk
+
+    assert CHUNK_SECONDS == 0.2
+    assert _next_chunk(64, 0.4) == 32 and _next_chunk(64, 0.1) == 128
+    assert _next_chunk(64, 10.0) == 16 and _next_chunk(64, 0.0) == 512  # bounds
