@@ -29,9 +29,10 @@ def shared_section(results: dict) -> list[str]:
     for name, b in t["bandwidth"].items():
         lines.append(f"| {name} | {b['load_gbps']:.2f} | {b['copy_gbps']:.2f} | {b['load_vs_copy']:.2f} |")
     lines += ["", "## Precompute throughput with worker processes writing to the shared tier", "",
-              "One torch thread per worker, timed from all models loaded to the last write.", "",
-              "| workers | tokens | wall s | tokens/s | speed-up |", "|---|---|---|---|---|"]
+              "One torch thread per worker, timed from all models loaded to the last write; cores used = the "
+              "workers' CPU seconds / wall seconds (what the machine gave them beside other jobs).", "",
+              "| workers | tokens | wall s | tokens/s | speed-up | cores used |", "|---|---|---|---|---|---|"]
     for p in r["precompute"]:
         lines.append(f"| {p['workers']} | {p['tokens']} | {p['wall_s']:.1f} | {p['tokens_per_s']:.0f} "
-                     f"| {p['speedup']:.2f}x |")
+                     f"| {p['speedup']:.2f}x | {p.get('cores_used', float('nan')):.2f} |")
     return lines

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.settings import Settings
+from kvlink_rag.settings import DEFAULT_MODEL, Settings
 from kvlink_rag.types import Document
 from store.factory import open_store
 
@@ -101,7 +101,7 @@ def shared_ttft(engine: Engine, docs: list[Document], question: str, url: str, h
 def _precompute_worker(settings: Settings, texts: list[tuple[str, str]], url: str, home: str, tag: str,
                        barrier, results) -> None:
     """One worker process: load the model, wait for the others, encode ``texts`` and write each to the shared
-    tier (with its own local LMDB, as a worker host does); report ``(tokens, start, end)`` (monotonic s)."""
+    tier (with its own local LMDB, as a worker host does); report ``(tokens, start, end, CPU s)`` (monotonic s)."""
     from service.runtime import apply_torch_threads, load_engine
 
     settings = settings.model_copy(update={"home": Path(home), "shared_store_url": url, "torch_threads": 1})
@@ -109,12 +109,12 @@ def _precompute_worker(settings: Settings, texts: list[tuple[str, str]], url: st
     st = open_store(settings)
     engine = load_engine(settings, st.cache)
     barrier.wait()
-    t0, tokens = time.monotonic(), 0
+    t0, c0, tokens = time.monotonic(), time.process_time(), 0
     for i, (title, text) in enumerate(texts):
         kv = engine.encode(Document(text, title or None))
         st.blobs.put(f"bench-{tag}-{i}", kv)
         tokens += kv.num_tokens
-    results.put((tokens, t0, time.monotonic()))
+    results.put((tokens, t0, time.monotonic(), time.process_time() - c0))
     st.blobs.close()
 
 
@@ -122,6 +122,10 @@ def precompute_workers(settings: Settings, docs: list[Document], url: str, home:
                        counts: list[int]) -> list[dict]:
     """Precompute throughput of ``n`` worker processes (for each ``n`` in ``counts``) sharing ``docs`` round-robin,
     timed from the moment all have loaded the model to the last one's end; ``speedup`` against the first count."""
+    from kvlink_rag.convert import ensure_default_model
+
+    if settings.model == DEFAULT_MODEL:  # the workers' homes are empty: point them at the converted model
+        settings = settings.model_copy(update={"model": str(ensure_default_model(settings.models_dir))})
     ctx = mp.get_context("spawn")
     texts = [(d.title or "", d.text) for d in docs]
     rows: list[dict] = []
@@ -135,9 +139,11 @@ def precompute_workers(settings: Settings, docs: list[Document], url: str, home:
         got = [results.get(timeout=1800) for _ in procs]
         for p in procs:
             p.join(60)
-        tokens = sum(t for t, _, _ in got)
-        wall = max(e for _, _, e in got) - min(s for _, s, _ in got)
-        rows.append({"workers": n, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall})
+        tokens = sum(g[0] for g in got)
+        wall = max(g[2] for g in got) - min(g[1] for g in got)
+        cpu = sum(g[3] for g in got)  # / wall = the cores the workers actually got (others' jobs share them)
+        rows.append({"workers": n, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "cpu_s": cpu,
+                     "cores_used": cpu / wall})
     for r in rows:
         r["speedup"] = r["tokens_per_s"] / rows[0]["tokens_per_s"]
     return rows

@@ -31,6 +31,7 @@ def test_shared_tier_suite_runs_and_reports(tmp_path):
     assert set(t["bandwidth"]) == {"shared", "local"} and all(b["copy_gbps"] > 0 for b in t["bandwidth"].values())
     assert [p["workers"] for p in res["precompute"]] == [1, 2] and res["precompute"][0]["speedup"] == 1.0
     assert res["precompute"][0]["tokens"] == res["precompute"][1]["tokens"] > 0
+    assert all(0 < p["cores_used"] <= p["workers"] + 0.5 for p in res["precompute"])
     text = markdown({"machine": {"platform": "p", "threads": 1, "device": "cpu", "model": "tiny", "kv_dtype": "bfloat16",
                                  "link_k": 5, "encoding": "anchored"}, "started": "now", "shared_tier": res}, "bench")
     assert "Shared / local TTFT" in text and "| 2 |" in text
