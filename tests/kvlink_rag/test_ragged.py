@@ -1,0 +1,70 @@
+"""Packed (ragged) forwards: every row equals its own batch-1 forward, whatever else is in the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from factories import random_ids, tiny_model
+from kvlink_rag.kvcache import cache_tensors
+from kvlink_rag.ragged import KVChunk, RaggedBatch, SequenceKV, forward_ragged
+
+
+def reference(lm, prompt: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    """Batch-1 causal forward of ``prompt`` then ``new``: logits after ``new`` and the prompt's KV."""
+    out = lm.model(input_ids=prompt[None], position_ids=torch.arange(len(prompt))[None], cache=DynamicCache(),
+                   use_cache=True)
+    kv = cache_tensors(out.cache)
+    pos = torch.arange(len(prompt), len(prompt) + len(new))
+    out2 = lm.model(input_ids=new[None], position_ids=pos[None], cache=out.cache, use_cache=True)
+    return out2.logits[0, -1].float(), kv
+
+
+def sequence(lm, keys, values, split: int | None) -> SequenceKV:
+    """The prompt's KV as a request sequence: all own, or a shared chunk (first ``split`` tokens) + own."""
+    cfg = lm.config
+    chunks = [KVChunk(keys[:, :, :split], values[:, :, :split])] if split else []
+    seq = SequenceKV(chunks, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu", 4)
+    start = split or 0
+    seq.append(keys[:, :, start:], values[:, :, start:])
+    return seq
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "llama3", "mistral"])
+@torch.inference_mode()
+def test_each_row_of_a_packed_forward_equals_its_own_forward(family):
+    lm = tiny_model(family)
+    prompts = [random_ids(n, seed=n) for n in (9, 23, 14)]
+    news = [random_ids(1, seed=1), random_ids(6, seed=2), random_ids(3, seed=3)]  # a decode row, two prefills
+    splits = [None, 10, 5]  # the second and third rows read part of their KV from a shared chunk
+    batch, embeds, positions, expected = RaggedBatch(), [], [], []
+    for prompt, new, split in zip(prompts, news, splits):
+        logits, (k, v) = reference(lm, prompt, new)
+        expected.append(logits)
+        seq = sequence(lm, k, v, split)
+        batch.add(seq, len(new))
+        embeds.append(lm.embed_tokens(new))
+        positions.append(torch.arange(len(prompt), len(prompt) + len(new)))
+    got = forward_ragged(lm, batch, torch.cat(embeds), torch.cat(positions))
+    for g, e in zip(got, expected):
+        assert (g - e).abs().max() < 1e-4
+    assert [r.seq.num_tokens for r in batch.rows] == [10, 29, 17]  # the new tokens joined each sequence
+    assert lm.model.config._attn_implementation == "sdpa"  # restored after the forward
+
+
+@torch.inference_mode()
+def test_an_explicit_mask_row_hides_what_its_mask_hides():
+    lm = tiny_model("llama")
+    prompt, new = random_ids(8, seed=5), random_ids(2, seed=6)
+    _, (k, v) = reference(lm, prompt, new)
+    mask = torch.zeros(2, 10)
+    mask[:, 3:8] = torch.finfo(torch.float32).min  # the new tokens may not see prompt tokens 3..7
+    mask[0, 9] = torch.finfo(torch.float32).min  # causal among the new tokens
+    batch = RaggedBatch()
+    batch.add(sequence(lm, k, v, None), 2, mask)
+    got = forward_ragged(lm, batch, lm.embed_tokens(new), torch.arange(8, 10))
+    keep = torch.tensor([0, 1, 2])  # the reference: the same positions without the hidden tokens
+    ref = DynamicCache(ddp_cache_data=[(k[i][None][:, :, keep], v[i][None][:, :, keep]) for i in range(k.shape[0])])
+    out = lm.model(input_ids=new[None], position_ids=torch.arange(8, 10)[None], cache=ref, use_cache=True)
+    assert (got[0] - out.logits[0, -1]).abs().max() < 1e-4
