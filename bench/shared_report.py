@@ -25,9 +25,13 @@ def shared_section(results: dict) -> list[str]:
         lines.append(f"| {name} | {_ms(x['total']['median_s'])} ({_ms(x['total']['min_s'])}-{_ms(x['total']['max_s'])}) "
                      f"| {_ms(x['load_s'])} | {_ms(x['rope_s'])} | {_ms(x['link_forward_s'])} |")
     lines += ["", f"Shared / local TTFT: **{t['shared_over_local']:.2f}x** (target <= 1.5x).", "",
-              "| tier | load GB/s | floor copy GB/s | load / floor |", "|---|---|---|---|"]
+              "Load = `get` of the 10 documents into tensors (fetch, checksums, decode); raw fetch = the shared "
+              "tier's payload bytes pulled over the socket, no decode; floor = the same KV bytes copied into "
+              "preallocated, touched buffers by one thread.", "",
+              "| tier | load GB/s | raw fetch GB/s | floor copy GB/s | load / floor |", "|---|---|---|---|---|"]
     for name, b in t["bandwidth"].items():
-        lines.append(f"| {name} | {b['load_gbps']:.2f} | {b['copy_gbps']:.2f} | {b['load_vs_copy']:.2f} |")
+        raw = f"{b['raw_fetch_gbps']:.2f}" if "raw_fetch_gbps" in b else "-"
+        lines.append(f"| {name} | {b['load_gbps']:.2f} | {raw} | {b['copy_gbps']:.2f} | {b['load_vs_copy']:.2f} |")
     lines += ["", "## Precompute throughput with worker processes writing to the shared tier", "",
               "One torch thread per worker, timed from all models loaded to the last write; cores used = the "
               "workers' CPU seconds / wall seconds (what the machine gave them beside other jobs).", "",

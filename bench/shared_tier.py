@@ -24,6 +24,7 @@ from store.factory import open_store
 
 from .bandwidth import bytes_per_token, load_bandwidth
 from .contexts import documents_for_budget
+from .timing import measure
 from .ttft import ttft_linked
 
 
@@ -88,6 +89,8 @@ def shared_ttft(engine: Engine, docs: list[Document], question: str, url: str, h
         st.blobs.drain()  # the local fills of the last shared read
         items = {k: st.blobs.local.get(k) for k in keys}
         bw = {"shared": load_bandwidth(st.shared, items, repeats), "local": load_bandwidth(st.blobs.local, items, repeats)}
+        raw = measure(lambda: [list(st.shared.open_record(k)[2]) for k in keys], repeats)  # bytes only, no decode
+        bw["shared"]["raw_fetch_gbps"] = sum(int(st.shared.meta(k)["nbytes"]) for k in keys) / raw.median / 1e9
         ctx = int(engine.prompt_ids(question, docs).numel())
         return {"context_tokens": ctx, "kv_bytes": sum(kv.nbytes for kv in items.values()),
                 "bytes_per_token": bytes_per_token(st.shared, keys), "memory": memory, "local_warm": local,

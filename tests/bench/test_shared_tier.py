@@ -29,6 +29,7 @@ def test_shared_tier_suite_runs_and_reports(tmp_path):
     assert t["context_tokens"] > 300 and t["kv_bytes"] > 0 and t["shared_over_local"] > 0
     assert all(t[k]["total"]["median_s"] > 0 for k in ("memory", "local_warm", "shared_cold"))
     assert set(t["bandwidth"]) == {"shared", "local"} and all(b["copy_gbps"] > 0 for b in t["bandwidth"].values())
+    assert t["bandwidth"]["shared"]["raw_fetch_gbps"] > 0
     assert [p["workers"] for p in res["precompute"]] == [1, 2] and res["precompute"][0]["speedup"] == 1.0
     assert res["precompute"][0]["tokens"] == res["precompute"][1]["tokens"] > 0
     assert all(0 < p["cores_used"] <= p["workers"] + 0.5 for p in res["precompute"])
