@@ -30,12 +30,17 @@ def test_health_and_readiness(client):
     assert {"/v1/documents", "/v1/documents/{doc_id}", "/v1/query", "/v1/chat/completions", "/metrics"} <= set(spec["paths"])
 
 
-def test_metrics_count_requests_ttft_cache_tiers_and_queue(client, fixture_docs):
+def metrics_after_two_queries(client, fixture_docs) -> str:
+    """Ingest ``paris``, ask about it twice, return the /metrics text."""
     client.post("/v1/documents", json=fixture_docs[1])
     wait_ready(client, "paris")
     for _ in range(2):
         client.post("/v1/query", json={"question": "capital of France?", "document_ids": ["paris"]})
-    text = client.get("/metrics").text
+    return client.get("/metrics").text
+
+
+def test_metrics_count_requests_ttft_cache_tiers_and_queue(client, fixture_docs):
+    text = metrics_after_two_queries(client, fixture_docs)
     assert _sample(text, "kvlink_request_duration_seconds_count", method="POST", route="/v1/query", status=200) == 2
     assert _sample(text, "kvlink_request_duration_seconds_count", method="POST", route="/v1/documents",
                    status=202) == 1
@@ -141,11 +146,7 @@ def test_metrics_labels_come_from_a_closed_set(client):
 
 
 def test_scheduler_metrics_count_steps_batches_waits_and_the_prefix_tree(client, fixture_docs):
-    client.post("/v1/documents", json=fixture_docs[1])
-    wait_ready(client, "paris")
-    for _ in range(2):
-        client.post("/v1/query", json={"question": "capital of France?", "document_ids": ["paris"]})
-    text = client.get("/metrics").text
+    text = metrics_after_two_queries(client, fixture_docs)
     assert _sample(text, "kvlink_queue_wait_seconds_count") == 2 and _sample(text, "kvlink_batch_size_count") >= 2
     assert _sample(text, "kvlink_scheduler_running") == 0 and _sample(text, "kvlink_scheduler_waiting") == 0
     tree = client.app_state.runtime.scheduler.tree.stats()
