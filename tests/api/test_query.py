@@ -311,3 +311,15 @@ def _metric(text: str, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.split()[-1])
     return 0.0
+
+
+def test_a_full_scheduler_queue_answers_503_with_retry_after(make_client, fixture_docs):
+    with make_client(max_waiting_requests=0) as c:  # no request may wait: every query is turned away
+        c.post("/v1/documents", json=fixture_docs[1])
+        wait_ready(c, "paris")
+        r = c.post("/v1/query", json={"question": "What is the capital of France?", "document_ids": ["paris"]})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+        assert int(r.headers["Retry-After"]) >= 1 and "retry in" in r.json()["error"]["message"]
+        events = parse_sse(c.post("/v1/query", json={"question": "Capital?", "document_ids": ["paris"],
+                                                     "stream": True}).text)
+        assert [e for e, _ in events] == ["error"] and json.loads(events[0][1])["error"]["code"] == "overloaded"
