@@ -235,7 +235,7 @@ class Catalog:
         rec = self.index.pop(tenant, doc_id)  # atomic: the cache key of exactly the record removed
         stored = None
         if (rec is None or not rec.cache_key) and engine is not None:
-            stored = self.texts.get_intact(tenant, doc_id)
+            stored = self.texts.last_known(tenant, doc_id)
         had_text = self.texts.delete(tenant, doc_id)
         if rec is not None and rec.cache_key:
             self.drop_cache(rec.cache_key)

@@ -5,7 +5,11 @@ With a ``local`` :class:`~store.texts.TextStore`, every text this host writes or
 disk, and a read while Redis is unreachable answers from that copy (queries that name documents keep
 working through a Redis outage, as with the embedded texts); a text this host never saw raises the Redis
 error (503), never a 404. The mirror is the version this host last read: an update made elsewhere and not
-read here before the outage is seen when Redis is back.
+read here before the outage is seen when Redis is back. Redis decides while it answers (a text it does not
+hold is absent, whatever the mirror has); deletes through this host remove the mirrored copy too. A Redis
+that comes back empty is refilled from the mirror when the store opens (:meth:`seed_from_local`), so the
+index can be rebuilt from the texts as before (a document deleted on another host and never read as
+deleted here may come back then: the lesser loss).
 
 Keys, under the index's ``prefix`` (default ``kvlink:``); ids percent-encoded as in :mod:`store.redis_index`:
 
@@ -69,12 +73,14 @@ class RedisTextStore(Texts):
             if mirrored is None:
                 raise
             return mirrored
-        if self.local is not None and self.local._get_raw(tenant, doc_id) != raw:
-            if raw is None:
-                self.local.delete(tenant, doc_id)
-            else:
-                self.local._put_raw(tenant, doc_id, raw)
+        if raw is not None and self.local is not None and self.local._get_raw(tenant, doc_id) != raw:
+            self.local._put_raw(tenant, doc_id, raw)
         return raw
+
+    def last_known(self, tenant: str, doc_id: str) -> dict | None:
+        """The text in Redis, else this host's mirrored copy (e.g. Redis lost it): what a delete uses to find
+        the cache to drop."""
+        return self.get_intact(tenant, doc_id) or (self.local.get_intact(tenant, doc_id) if self.local else None)
 
     def seed_from_local(self) -> int:
         """Copy the local texts into Redis when Redis holds none (a store whose texts lived only in LMDB, from
@@ -116,9 +122,8 @@ class RedisTextStore(Texts):
         pipe.delete(self._key(tenant, doc_id))
         pipe.zrem(self._set, f"{tenant}\0{doc_id}".encode())
         existed = bool(pipe.execute()[0])
-        if self.local is not None:
-            self.local.delete(tenant, doc_id)
-        return existed
+        mirrored = self.local.delete(tenant, doc_id) if self.local is not None else False
+        return existed or mirrored
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -71,6 +71,11 @@ class Texts(ABC):
         raw = self._get_raw(tenant, doc_id)
         return None if raw is None else self._parse(tenant, doc_id, raw)
 
+    def last_known(self, tenant: str, doc_id: str) -> dict | None:
+        """The text as last known to this host (:meth:`get_intact` here; a backend with a local mirror falls
+        back to it), for callers that remove what it points at."""
+        return self.get_intact(tenant, doc_id)
+
     def get_intact(self, tenant: str, doc_id: str) -> dict | None:
         """:meth:`get`, with None for a corrupt entry too (still counted and logged) for callers that
         rewrite, skip or delete it rather than report it."""

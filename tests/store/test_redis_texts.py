@@ -66,6 +66,11 @@ def test_texts_are_mirrored_locally_for_a_redis_outage_and_seeded_from_a_local_s
     other = RedisTextStore.from_url(server.url(0))
     other.put("t", "theirs", 2, "written on another host")
     assert texts.get("t", "theirs")["version"] == 2  # read once: mirrored
+    other.put("t", "gone", 1, "deleted on the other host")
+    texts.get("t", "gone")
+    other.delete("t", "gone")
+    assert texts.get("t", "gone") is None and texts.last_known("t", "gone")["version"] == 1  # Redis decides
+    assert texts.delete("t", "gone") and texts.last_known("t", "gone") is None  # a delete here clears the mirror
     server.stop()
     assert texts.get("t", "mine")["text"] == "written here" and texts.get("t", "theirs")["version"] == 2
     import redis
