@@ -60,7 +60,8 @@ class RedisBlobStore(BlobStore):
         name: how messages name the store (the URL without password).
         prefix: prepended to every key (no braces).
         chunk_bytes: largest value written (bytes); keep under the server's ``proto-max-bulk-len``.
-        batch_bytes: payload bytes per pipelined round trip, reading and writing.
+        batch_bytes: payload bytes per pipelined round trip, reading and writing (4 MiB: measured 0.95 GB/s raw
+            fetch on loopback against 0.34 GB/s with 16 MiB batches, whose replies redis-py buffers whole).
         pending_ttl_s: expiry of a record's chunks until its meta is committed (seconds).
     Attributes:
         counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
@@ -68,7 +69,7 @@ class RedisBlobStore(BlobStore):
 
     def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX,
                  chunk_bytes: int = 8 << 20,
-                 batch_bytes: int = 16 << 20, pending_ttl_s: int = 900) -> None:
+                 batch_bytes: int = 4 << 20, pending_ttl_s: int = 900) -> None:
         import redis
         from redis.cluster import RedisClusterException
 
