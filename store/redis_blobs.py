@@ -1,24 +1,17 @@
 """The Redis :class:`~store.blob_store.BlobStore` (standalone or Redis Cluster): the shared cache tier that every
 host reads (``redis://host:port/db``, ``redis+cluster://host:port[,host:port]``; see :mod:`store.redis_conn`).
 
-Records keep the LMDB layout and checksums (:mod:`store.codec`): a meta record, the token ids and one payload
-per layer, each payload split into chunks of at most ``chunk_bytes`` (Redis refuses values over its
-``proto-max-bulk-len``, 512 MB by default); key names in :mod:`store.redis_layout`. The cache key is a hash tag,
-so a document's keys sit in one Redis Cluster slot (one shard) and documents spread over the shards.
-
-A put writes the payload chunks of a fresh generation in pipelined batches (with a ``pending_ttl_s`` expiry, so
-a writer that dies leaves nothing behind for long), then swaps the meta in one ``SET ... GET`` (the commit:
-readers see the old record or the new one, never a mix), then clears the expiry and deletes the generation it
-replaced. A reader fetches layers in pipelined batches of about ``batch_bytes``; a chunk that is missing
-(evicted under ``maxmemory``, expired) or a payload that fails its checksum makes the record a miss: it is
-deleted and counted (``missing``, ``checksum_failures``). Every Redis error is raised as
+Records keep the LMDB layout and checksums (:mod:`store.codec`): meta, token ids and one payload per layer, split
+into values of at most ``chunk_bytes`` under the document's hash tag (one Cluster slot per document), written as a
+new generation and committed by swapping the meta (:mod:`store.redis_layout`). A chunk that is missing (evicted
+under ``maxmemory``, expired) or a payload that fails its checksum makes the record a miss: it is deleted and
+counted (``missing``, ``checksum_failures``). Every Redis error is raised as
 :class:`~store.blob_store.BlobStoreUnavailable` naming the store.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,8 +24,8 @@ from store import codec
 from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
-from store.redis_conn import connect, redact, split_url
-from store.redis_layout import LAYOUT, ChunkedLayout, MissingChunk
+from store.redis_conn import connect, redact, server_info, split_url
+from store.redis_layout import ChunkedLayout, MissingChunk
 
 log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "kvlink:"
@@ -154,10 +147,7 @@ class RedisBlobStore(BlobStore):
         if raw is None:
             return None
         meta = codec.parse_meta(raw)
-        layout = meta.get("redis") if isinstance(meta.get("redis"), dict) else None
-        if layout is None or not isinstance(layout.get("chunks"), list) or len(layout["chunks"]) != meta["shape"][0] + 1:
-            raise CorruptRecordError("meta record without its chunk layout")
-        if meta["format_version"] > codec.FORMAT_VERSION or layout.get("layout") != LAYOUT:
+        if not self.layout.readable(meta, codec.FORMAT_VERSION):
             self.counters["newer_format"] += 1
             return None  # written by a newer release: a miss here, left alone
         return meta
@@ -176,12 +166,7 @@ class RedisBlobStore(BlobStore):
 
     def _gone(self, key: str, gen: str) -> None:
         """A chunk of generation ``gen`` is missing: delete the record if it is still that generation."""
-        now = self.r.get(self.layout.key(key, "meta"))
-        try:
-            same = now is not None and json.loads(now)["redis"]["gen"] == gen
-        except (ValueError, KeyError, TypeError):
-            same = True
-        if same:
+        if self.layout.generation(self.r.get(self.layout.key(key, "meta"))) in (gen, ""):
             self.counters["missing"] += 1
             log.warning("shared KV record %s lost a chunk (evicted or expired); deleting it", key[:24])
             self.delete(key)
@@ -323,9 +308,7 @@ class RedisBlobStore(BlobStore):
 
     @_unavailable
     def _info(self, section: str) -> list[dict]:
-        info = self.r.info(section)
-        nested = info and all(isinstance(v, dict) for v in info.values())  # a cluster: one dict per node
-        return list(info.values()) if nested else [info]
+        return server_info(self.r, section)
 
     def stats(self) -> dict:
         """``documents``, ``payload_bytes`` (meta scan), ``used_bytes`` (Redis ``used_memory``, all nodes),

@@ -87,6 +87,13 @@ def connect(url: str, decode_responses: bool = False, **kwargs: Any):
     return RedisCluster(startup_nodes=nodes, **opts)
 
 
+def server_info(client, section: str) -> list[dict]:
+    """``INFO section`` of every node (one dict per node of a cluster, a one-item list for one server)."""
+    info = client.info(section)
+    nested = info and all(isinstance(v, dict) for v in info.values())
+    return list(info.values()) if nested else [info]
+
+
 def _number(value: str) -> Any:
     """A URL parameter as int or float when it looks like one."""
     for kind in (int, float):

@@ -44,6 +44,31 @@ class ChunkedLayout:
         """The Redis key of ``part`` (``meta``, or ``<gen>:<part>:<chunk>``) of cache key ``key``."""
         return f"{self.prefix}kv:{{{key}}}:{part}"
 
+    @staticmethod
+    def readable(meta: dict, format_version: int) -> bool:
+        """Whether a parsed meta record is of this layout and at most ``format_version`` (False: a newer
+        release wrote it).
+
+        Raises:
+            store.codec.CorruptRecordError: the chunk layout is missing or does not fit the shape.
+        """
+        from store.codec import CorruptRecordError
+
+        layout = meta.get("redis") if isinstance(meta.get("redis"), dict) else None
+        if layout is None or not isinstance(layout.get("chunks"), list) or len(layout["chunks"]) != meta["shape"][0] + 1:
+            raise CorruptRecordError("meta record without its chunk layout")
+        return meta["format_version"] <= format_version and layout.get("layout") == LAYOUT
+
+    @staticmethod
+    def generation(meta_bytes: bytes | None) -> str | None:
+        """The generation a stored meta record points at; None when absent, "" when unreadable."""
+        if meta_bytes is None:
+            return None
+        try:
+            return str(json.loads(meta_bytes)["redis"]["gen"])
+        except (ValueError, KeyError, TypeError):
+            return ""
+
     def meta_pattern(self) -> str:
         """SCAN pattern of every meta key."""
         return f"{self.prefix}kv:{{*}}:meta"
