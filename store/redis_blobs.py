@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store import codec
+from store import codec, ordered_layout
 from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
@@ -219,7 +219,7 @@ class RedisBlobStore(BlobStore):
             self._corrupt(key, e)
             return None
         return DocumentKV(keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"])
+                          encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))
 
     def iter_layers(self, key: str, dtype: torch.dtype | str | None = None
                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store import codec
+from store import codec, ordered_layout
 from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
@@ -178,7 +178,7 @@ class TieredBlobStore(BlobStore):
         self.counters["shared_hit"] += 1
         self._fill(key, RawRecord(meta, ids, layers))
         return DocumentKV(keys=keys, values=values, token_ids=token_ids, fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"])
+                          encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))
 
     def _failed_read(self, key: str, err: Exception) -> None:
         """A shared read that failed mid-way is a miss (a corrupt record is deleted by the shared tier)."""

@@ -173,3 +173,18 @@ def test_encode_record_is_what_both_backends_store(make_kv, tmp_path):
     lmdb = LmdbBlobStore(tmp_path / "lmdb", max_map_size=64 << 20)
     assert lmdb.put_record("doc", rec) == rec.meta["nbytes"] == sum(map(len, rec.layers)) + len(rec.ids)
     assert torch.equal(lmdb.get("doc").keys, kv.keys)
+
+
+def test_an_importance_ordered_record_round_trips_with_its_importance(blobs, make_kv, same_kv, tmp_path):
+    import dataclasses
+
+    kv = make_kv(seed=7, tokens=24, dtype=torch.bfloat16)
+    kv = dataclasses.replace(kv, importance=torch.rand(24, generator=torch.Generator().manual_seed(1)))
+    blobs.put("doc", kv)
+    lmdb = LmdbBlobStore(tmp_path / "lmdb", max_map_size=64 << 20)
+    lmdb.put("doc", kv)
+    got, ref = blobs.get("doc"), lmdb.get("doc")
+    same_kv(got, ref)
+    assert (got.importance is None) == (ref.importance is None)
+    if ref.importance is not None:
+        assert torch.equal(got.importance, ref.importance)
