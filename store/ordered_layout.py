@@ -159,9 +159,9 @@ def _rows(buf, data: int, spec: tuple, tokens: int, m: int | None) -> torch.Tens
 
 
 def decode_ordered(buf, meta: dict, layer: int, tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V ``[H, m, D]`` (float32 for int8 records, else the stored dtype) of the first ``m`` tokens in
-    retention order (all of them when ``tokens`` is None); a partial read verifies the chunks it touches,
-    a whole read is verified by the caller's whole-layer checksum.
+    """K and V token-major ``[m, H, D]`` (float32 for int8 records, else the stored dtype) of the first ``m``
+    tokens in retention order (all of them when ``tokens`` is None); a partial read verifies the chunks it
+    touches, a whole read is verified by the caller's whole-layer checksum.
 
     Raises:
         CorruptRecordError: a chunk failed its checksum, or the payload does not fit the meta.
@@ -176,12 +176,12 @@ def decode_ordered(buf, meta: dict, layer: int, tokens: int | None = None) -> tu
     try:
         t = {spec[0]: _rows(buf, data, spec, T, m if tokens is not None else None) for spec in tensors}
         if meta["dtype"] != "int8":
-            return t["k"].transpose(0, 1), t["v"].transpose(0, 1)
+            return t["k"], t["v"]
         src = torch.float32
         k = dequantize(QuantizedTensor(t["k"].transpose(0, 1), t["k_scale"], t["k_zero"], "channel", src), src)
         v = dequantize(QuantizedTensor(t["v"].transpose(0, 1), t["v_scale"].transpose(0, 1),
                                        t["v_zero"].transpose(0, 1), "token", src), src)
-        return k, v
+        return k.transpose(0, 1), v.transpose(0, 1)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
 
@@ -192,12 +192,24 @@ def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out:
     Raises:
         CorruptRecordError: the payload or the stored order does not fit the meta.
     """
-    k, v = decode_ordered(buf, meta, layer)
-    if list(k.shape) != list(k_out.shape):
-        raise CorruptRecordError(f"layer {layer} shape {list(k.shape)} does not match {list(k_out.shape)}")
-    order = token_order(meta)
-    k_out[:, order] = k.to(k_out.dtype)
-    v_out[:, order] = v.to(v_out.dtype)
+    inv = torch.argsort(token_order(meta)).numpy()  # position -> row in retention order
+    if meta["dtype"] == "int8":
+        k, v = decode_ordered(buf, meta, layer)  # k, v: [T, H, D] in retention order
+        k, v = k[torch.from_numpy(inv)], v[torch.from_numpy(inv)]
+    else:  # gather the rows straight from the buffer (one copy), then one strided copy into the outputs
+        data, tensors = _tensors(buf)
+        k, v = (_gathered(buf, data, spec, inv) for spec in tensors)
+    if list(k.shape) != [k_out.shape[1], k_out.shape[0], k_out.shape[2]]:
+        raise CorruptRecordError(f"layer {layer} shape {list(k.shape)} does not fit {list(k_out.shape)}")
+    k_out.copy_(k.transpose(0, 1))
+    v_out.copy_(v.transpose(0, 1))
+
+
+def _gathered(buf, data: int, spec: tuple, rows: np.ndarray) -> torch.Tensor:
+    """Token-major tensor ``spec`` of a float layer with its rows taken in the order ``rows`` (one copy)."""
+    _, dtype, shape, start, end = spec
+    raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=data + start).reshape(shape[0], -1)
+    return torch.from_numpy(raw[rows]).view(dtype).view(shape)
 
 
 def decode_ordered_prefix(buf, meta: dict, layer: int, retention: float, dtype: torch.dtype,
@@ -213,6 +225,6 @@ def decode_ordered_prefix(buf, meta: dict, layer: int, retention: float, dtype: 
     """
     T = meta["shape"][2]
     m = kept_count(T, check_retention(retention))
-    k, v = decode_ordered(buf, meta, layer, m)
-    idx = torch.argsort((token_order(meta) if order is None else order)[:m])  # storage order -> position order
-    return k[:, idx].to(dtype), v[:, idx].to(dtype)
+    k, v = decode_ordered(buf, meta, layer, m)  # k, v: [m, H, D] in retention order
+    idx = torch.argsort((token_order(meta) if order is None else order)[:m])  # -> position order
+    return k[idx].to(dtype).transpose(0, 1), v[idx].to(dtype).transpose(0, 1)
