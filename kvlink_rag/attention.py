@@ -7,11 +7,14 @@ same mask semantics: both kernels honour the 4-D additive mask, see ``model.SUPP
 each layer's weights to a callback as soon as they exist, so only one layer's weights are alive at a time.
 
 The switch sets ``config._attn_implementation`` (read by every attention module at each call in
-transformers >= 4.48); callers hold the model exclusively for the block (the service serialises model calls).
+transformers >= 4.48). Captures may overlap across threads (a query explained while a precompute thread
+scores a document): the switch is reference-counted per model, and each capture's hooks count only the
+forwards of the thread that opened it. Another thread's forwards run eager meanwhile (same math, slower).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -35,33 +38,56 @@ def attention_modules(lm: LoadedModel) -> list[torch.nn.Module]:
     return mods
 
 
+_SWITCH_LOCK = threading.Lock()
+_SWITCHED: dict[int, list] = {}  # id(config) -> [open captures, kernel to restore]
+
+
+@contextmanager
+def _eager(config) -> Iterator[None]:
+    """``config`` on the eager kernel while any capture of it is open (reference-counted across threads)."""
+    with _SWITCH_LOCK:
+        entry = _SWITCHED.setdefault(id(config), [0, config._attn_implementation])
+        entry[0] += 1
+        config._attn_implementation = "eager"
+    try:
+        yield
+    finally:
+        with _SWITCH_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                config._attn_implementation = entry[1]
+                del _SWITCHED[id(config)]
+
+
 @contextmanager
 def capture_attention(lm: LoadedModel, on_weights: WeightsFn) -> Iterator[None]:
-    """Within the block, every forward calls ``on_weights(layer, weights)`` per layer.
+    """Within the block, every forward of this thread calls ``on_weights(layer, weights)`` per layer.
 
     Args:
-        lm: the model; its attention kernel is eager inside the block and restored after.
+        lm: the model; its attention kernel is eager inside the block and restored after the last capture.
         on_weights: called with the layer index and ``[batch, heads, queries, keys]`` attention probabilities
             (the compute dtype; keys in cache storage order). It must not keep the tensor if memory matters.
+    Raises:
+        RuntimeError: (from a forward in the block) the kernel returned no weights.
     """
-    config = lm.model.config
-    saved = config._attn_implementation
+    owner = threading.get_ident()
     handles = []
 
     def hook_for(layer: int):
         def hook(_module, _args, output):
+            if threading.get_ident() != owner:
+                return  # another thread's forward (not this capture's)
             weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if weights is None:
                 raise RuntimeError("the attention kernel returned no weights (eager attention is needed)")
             on_weights(layer, weights.detach())
         return hook
 
-    try:
-        config._attn_implementation = "eager"
-        for i, mod in enumerate(attention_modules(lm)):
-            handles.append(mod.register_forward_hook(hook_for(i)))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-        config._attn_implementation = saved
+    with _eager(lm.model.config):
+        try:
+            for i, mod in enumerate(attention_modules(lm)):
+                handles.append(mod.register_forward_hook(hook_for(i)))
+            yield
+        finally:
+            for h in handles:
+                h.remove()

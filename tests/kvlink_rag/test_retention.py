@@ -120,3 +120,31 @@ def test_full_retention_is_exactly_todays_output():
     assert torch.equal(today.storage_positions, full.storage_positions)
     partial = link(lm, prefix, LayeredDocuments.from_documents(docs, retention=0.5), embeds, q_ids, anchored=True)
     assert not torch.allclose(today.last_logits, partial.last_logits)
+
+
+def test_overlapping_captures_in_two_threads_count_only_their_own_forwards():
+    import threading
+
+    from kvlink_rag.attention import capture_attention
+
+    lm = tiny_model("llama")
+    ids = random_ids(9, 4)
+    seen = {"main": 0, "other": 0}
+    inside, release = threading.Event(), threading.Event()
+
+    def other():
+        with capture_attention(lm, lambda layer, w: seen.__setitem__("other", seen["other"] + 1)):
+            inside.set()
+            release.wait(5)
+            lm.model.model(input_ids=ids[None])
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(5)
+    with capture_attention(lm, lambda layer, w: seen.__setitem__("main", seen["main"] + 1)):
+        lm.model.model(input_ids=ids[None])
+    assert lm.model.config._attn_implementation == "eager"  # the other capture is still open
+    release.set()
+    t.join()
+    assert seen == {"main": lm.num_layers, "other": lm.num_layers}
+    assert lm.model.config._attn_implementation == "sdpa"  # restored by the last capture to close
