@@ -118,7 +118,7 @@ class TieredBlobStore(BlobStore):
 
         Raises:
             ValueError: invalid key or document. StoreFullError: the shared tier is full (no eviction).
-            BlobStoreUnavailable: the shared tier failed (the local copy is written first).
+            BlobStoreUnavailable: the shared tier failed (the local copy is still written).
         """
         return self.put_record(key, encode_record(kv, int8, tracked))
 
