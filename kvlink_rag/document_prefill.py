@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 
 import torch
@@ -26,17 +26,18 @@ from .types import DocumentKV, PrefixKV, parse_dtype
 ENCODINGS = ("isolated", "anchored")
 FORMAT_VERSION = 1
 CHUNK_TOKENS = 64
-"""First chunk of a precompute that yields between chunks (:data:`between_chunks` set): the document is
-encoded in chunks (the same K and V: each chunk attends to the cache of the ones before it). Without the
-hook a document is one forward."""
-CHUNK_SECONDS = 0.2
+"""First chunk of a precompute that runs chunk by chunk (:data:`chunk_guard` set): the document is encoded
+in chunks (the same K and V: each chunk attends to the cache of the ones before it). Without a guard a
+document is one forward."""
+CHUNK_SECONDS = 0.1
 """Target seconds per chunk: later chunks are resized (16-512 tokens) from the last one's time, since a
 chunk costs more the further into the document it is (attention over the cache); a query arriving
 meanwhile waits at most about this long. 0: fixed ``CHUNK_TOKENS``."""
 
-between_chunks: ContextVar[Callable[[], None] | None] = ContextVar("between_chunks", default=None)
-"""Called between two chunks of a precompute in this context (thread), e.g. by the service to let the
-batching scheduler run a step: a long document then never stalls queries for its whole encode."""
+chunk_guard: ContextVar[Callable[[], AbstractContextManager] | None] = ContextVar("chunk_guard", default=None)
+"""In this context (thread), each chunk's forward runs inside ``chunk_guard()`` (the service: the model
+lock, taken when the batching scheduler has a quiet moment): a long document then never stalls queries
+for its whole encode, and nothing but the chunk's forward holds the model."""
 
 
 def ids_hash(ids: torch.Tensor) -> str:
@@ -152,19 +153,19 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     cache = None
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
-    n, hook = int(ids.numel()), between_chunks.get()
-    size, c0 = (CHUNK_TOKENS if hook is not None else n), 0
+    n, guard = int(ids.numel()), chunk_guard.get()
+    size, c0 = (CHUNK_TOKENS if guard is not None else n), 0
     while c0 < n:
-        c1, t0 = min(n, c0 + size), time.perf_counter()
-        with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
-            # documents are always encoded by the base model
-            out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
-                                 cache=cache, use_cache=True)
+        c1 = min(n, c0 + size)
+        with guard() if guard is not None else nullcontext():
+            t0 = time.perf_counter()
+            with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
+                # documents are always encoded by the base model
+                out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
+                                     cache=cache, use_cache=True)
+            took = time.perf_counter() - t0
         cache = out.cache
-        if hook is not None and c1 < n:
-            size = _next_chunk(size, time.perf_counter() - t0)
-            hook()
-        c0 = c1
+        size, c0 = (_next_chunk(size, took) if guard is not None else size), c1
     k, v = cache_tensors(cache)
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     start = prefix.num_tokens if prefix is not None else 0

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -93,24 +94,24 @@ class EmbeddedQueue:
             self._pending += 1
         self._pool.submit(self._run, tenant, doc_id, version)
 
-    def _yield_model(self) -> None:
-        """Between two chunks of a document: hand the model lock to whoever waits (first-come first-served),
-        and while the batching scheduler has requests (:attr:`model_busy`) let it run, for at most
-        :attr:`max_defer_s` seconds, before taking the lock back for the next chunk: queries keep their
-        latency, and a document still advances under constant load."""
-        self.model_lock.release()
+    @contextmanager
+    def _model_turn(self) -> Iterator[None]:
+        """The model for one chunk of a document: while the batching scheduler has requests
+        (:attr:`model_busy`) let it run, for at most :attr:`max_defer_s` seconds, then take the model lock
+        (first-come first-served) for the chunk: queries keep their latency, and a document still advances
+        under constant load."""
         deadline = time.monotonic() + self.max_defer_s
         while self.model_busy is not None and self.model_busy() and time.monotonic() < deadline:
             time.sleep(0.005)
-        self.model_lock.acquire()
+        with self.model_lock:
+            yield
 
     def _run(self, tenant: str, doc_id: str, version: int) -> None:
-        from kvlink_rag.document_prefill import between_chunks
+        from kvlink_rag.document_prefill import chunk_guard
 
-        token = between_chunks.set(self._yield_model)
+        token = chunk_guard.set(self._model_turn)  # each chunk's forward takes the model; the rest does not
         try:
-            with self.model_lock:
-                self.catalog.precompute(tenant, doc_id, version, self.engine)
+            self.catalog.precompute(tenant, doc_id, version, self.engine)
         except ValueError as e:  # permanent (e.g. too long for the model)
             self.catalog.fail(tenant, doc_id, version, str(e))
         except Exception as e:  # noqa: BLE001 - keep the pool alive; the document can be re-ingested
@@ -120,7 +121,7 @@ class EmbeddedQueue:
             except Exception:  # noqa: BLE001
                 log.exception("could not mark %s/%s failed", tenant, doc_id)
         finally:
-            between_chunks.reset(token)
+            chunk_guard.reset(token)
             with self._count_lock:
                 self._pending -= 1
 

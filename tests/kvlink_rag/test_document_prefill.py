@@ -59,9 +59,11 @@ def test_bad_input_gives_clear_errors():
 
 
 @pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
-def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chunks(monkeypatch, anchored):
+def test_a_document_encoded_in_chunks_equals_one_forward_and_guards_each_chunk(monkeypatch, anchored):
+    from contextlib import contextmanager
+
     from kvlink_rag import document_prefill
-    from kvlink_rag.document_prefill import between_chunks, encode_document, encode_prefix
+    from kvlink_rag.document_prefill import chunk_guard, encode_document, encode_prefix
 
     lm = tiny_model("llama")
     ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(4, seed=4)) if anchored else None)
@@ -69,12 +71,18 @@ def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chun
     monkeypatch.setattr(document_prefill, "CHUNK_TOKENS", 5)
     monkeypatch.setattr(document_prefill, "CHUNK_SECONDS", 0)  # fixed chunks (else resized by time)
     calls = []
-    token = between_chunks.set(lambda: calls.append(1))
+
+    @contextmanager
+    def guard():
+        calls.append(1)
+        yield
+
+    token = chunk_guard.set(guard)
     try:
         chunked = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
     finally:
-        between_chunks.reset(token)
-    assert len(calls) == 3  # 4 chunks of 5, 5, 5, 2 tokens
+        chunk_guard.reset(token)
+    assert len(calls) == 4  # 4 chunks of 5, 5, 5, 2 tokens, each inside the guard
     assert torch.allclose(chunked.keys, whole.keys, atol=1e-5) and torch.allclose(chunked.values, whole.values, atol=1e-5)
     assert torch.allclose(chunked.importance, whole.importance, atol=1e-4)
 
@@ -82,6 +90,5 @@ def test_a_document_encoded_in_chunks_equals_one_forward_and_yields_between_chun
 def test_chunks_are_resized_toward_the_target_time():
     from kvlink_rag.document_prefill import CHUNK_SECONDS, _next_chunk
 
-    assert CHUNK_SECONDS == 0.2
-    assert _next_chunk(64, 0.4) == 32 and _next_chunk(64, 0.1) == 128
-    assert _next_chunk(64, 10.0) == 16 and _next_chunk(64, 0.0) == 512  # bounds
+    assert _next_chunk(64, 2 * CHUNK_SECONDS) == 32 and _next_chunk(64, CHUNK_SECONDS / 2) == 128
+    assert _next_chunk(64, 100.0) == 16 and _next_chunk(64, 0.0) == 512  # bounds

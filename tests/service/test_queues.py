@@ -25,8 +25,7 @@ def test_redact_hides_the_password_only():
     assert redact("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
-def test_a_precompute_chunk_waits_while_the_scheduler_is_busy_then_takes_the_model_back():
-    import threading
+def test_a_precompute_chunk_waits_while_the_scheduler_is_busy_then_takes_the_model():
     import time
 
     from service.model_lock import FairLock
@@ -35,23 +34,11 @@ def test_a_precompute_chunk_waits_while_the_scheduler_is_busy_then_takes_the_mod
     lock, busy_until = FairLock(), time.monotonic() + 0.2
     q = EmbeddedQueue(None, lock, threads=0)
     q.model_busy = lambda: time.monotonic() < busy_until
-    seen = []
-
-    def scheduler_step():  # takes the lock while the chunk is deferred
-        time.sleep(0.05)
-        with lock:
-            seen.append("step")
-
-    t = threading.Thread(target=scheduler_step)
-    lock.acquire()
-    t.start()
-    q._yield_model()  # between two chunks
-    assert lock.locked() and seen == ["step"] and time.monotonic() >= busy_until
-    lock.release()
-    t.join()
+    with q._model_turn():  # one chunk
+        assert lock.locked() and time.monotonic() >= busy_until
+    assert not lock.locked()
     q.max_defer_s, q.model_busy = 0.05, lambda: True  # constant load: the document still advances
-    lock.acquire()
     t0 = time.monotonic()
-    q._yield_model()
-    assert time.monotonic() - t0 < 1 and lock.locked()
-    lock.release()
+    with q._model_turn():
+        assert lock.locked()
+    assert time.monotonic() - t0 < 1
