@@ -1,11 +1,11 @@
 """Answering a query for a tenant: validate, pick documents (ids or BM25), link cached KV, generate.
 
 The engine is shared by all requests; each request works on a shallow copy whose ``cache`` is the
-tenant's view of the store wrapped in a :class:`RecordingCache` (per-document hit/miss), and every model
-call runs under one lock (one model; the embedded precompute threads take it too). Planning never takes
-that lock (a named adapter is only checked then, and loaded into the model when the query runs), so a
-front end can keep requests that wait for the model out of its threads (the API: ``api.concurrency``).
-Documents are chosen and loaded by :mod:`service.documents_choice`.
+tenant's view of the store wrapped in a :class:`RecordingCache` (per-document hit/miss). With the
+batching scheduler (the default) a query is submitted to it (:mod:`service.scheduled`); otherwise, and
+for explain or retention below 1, it runs here under the one model lock. Planning never takes that lock
+(a named adapter is only checked then, and loaded into the model when the query runs). Documents are
+chosen and loaded by :mod:`service.documents_choice`; plans and results are :mod:`service.query_plan`.
 
 All timings are seconds measured from the start of :meth:`QueryService.plan` (request accepted).
 A plan's ``mode`` is ``linked`` (the cached KV re-linked) or ``full`` (ordinary full prefill of the same
@@ -19,12 +19,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
+from service.query_plan import MODES, QueryPlan, QueryResult, check_request, choose_documents
 from service.explained import check_explained, explained_scope, explanation
 from store.recording_cache import RecordingCache
 
@@ -36,56 +36,9 @@ if TYPE_CHECKING:
     from service.retrieval import Retrieval
     from store.factory import Store
 
-MODES = ("linked", "full")
-"""Query modes: the cached documents re-linked (KVLink), or full prefill of the same prompt (baseline)."""
-
 __all__ = ["MODES", "QueryDoc", "QueryPlan", "QueryResult", "QueryService", "check_request", "choose_documents"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class QueryPlan:
-    """Validated query with its documents; ``t0`` is ``time.perf_counter()`` at the start."""
-
-    tenant: str
-    question: str
-    docs: list[QueryDoc]
-    retrieval_s: float
-    t0: float
-    k: int | None = None
-    adapter: str | None = None
-    sampling: dict = field(default_factory=dict)
-    mode: str = "linked"
-    text_ids: list[int] | None = None
-    batched: bool = True
-    retention: float | None = None
-    explain: bool = False
-
-
-@dataclass
-class QueryResult:
-    """Answer text and ids, per-document cache hits, timings (s) and token counts."""
-
-    answer: str
-    token_ids: list[int]
-    docs: list[QueryDoc]
-    cache_hits: list[bool]
-    timings: dict[str, float]
-    context_tokens: int
-    finish_reason: str
-    cached_tokens: int = 0
-    attribution: dict | None = None
-
-    def documents(self) -> list[dict]:
-        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
-        (``explain``) also ``attribution`` (share) and ``passages`` (``[{start, end, share}]``) per document."""
-        docs = [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
-                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
-                for d, hit in zip(self.docs, self.cache_hits, strict=True)]
-        for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
-            d.update(attribution=att["share"], passages=att["passages"])
-        return docs
 
 
 class QueryService:
@@ -244,8 +197,7 @@ class QueryService:
 
     def _scheduled(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
         """:meth:`_generate` through the batching scheduler: same events, same bookkeeping."""
-        from kvlink_rag.generate import stream_text
-        from service.scheduled import answer_of, scheduled_tokens, stage_timings
+        from service.scheduled import answer_of, scheduled_tokens, stage_timings, token_pieces
 
         made: list[Engine] = []
 
@@ -255,7 +207,7 @@ class QueryService:
 
         text_ids = plan.text_ids or self.engine.template.question_ids(self.engine.lm.tokenizer, plan.question).tolist()
         gen = scheduled_tokens(self.scheduler, self.engine, plan, make_engine, text_ids)
-        result = yield from _tokens_of(gen, self.engine.lm.tokenizer, pieces, stream_text)
+        result = yield from token_pieces(gen, self.engine.lm.tokenizer, pieces)
         ans = answer_of(result, self.engine.lm.tokenizer, len(text_ids))
         yield "done", self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs,
                                    result.cached_tokens)
@@ -294,43 +246,6 @@ class QueryService:
             log.warning("query bookkeeping: %s", e)
 
 
-def check_request(settings: Settings, question: str, document_ids: list[str] | None = None,
-                  top_k: int | None = None, max_new_tokens: int | None = None) -> str:
-    """The question, stripped, once the request's own fields are within ``settings``' limits (nothing is
-    read: a front end can check a request before the model loads).
-
-    Raises:
-        ServiceError: 422 empty or too long question, both ``document_ids`` and ``top_k``, ``max_new_tokens``
-            out of range.
-    """
-    question = (question or "").strip()
-    if not question:
-        raise ServiceError(422, "invalid_question", "question is empty")
-    if len(question) > settings.max_question_chars:
-        raise ServiceError(422, "question_too_long", f"question has {len(question)} characters; the limit "
-                           f"is {settings.max_question_chars} (KVLINK_RAG_MAX_QUESTION_CHARS)")
-    if document_ids is not None and top_k is not None:
-        raise ServiceError(422, "invalid_request", "give either document_ids or top_k, not both")
-    if max_new_tokens is not None and not 1 <= max_new_tokens <= settings.max_new_tokens_limit:
-        raise ServiceError(422, "max_new_tokens_out_of_range", "max_new_tokens must be within "
-                           f"1..{settings.max_new_tokens_limit} (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {max_new_tokens}")
-    return question
-
-
-def choose_documents(choice: DocumentChoice, tenant: str, question: str, document_ids: list[str] | None = None,
-                     top_k: int | None = None) -> list[QueryDoc]:
-    """The documents ``document_ids``, else the ``top_k`` (default ``KVLINK_RAG_DEFAULT_TOP_K``) BM25 matches
-    of ``question``; no engine needed (a front end can check them before the model loads).
-
-    Raises:
-        ServiceError: as :meth:`DocumentChoice.by_ids` / :meth:`DocumentChoice.retrieve` (422 out of range,
-            404 unknown ids or nothing matching, 409 corrupt).
-    """
-    if document_ids is not None:
-        return choice.by_ids(tenant, document_ids)
-    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
-
-
 def _context(eng: Engine, plan: QueryPlan):
     """The plan's context: linked from the document caches, or (mode ``full``) fully prefilled.
 
@@ -344,26 +259,6 @@ def _context(eng: Engine, plan: QueryPlan):
         return eng.link_context(plan.question, docs, plan.k, plan.retention)[0]
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
-
-
-def _tokens_of(gen, tokenizer, pieces: bool, stream_text) -> Generator[tuple[str, str], None, object]:
-    """``("token", piece)`` for the text of a token-id generator (with ``pieces``); returns what it returns.
-    Closing this generator closes ``gen`` (the scheduled request is cancelled)."""
-    box: list = []
-
-    def ids():
-        box.append((yield from gen))
-
-    try:
-        if pieces:
-            for piece in stream_text(tokenizer, ids()):
-                yield "token", piece
-        else:
-            for _ in ids():
-                pass
-        return box[0]
-    finally:
-        gen.close()
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

@@ -9,7 +9,7 @@ cancels the request: its slot is freed before the scheduler's next step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
 from kvlink_rag.types import ContextTooLong
@@ -70,3 +70,26 @@ def stage_timings(plan, result: GenResult) -> dict[str, float]:
     return {"retrieval_s": plan.retrieval_s, "queue_wait_s": t.get("queue_wait_s", 0.0),
             "cache_load_s": t.get("load_s", 0.0), "link_s": t.get("prefill_s", 0.0),
             "ttft_s": t.get("ttft_s", end - plan.t0), "total_s": end - plan.t0}
+
+
+def token_pieces(gen: Generator[int, None, GenResult], tokenizer, pieces: bool
+                 ) -> Generator[tuple[str, str], None, GenResult]:
+    """``("token", piece)`` for the text of a token-id generator (with ``pieces``); returns what it returns.
+    Closing this generator closes ``gen`` (the scheduled request is cancelled)."""
+    from kvlink_rag.generate import stream_text
+
+    box: list = []
+
+    def ids():
+        box.append((yield from gen))
+
+    try:
+        if pieces:
+            for piece in stream_text(tokenizer, ids()):
+                yield "token", piece
+        else:
+            for _ in ids():
+                pass
+        return box[0]
+    finally:
+        gen.close()

@@ -1,0 +1,101 @@
+"""A query's plan and result, and the checks a front end can run before the model loads.
+
+:class:`QueryPlan` is a validated query with its documents; :class:`QueryResult` what answering it gave.
+:func:`check_request` and :func:`choose_documents` read nothing of the model (the CLI checks a request
+before loading it). All timings are seconds from the start of planning (request accepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from service.documents_choice import DocumentChoice, QueryDoc
+from service.errors import ServiceError
+
+if TYPE_CHECKING:
+    from kvlink_rag.settings import Settings
+
+MODES = ("linked", "full")
+"""Query modes: the cached documents re-linked (KVLink), or full prefill of the same prompt (baseline)."""
+
+
+@dataclass
+class QueryPlan:
+    """Validated query with its documents; ``t0`` is ``time.perf_counter()`` at the start."""
+
+    tenant: str
+    question: str
+    docs: list[QueryDoc]
+    retrieval_s: float
+    t0: float
+    k: int | None = None
+    adapter: str | None = None
+    sampling: dict = field(default_factory=dict)
+    mode: str = "linked"
+    text_ids: list[int] | None = None
+    batched: bool = True
+    retention: float | None = None
+    explain: bool = False
+
+
+@dataclass
+class QueryResult:
+    """Answer text and ids, per-document cache hits, timings (s) and token counts."""
+
+    answer: str
+    token_ids: list[int]
+    docs: list[QueryDoc]
+    cache_hits: list[bool]
+    timings: dict[str, float]
+    context_tokens: int
+    finish_reason: str
+    cached_tokens: int = 0
+    attribution: dict | None = None
+
+    def documents(self) -> list[dict]:
+        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
+        (``explain``) also ``attribution`` (share) and ``passages`` (``[{start, end, share}]``) per document."""
+        docs = [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
+                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
+                for d, hit in zip(self.docs, self.cache_hits, strict=True)]
+        for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
+            d.update(attribution=att["share"], passages=att["passages"])
+        return docs
+
+
+def check_request(settings: Settings, question: str, document_ids: list[str] | None = None,
+                  top_k: int | None = None, max_new_tokens: int | None = None) -> str:
+    """The question, stripped, once the request's own fields are within ``settings``' limits (nothing is
+    read: a front end can check a request before the model loads).
+
+    Raises:
+        ServiceError: 422 empty or too long question, both ``document_ids`` and ``top_k``, ``max_new_tokens``
+            out of range.
+    """
+    question = (question or "").strip()
+    if not question:
+        raise ServiceError(422, "invalid_question", "question is empty")
+    if len(question) > settings.max_question_chars:
+        raise ServiceError(422, "question_too_long", f"question has {len(question)} characters; the limit "
+                           f"is {settings.max_question_chars} (KVLINK_RAG_MAX_QUESTION_CHARS)")
+    if document_ids is not None and top_k is not None:
+        raise ServiceError(422, "invalid_request", "give either document_ids or top_k, not both")
+    if max_new_tokens is not None and not 1 <= max_new_tokens <= settings.max_new_tokens_limit:
+        raise ServiceError(422, "max_new_tokens_out_of_range", "max_new_tokens must be within "
+                           f"1..{settings.max_new_tokens_limit} (KVLINK_RAG_MAX_NEW_TOKENS_LIMIT), got {max_new_tokens}")
+    return question
+
+
+def choose_documents(choice: DocumentChoice, tenant: str, question: str, document_ids: list[str] | None = None,
+                     top_k: int | None = None) -> list[QueryDoc]:
+    """The documents ``document_ids``, else the ``top_k`` (default ``KVLINK_RAG_DEFAULT_TOP_K``) BM25 matches
+    of ``question``; no engine needed (a front end can check them before the model loads).
+
+    Raises:
+        ServiceError: as :meth:`DocumentChoice.by_ids` / :meth:`DocumentChoice.retrieve` (422 out of range,
+            404 unknown ids or nothing matching, 409 corrupt).
+    """
+    if document_ids is not None:
+        return choice.by_ids(tenant, document_ids)
+    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
