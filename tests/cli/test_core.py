@@ -266,3 +266,13 @@ def test_model_fetch_draws_the_conversion_with_the_cli_bar_and_prints_only_the_p
 def test_demo_without_questions_is_refused_before_the_model_loads():
     code, output = _run(["demo", "--questions", "0"])
     assert code == 2 and "--questions must be >= 1" in output
+
+
+def test_the_demo_summary_gives_intervals_and_says_five_questions_are_noise(capsys):
+    from cli.core import _summary
+
+    _summary({"full": [1.0, 0.0, 1.0, 0.0, 0.0], "linked": [0.0, 0.0, 1.0, 0.0, 0.0]}, [2.0, 3.0, 4.0, 5.0, 6.0])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "full prefill 0.40 [95% CI 0.00-0.80]" in text and "linked 0.20 [95% CI 0.00-0.60]" in text
+    assert "speed-up of linked caches over full prefill 4.0x" in text
+    assert "5 questions cannot tell the two modes apart" in text and "EVALUATION.md" in text
