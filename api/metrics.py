@@ -96,6 +96,9 @@ class StoreCollector:
             used.add_metric(["lmdb"], store.blobs.used_bytes())
         except Exception:  # noqa: BLE001
             pass
+        rt = self.state.runtime
+        if rt is not None and rt.scheduler is not None:  # the prefix tree is a memory tier too (shared KV)
+            used.add_metric(["prefix"], rt.scheduler.tree.stats()["bytes"])
         yield from (hits, misses, ratio, evictions, used)
 
 

@@ -151,4 +151,5 @@ def test_scheduler_metrics_count_steps_batches_waits_and_the_prefix_tree(client,
     assert _sample(text, "kvlink_scheduler_running") == 0 and _sample(text, "kvlink_scheduler_waiting") == 0
     tree = client.app_state.runtime.scheduler.tree.stats()
     assert _sample(text, "kvlink_prefix_tree_bytes") == tree["bytes"] > 0
+    assert _sample(text, "kvlink_cache_used_bytes", tier="prefix") == tree["bytes"]
     assert _sample(text, "kvlink_prefix_tree_hit_tokens_total") == tree["hit_tokens"] > 0  # the second query
