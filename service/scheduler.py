@@ -216,7 +216,11 @@ class Scheduler:
         dt = time.perf_counter() - t0
         for (h, rr), lg in zip(members, logits):
             first = not rr.shared
-            tok = rr.step(lg)
+            try:
+                tok = rr.step(lg)
+            except Exception as e:  # noqa: BLE001 - e.g. sampling failed: this request ends, the batch goes on
+                self._end(h, rr, error=e)
+                continue
             if first:
                 rr.timings["prefill_s"] = dt
                 rr.timings["ttft_s"] = time.perf_counter() - h.request.t0

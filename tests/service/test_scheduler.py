@@ -157,3 +157,25 @@ def test_a_request_cancelled_mid_batch_leaves_the_others_unchanged(engine):
         assert sched.stats()["running"] == 0 and sched.tree.stats()["pinned_nodes"] == 0
     finally:
         sched.close()
+
+
+def test_a_request_that_fails_while_sampling_fails_alone(engine, monkeypatch):
+    from kvlink_rag import running
+
+    real_step = running.RunningRequest.step
+
+    def step(self, logits):
+        if self.params.seed == 13:
+            raise RuntimeError("sampling exploded")
+        return real_step(self, logits)
+
+    monkeypatch.setattr(running.RunningRequest, "step", step)
+    sched = make_scheduler(engine)
+    try:
+        bad, good = sched.submit(request(engine, "what?", DOCS[:2], seed=13)), sched.submit(request(engine, "who?", DOCS[:2]))
+        with pytest.raises(RuntimeError, match="sampling exploded"):
+            list(bad.tokens())
+        assert list(good.tokens()) == engine.answer("who?", DOCS[:2]).token_ids
+        assert sched.stats()["running"] == 0
+    finally:
+        sched.close()
