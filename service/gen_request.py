@@ -36,6 +36,8 @@ class GenRequest:
         k: link tokens per document (None: the engine's K; 0: none).
         params: sampling parameters (per request: temperature, top_p, seed, max_new_tokens).
         t0: ``time.perf_counter()`` the request's timings count from (seconds).
+        adapter: the adapter's name as asked (requests running at once use at most ``max_adapters``
+            distinct ones: loading another could unload one in use).
         keep_logits: keep every step's ``[vocab]`` float32 logits in the result (``kvlink-rag verify``).
     """
 
@@ -47,6 +49,7 @@ class GenRequest:
     k: int | None = None
     t0: float = field(default_factory=time.perf_counter)
     keep_logits: bool = False
+    adapter: str | None = None
 
     def estimated_new_tokens(self, link_k: int) -> int:
         """Tokens the prefill forward computes, before any prefix match (for length buckets)."""

@@ -111,7 +111,8 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
     from service.scheduler import Scheduler, SchedulerLimits
 
     limits = SchedulerLimits(max_running=settings.max_running_requests, max_waiting=settings.max_waiting_requests,
-                             max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s)
+                             max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
+                             max_adapters=settings.max_loaded_adapters)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits)
 
 

@@ -47,6 +47,8 @@ class SchedulerLimits:
         max_prefill_tokens: prefill tokens admitted into one step.
         max_wait_s: a request waiting longer is admitted first, whatever its bucket.
         bucket_bounds: prefill lengths (tokens) ending the short and medium buckets.
+        max_adapters: distinct adapters among running requests (``KVLINK_RAG_MAX_LOADED_ADAPTERS``: one more
+            would unload an adapter in use); a request for another waits until one is free.
     """
 
     max_running: int = 16
@@ -54,6 +56,7 @@ class SchedulerLimits:
     max_prefill_tokens: int = 2048
     max_wait_s: float = 2.0
     bucket_bounds: tuple[int, int] = (64, 256)
+    max_adapters: int = 4
 
     def bucket(self, tokens: int) -> str:
         """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""
@@ -154,9 +157,13 @@ class Scheduler:
         order = starved + [w for w in self.waiting if w not in starved and w.bucket == first]
         order += [w for w in self.waiting if w not in order]
         chosen, tokens = [], 0
+        adapters = {h.request.adapter for h, _ in self.running}
         for w in order:
             if len(chosen) == slots or (chosen and tokens + w.tokens > self.limits.max_prefill_tokens):
                 break
+            if w.handle.request.adapter not in adapters and len(adapters) >= self.limits.max_adapters:
+                continue  # its adapter would unload one that running requests use
+            adapters.add(w.handle.request.adapter)
             chosen.append(w)
             tokens += w.tokens
         self.waiting = [w for w in self.waiting if w not in chosen]

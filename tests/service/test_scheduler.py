@@ -179,3 +179,17 @@ def test_a_request_that_fails_while_sampling_fails_alone(engine, monkeypatch):
         assert sched.stats()["running"] == 0
     finally:
         sched.close()
+
+
+def test_requests_for_more_adapters_than_can_be_loaded_wait_for_a_free_one(engine):
+    rows: list[int] = []
+    sched = make_scheduler(engine, max_adapters=1)
+    sched.observe = lambda n, waits: rows.append(n)
+    try:
+        reqs = [request(engine, "what?", DOCS[:2]), request(engine, "who?", DOCS[:2])]
+        reqs[0].adapter, reqs[1].adapter = "a", "b"
+        results = run_all(sched, reqs)
+        assert [r.token_ids for _, r in results] == [engine.answer(q, DOCS[:2]).token_ids for q in ("what?", "who?")]
+        assert max(rows) == 1  # never both at once
+    finally:
+        sched.close()
