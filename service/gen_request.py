@@ -51,6 +51,13 @@ class GenRequest:
     keep_logits: bool = False
     adapter: str | None = None
 
+    def shared_prefix_key(self) -> tuple | None:
+        """What requests with the same documents, mode, K and adapter have in common (their prompts share
+        the system prompt, documents and link tokens), or None without documents."""
+        if not self.docs:
+            return None
+        return (self.mode, self.k, self.adapter, tuple((d.text, d.title) for d in self.docs))
+
     def estimated_new_tokens(self, link_k: int) -> int:
         """Tokens the prefill forward computes, before any prefix match (for length buckets)."""
         return len(self.text_ids) + (link_k * len(self.docs) if self.mode == "linked" else 0)

@@ -146,7 +146,9 @@ class Scheduler:
 
     def _choose(self) -> list[_Waiting]:
         """Requests to admit now (caller holds the condition): cancelled ones dropped, starved ones first,
-        then the oldest request's bucket, then the others, within the step's token and slot budget."""
+        then the oldest request's bucket, then the others, within the step's token and slot budget. Of
+        requests over the same documents only the first is admitted in a step (SGLang's in-batch prefix
+        sharing): the others take that prefill from the prefix tree a step later instead of repeating it."""
         self.waiting = [w for w in self.waiting if not w.handle.cancelled]
         slots = self.limits.max_running - len(self.running)
         if slots <= 0 or not self.waiting:
@@ -156,13 +158,17 @@ class Scheduler:
         first = self.waiting[0].bucket
         order = starved + [w for w in self.waiting if w not in starved and w.bucket == first]
         order += [w for w in self.waiting if w not in order]
-        chosen, tokens = [], 0
+        chosen, tokens, prefixes = [], 0, set()
         adapters = {h.request.adapter for h, _ in self.running}
         for w in order:
             if len(chosen) == slots or (chosen and tokens + w.tokens > self.limits.max_prefill_tokens):
                 break
             if w.handle.request.adapter not in adapters and len(adapters) >= self.limits.max_adapters:
                 continue  # its adapter would unload one that running requests use
+            key = w.handle.request.shared_prefix_key()
+            if key is not None and key in prefixes and now - w.since <= self.limits.max_wait_s:
+                continue  # next step it finds this step's prefill of the same documents in the prefix tree
+            prefixes.add(key)
             adapters.add(w.handle.request.adapter)
             chosen.append(w)
             tokens += w.tokens

@@ -193,3 +193,15 @@ def test_requests_for_more_adapters_than_can_be_loaded_wait_for_a_free_one(engin
         assert max(rows) == 1  # never both at once
     finally:
         sched.close()
+
+
+def test_requests_over_the_same_documents_compute_their_common_prefix_once(engine):
+    sched = make_scheduler(engine)
+    try:
+        qs = ["what is the code word?", "which number?", "say kiwi"]
+        results = run_all(sched, [request(engine, q, DOCS[3:6]) for q in qs])  # submitted together
+        trees = sorted(r.tree_tokens for _, r in results)
+        assert trees[0] == 0 and trees[1] > 100 and trees[2] > 100  # the 2nd and 3rd reuse the 1st's prefill
+        assert [r.token_ids for _, r in results] == [engine.answer(q, DOCS[3:6]).token_ids for q in qs]
+    finally:
+        sched.close()
