@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from service.gen_request import GenRequest, GenResult, RequestHandle
@@ -88,6 +88,7 @@ class Scheduler:
         self.limits = limits or SchedulerLimits()
         self.observe = observe
         self.waiting: list[_Waiting] = []
+        self._computed: OrderedDict = OrderedDict()  # document sets admitted in earlier steps
         self.running: list[tuple[RequestHandle, object]] = []
         self._cond = threading.Condition()
         self._stop = False
@@ -166,13 +167,18 @@ class Scheduler:
             if w.handle.request.adapter not in adapters and len(adapters) >= self.limits.max_adapters:
                 continue  # its adapter would unload one that running requests use
             key = w.handle.request.shared_prefix_key()
-            if key is not None and key in prefixes and now - w.since <= self.limits.max_wait_s:
+            if key in prefixes and key not in self._computed and now - w.since <= self.limits.max_wait_s:
                 continue  # next step it finds this step's prefill of the same documents in the prefix tree
             prefixes.add(key)
             adapters.add(w.handle.request.adapter)
             chosen.append(w)
             tokens += w.tokens
         self.waiting = [w for w in self.waiting if w not in chosen]
+        for key in prefixes - {None}:  # computed from now on (a bounded memory of recent document sets)
+            self._computed[key] = None
+            self._computed.move_to_end(key)
+            if len(self._computed) > 4096:
+                self._computed.popitem(last=False)
         return chosen
 
     def _step(self, chosen: list[_Waiting]) -> None:

@@ -203,5 +203,11 @@ def test_requests_over_the_same_documents_compute_their_common_prefix_once(engin
         trees = sorted(r.tree_tokens for _, r in results)
         assert trees[0] == 0 and trees[1] > 100 and trees[2] > 100  # the 2nd and 3rd reuse the 1st's prefill
         assert [r.token_ids for _, r in results] == [engine.answer(q, DOCS[3:6]).token_ids for q in qs]
+        # once computed, requests over those documents are admitted together again (no step lost)
+        rows: list[int] = []
+        sched.observe = lambda n, waits: rows.append(n)
+        with sched._cond:  # all three wait before the scheduler looks
+            handles = [sched.submit(request(engine, q, DOCS[3:6])) for q in qs]
+        assert [len(list(h.tokens())) for h in handles] and rows[0] == 3
     finally:
         sched.close()
