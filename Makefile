@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # KVLINK_RAG_HOME holds every piece of state (converted model, caches, link tokens); default ~/.cache/kvlink-rag.
-NQ ?= ../shared/data/nq-open-oracle-dev.jsonl.gz
+NQ ?= $(or $(KVLINK_RAG_NQ_PATH),../shared/data/nq-open-oracle-dev.jsonl.gz)
 
 .PHONY: install demo test clean
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
@@ -34,7 +35,8 @@ __all__ = ["DtypeOpt", "EncOpt", "KOpt", "NQ_DEFAULT", "NqOpt", "console", "fail
            "make_engine", "make_settings", "open_runtime", "out", "progress_bar", "quiet_libraries",
            "results_only_stdout"]
 
-NQ_DEFAULT = Path("../shared/data/nq-open-oracle-dev.jsonl.gz")
+NQ_DEFAULT = Path(os.environ.get("KVLINK_RAG_NQ_PATH") or "../shared/data/nq-open-oracle-dev.jsonl.gz")
+"""The NQ data file commands read by default: ``$KVLINK_RAG_NQ_PATH``, else ``../shared/data/...``."""
 KOpt = Annotated[Optional[int], typer.Option("--k", help="Link tokens per document (0 = naive reuse).")]
 EncOpt = Annotated[Optional[str], typer.Option("--encoding", help="anchored (default: documents see the system prompt) | isolated")]
 DtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="float32 | bfloat16 | float16")]

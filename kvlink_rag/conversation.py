@@ -57,7 +57,8 @@ def check_turns(turns: list[Turn]) -> list[Turn]:
     if not any(t.role == "user" for t in talk):
         raise InvalidConversation("messages must contain a user message (the question)")
     if talk[0].role != "user" or talk[-1].role != "user":
-        raise InvalidConversation("the conversation must start and end with a user message")
+        raise InvalidConversation("after any system messages, the conversation must start with a user message "
+                                  "and end with one")
     for a, b in zip(talk, talk[1:]):
         if a.role == b.role:
             raise InvalidConversation(f"two {a.role} messages in a row; user and assistant turns alternate")

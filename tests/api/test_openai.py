@@ -114,7 +114,7 @@ def test_a_multi_turn_chat_prefills_only_its_new_message_and_bad_lists_are_refus
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
     bad = {"must contain a user message": [{"role": "system", "content": "hi"}],
            "unknown role": [{"role": "wizard", "content": "hi"}, {"role": "user", "content": "x"}],
-           "start and end with a user message": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+           "start with a user message and end with one": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
            "two user messages in a row": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
            "has 2001 characters": [{"role": "user", "content": "x" * 2001}]}
     for message, messages in bad.items():

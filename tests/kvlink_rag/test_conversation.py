@@ -37,7 +37,7 @@ def test_system_text_goes_before_the_question_and_user_text_is_never_special(fra
 @pytest.mark.parametrize("turns, message", [
     ([Turn("system", "x")], "must contain a user message"),
     ([Turn("tool", "x"), Turn("user", "y")], "unknown role 'tool'"),
-    ([Turn("user", "a"), Turn("assistant", "b")], "start and end with a user message"),
+    ([Turn("user", "a"), Turn("assistant", "b")], "start with a user message and end with one"),
     ([Turn("user", "a"), Turn("user", "b")], "two user messages in a row"),
     ([Turn("user", "  ")], "a user message is empty"),
 ])

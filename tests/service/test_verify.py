@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from factories import NQ_PATH, real_engine
 from kvlink_rag.nq import build_documents, load_nq
 from service.verify import verify
 
 
 def test_batched_and_shared_nq_queries_match_single_requests(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
     engine = real_engine(tmp_path, kv_dtype="float32")
     examples = load_nq(NQ_PATH, limit=200)
     cases = [(examples[i].question, build_documents(examples, i, 10)[0]) for i in range(2)]
