@@ -4,6 +4,8 @@ yes`` + ``redis-cli --cluster create``). Each lives in its own folder and is sto
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import contextlib
 import random
 import shutil
@@ -116,3 +118,13 @@ class RedisClusterNodes:
         for n in self.nodes:
             n.stop()
 
+
+def private_redis(folder) -> Iterator[RedisServer]:
+    """A started private redis-server in ``folder`` (skips without redis-server), stopped at the end: the body
+    of the tests' module-scoped server fixtures (``yield from private_redis(tmp_path_factory.mktemp(...))``)."""
+    need_redis_server()
+    server = RedisServer(folder).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
-from redis_servers import RedisClusterNodes, RedisServer, need_redis_server
+from redis_servers import RedisClusterNodes, RedisServer, need_redis_server, private_redis
 from service_support import wait_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
@@ -24,10 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents
 @pytest.fixture(scope="module")
 def index_server(tmp_path_factory):
     """The index, texts and broker: a private redis-server with the append-only file (never evicts)."""
-    need_redis_server()
-    s = RedisServer(tmp_path_factory.mktemp("index-redis")).start()
-    yield s
-    s.stop()
+    yield from private_redis(tmp_path_factory.mktemp("index-redis"))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from redis_servers import RedisClusterNodes, RedisServer, need_redis_server
+from redis_servers import RedisClusterNodes, need_redis_server, private_redis
 from service_support import free_port
 from store import codec
 from store.backends import open_blob_store
@@ -23,10 +23,7 @@ CHUNK = 700  # bytes: every layer of the test documents is split into several va
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    need_redis_server()
-    s = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield s
-    s.stop()
+    yield from private_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvlink_rag.settings import Settings
-from redis_servers import RedisServer, need_redis_server
+from redis_servers import private_redis
 from store.factory import open_store
 from store.integrity import CorruptEntry
 from store.redis_texts import RedisTextStore
@@ -15,10 +15,7 @@ from store.texts import TextStore
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    need_redis_server()
-    s = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield s
-    s.stop()
+    yield from private_redis(tmp_path_factory.mktemp("redis"))
 
 
 def test_texts_round_trip_page_in_key_order_and_a_flipped_byte_is_reported(server):

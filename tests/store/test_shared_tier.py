@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from redis_servers import RedisServer, need_redis_server
+from redis_servers import private_redis
 from service_support import free_port
 from store.backends import open_blob_store
 from store.blob_store import BlobStoreUnavailable
@@ -19,10 +19,7 @@ from store.shared_tier import TieredBlobStore
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    need_redis_server()
-    s = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield s
-    s.stop()
+    yield from private_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture
