@@ -215,17 +215,7 @@ class LmdbBlobStore(BlobStore):
             CorruptRecordError: a layer failed its checksum (the record is then deleted and reported
                 like in :meth:`get`).
         """
-        _check_key(key)
-        with self.env.read() as txn:
-            meta_buf = txn.get(_rkey(key, "meta"), db=self._db)
-            meta_bytes = None if meta_buf is None else bytes(meta_buf)
-        if meta_bytes is None:
-            raise KeyError(key)
-        try:
-            meta = codec.parse_meta(meta_bytes)
-        except CorruptRecordError as e:
-            self._corrupt(key, e)
-            raise
+        meta_bytes, meta = self._stored_meta(key)
         L, H, T, D = meta["shape"]
         out_dtype = codec.target_dtype(meta, dtype)
         for i in range(L):
@@ -243,6 +233,24 @@ class LmdbBlobStore(BlobStore):
             yield k, v
         self.access.touch(key.encode())
 
+    def _stored_meta(self, key: str) -> tuple[bytes, dict]:
+        """The raw and parsed meta record of ``key``.
+
+        Raises:
+            KeyError: absent. CorruptRecordError: unparsable (the record is deleted and reported).
+        """
+        _check_key(key)
+        with self.env.read() as txn:
+            buf = txn.get(_rkey(key, "meta"), db=self._db)
+            meta_bytes = None if buf is None else bytes(buf)
+        if meta_bytes is None:
+            raise KeyError(key)
+        try:
+            return meta_bytes, codec.parse_meta(meta_bytes)
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            raise
+
     def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
                              ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:
         """:meth:`BlobStore.iter_retained_layers`, reading of an importance-ordered record only the prefix of
@@ -253,16 +261,10 @@ class LmdbBlobStore(BlobStore):
             KeyError: absent, or replaced while read. ValueError: retention outside (0, 1].
             CorruptRecordError: a chunk failed its checksum (the record is deleted and reported).
         """
-        _check_key(key)
-        with self.env.read() as txn:
-            buf = txn.get(_rkey(key, "meta"), db=self._db)
-            meta_bytes = None if buf is None else bytes(buf)
-        if meta_bytes is None:
-            raise KeyError(key)
+        meta_bytes, meta = self._stored_meta(key)
+        if "token_order" not in meta:
+            return super().iter_retained_layers(key, retention, dtype)
         try:
-            meta = codec.parse_meta(meta_bytes)
-            if "token_order" not in meta:
-                return super().iter_retained_layers(key, retention, dtype)
             pos = ordered_layout.retained_positions(meta, retention)
         except CorruptRecordError as e:
             self._corrupt(key, e)
