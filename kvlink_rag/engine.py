@@ -197,7 +197,8 @@ class Engine:
         if self.link_tokens is not None and (k is None or k > 0):
             embeds = self.link_tokens.embeds[..., : (k or self.link_tokens.k), :]  # [(S,) K, hidden]
         t0 = time.perf_counter()
-        source, hits = self._resolve(docs, r, method)
+        source, found = self.resolve_documents(docs, r, method)
+        hits = sum(found)
         lookup_s = time.perf_counter() - t0
         try:
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
@@ -210,9 +211,10 @@ class Engine:
         ctx.timings.load_s += lookup_s
         return ctx, hits
 
-    def _resolve(self, docs: list[Document], retention: float = 1.0,
-                 method: str = "importance") -> tuple[list[DocumentKV] | LayeredDocuments, int]:
-        """Documents as a link source at ``retention`` and the number of cache hits (:meth:`DocumentCache.resolve`).
+    def resolve_documents(self, docs: list[Document], retention: float = 1.0, method: str = "importance"
+                          ) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:
+        """Documents as a link source at ``retention`` (slot order) and, per document, whether it was a cache
+        hit (:meth:`DocumentCache.resolve`); the linker's and the batching scheduler's way to the caches.
 
         Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
         (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
@@ -221,7 +223,7 @@ class Engine:
         keys = [self.cache_key(d) for d in docs]
         items = [None if isinstance(it, DocumentKV) and it.fingerprint != self.fingerprint else it
                  for it in self.cache.resolve(keys)]
-        hits = sum(it is not None for it in items)
+        hits = [it is not None for it in items]
         encoded: dict[str, DocumentKV] = {}
         for i, (d, it) in enumerate(zip(docs, items)):
             if it is None:
@@ -233,20 +235,10 @@ class Engine:
             try:
                 return self.cache.stream(items, retention, method), hits
             except LookupError:
-                items, hits = [self.get_or_encode(d)[0] for d in docs], 0
+                items, hits = [self.get_or_encode(d)[0] for d in docs], [False] * len(docs)
         if retention < 1.0:
             return LayeredDocuments.from_documents(items, retention, method), hits
         return items, hits
-
-    def resolve_documents(self, docs: list[Document]) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:
-        """``docs``' caches as a link source (all tokens, slot order) and, per document, whether it was a
-        cache hit; missing ones are encoded now and put in the cache (the batching scheduler's entry to
-        :meth:`_resolve`)."""
-        keys = [self.cache_key(d) for d in docs]
-        found = [isinstance(it, str) or (isinstance(it, DocumentKV) and it.fingerprint == self.fingerprint)
-                 for it in self.cache.resolve(keys)]
-        source, _ = self._resolve(docs)
-        return source, found
 
     def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,
                  pieces: bool = True) -> Generator[str, None, Answer]:
