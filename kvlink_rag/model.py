@@ -71,6 +71,12 @@ class LoadedModel:
         return int(self.config.num_hidden_layers)
 
     @property
+    def head_dim(self) -> int:
+        """Per-head width (the config's ``head_dim``, else ``hidden_size / num_attention_heads``)."""
+        cfg = self.config
+        return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+    @property
     def max_positions(self) -> int:
         return int(self.config.max_position_embeddings)
 

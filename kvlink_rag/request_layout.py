@@ -1,4 +1,4 @@
-"""A request's prompt as prefix-tree items in storage order, and the work left once a prefix matched.
+"""A request's prompt as prefix-tree items in storage order, its KV, and the work left once a prefix matched.
 
 Linked (KVLink): ``[prefix tokens][doc keys...][link slots...][conversation tokens]`` in storage order
 (positions ``[prefix][d1][L1]...[dN][LN][conversation]``, as :func:`kvlink_rag.linker.plan_layout`); the
@@ -13,13 +13,46 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .link_prefill import PendingPrefill
 from .linker import plan_layout, slot_link_embeds
 from .mask import additive, allowed
 from .model import LoadedModel
-from .ragged import SequenceKV
+from .ragged import KVChunk, SequenceKV
 from .rope import apply_rope, rope_cos_sin
 from .types import DocumentKV, LayeredDocuments, PrefixKV, Segment
+
+
+@dataclass
+class PendingPrefill:
+    """New tokens waiting for their forward.
+
+    Attributes:
+        embeds: ``[n, hidden]`` input embeddings (compute dtype).
+        positions: ``[n]`` int64 position ids.
+        mask: additive ``[n, keys + n]`` over the sequence's keys and the new tokens (storage order), or
+            None for plain causal continuation.
+    """
+
+    embeds: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor | None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.embeds.shape[0])
+
+
+def new_sequence(lm: LoadedModel, chunks: list[KVChunk], capacity: int) -> SequenceKV:
+    """An empty request KV after ``chunks`` shaped for ``lm`` (compute dtype, model device)."""
+    cfg = lm.config
+    return SequenceKV(chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, capacity)
+
+
+@torch.inference_mode()
+def prepare_tokens(lm: LoadedModel, token_ids: list[int], first_position: int) -> PendingPrefill:
+    """Plain causal continuation: ``token_ids`` at positions ``first_position..`` (decode)."""
+    ids = torch.tensor(token_ids, dtype=torch.long, device=lm.device)
+    pos = torch.arange(first_position, first_position + len(token_ids))
+    return PendingPrefill(lm.embed_tokens(ids), pos, None)
 
 
 @dataclass
@@ -53,16 +86,21 @@ class RequestLayout:
         """Position of the next token after the last item."""
         return self.positions[-1] + self.sizes[-1] if self.items else 0
 
+    def add(self, item, size: int, kind: str, position: int) -> None:
+        """Append ``item`` of ``size`` tokens and ``kind``, its first token at ``position``."""
+        self.items.append(item)
+        self.sizes.append(size)
+        self.kinds.append(kind)
+        self.positions.append(position)
+
     def append_text(self, token_id: int) -> None:
         """A generated (or fed) token after the last item."""
-        self.positions.append(self.next_position)
-        self.items.append(int(token_id))
-        self.sizes.append(1)
-        self.kinds.append("text")
+        self.add(int(token_id), 1, "text", self.next_position)
 
-    def storage_positions(self, n_items: int | None = None) -> torch.Tensor:
-        """``[tokens]`` int64 position ids of the first ``n_items`` items' tokens in storage order."""
-        parts = [torch.arange(p, p + s) for p, s in zip(self.positions[:n_items], self.sizes[:n_items])]
+    def storage_positions(self, start: int = 0, end: int | None = None) -> torch.Tensor:
+        """``[tokens]`` int64 position ids of the tokens of items ``start..end`` in storage order."""
+        spans = zip(self.positions[start:end], self.sizes[start:end])
+        parts = [torch.arange(p, p + s) for p, s in spans]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
@@ -72,17 +110,14 @@ def linked_layout(prefix_ids: list[int], doc_keys: list[str], doc_lens: list[int
     segs = plan_layout(len(prefix_ids), doc_lens, num_links, len(text_ids))
     lay = RequestLayout(segments=segs, anchored=anchored, linked=True)
     for i, t in enumerate(prefix_ids):
-        lay.items.append(int(t)), lay.sizes.append(1), lay.kinds.append("prefix"), lay.positions.append(i)
-    docs = [s for s in segs if s.kind == "document"]
-    links = [s for s in segs if s.kind == "link"]
-    for key, s in zip(doc_keys, docs):
-        lay.items.append(("doc", key)), lay.sizes.append(s.length), lay.kinds.append("doc"), lay.positions.append(s.start)
-    for s in links:
-        lay.items.append(("link", s.index)), lay.sizes.append(s.length), lay.kinds.append("link")
-        lay.positions.append(s.start)
-    start = segs[-1].start
-    for i, t in enumerate(text_ids):
-        lay.items.append(int(t)), lay.sizes.append(1), lay.kinds.append("text"), lay.positions.append(start + i)
+        lay.add(int(t), 1, "prefix", i)
+    for key, s in zip(doc_keys, [s for s in segs if s.kind == "document"]):
+        lay.add(("doc", key), s.length, "doc", s.start)
+    for s in segs:
+        if s.kind == "link":
+            lay.add(("link", s.index), s.length, "link", s.start)
+    for i, t in enumerate(text_ids, start=segs[-1].start):
+        lay.add(int(t), 1, "text", i)
     return lay
 
 
@@ -90,7 +125,7 @@ def full_layout(prompt_ids: list[int]) -> RequestLayout:
     """Layout of an ordinary causal prompt: every token computed."""
     lay = RequestLayout(segments=[Segment("question", -1, 0, len(prompt_ids))], linked=False)
     for i, t in enumerate(prompt_ids):
-        lay.items.append(int(t)), lay.sizes.append(1), lay.kinds.append("text"), lay.positions.append(i)
+        lay.add(int(t), 1, "text", i)
     return lay
 
 
@@ -127,19 +162,18 @@ def fill_cached(lm: LoadedModel, lay: RequestLayout, start: int, seq: SequenceKV
     while j < len(lay.items) and lay.kinds[j] == "doc":
         j += 1
     if j > i:
-        _rotate_into(lm, seq, docs, lay.storage_positions(j)[lay.storage_positions(i).numel():])
+        _rotate_into(lm, seq, docs, lay.storage_positions(i, j))
     return j
 
 
 @torch.inference_mode()
-def pending_prefill(lm: LoadedModel, lay: RequestLayout, start: int, link_embeds: torch.Tensor | None,
-                    adapter_embed) -> PendingPrefill:
+def pending_prefill(lm: LoadedModel, lay: RequestLayout, start: int, link_embeds: torch.Tensor | None
+                    ) -> PendingPrefill:
     """The forward still needed for items ``start..``: link slots' embeddings, text tokens' embeddings,
     their positions and (linked) the KVLink mask over every key before and among them.
 
     Args:
         link_embeds: ``[K, hidden]`` or ``[S, K, hidden]`` link embeddings (None without link items).
-        adapter_embed: ``lm.embed_tokens`` (the input embedding module).
     Raises:
         ValueError: nothing left to compute (the whole prompt matched: the caller keeps one item back).
     """
@@ -147,28 +181,27 @@ def pending_prefill(lm: LoadedModel, lay: RequestLayout, start: int, link_embeds
         raise ValueError("nothing to compute: keep at least the last prompt token out of the match")
     n_slots = sum(k == "link" for k in lay.kinds)
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), n_slots) if n_slots else []
-    parts, ids, run = [], [], []
+    parts, run = [], []
     for i in range(start, len(lay.items)):
         if lay.kinds[i] not in ("link", "text"):
             raise ValueError(f"item {i} ({lay.kinds[i]}) needs no forward; fill_cached first")
         if lay.kinds[i] == "link":
             if run:
-                parts.append(adapter_embed(torch.tensor(run, device=lm.device)))
+                parts.append(lm.embed_tokens(torch.tensor(run, device=lm.device)))
                 run = []
             parts.append(slots[lay.items[i][1]])
         else:
             run.append(lay.items[i])
-            ids.append(lay.items[i])
     if run:
-        parts.append(adapter_embed(torch.tensor(run, device=lm.device)))
+        parts.append(lm.embed_tokens(torch.tensor(run, device=lm.device)))
     embeds = torch.cat(parts)  # [new_tokens, hidden]
     key_pos = lay.storage_positions()
-    new_pos = key_pos[lay.storage_positions(start).numel():]
+    new_pos = lay.storage_positions(start)
     mask = None
     if lay.linked and any(k == "link" for k in lay.kinds[start:]):
         seg_list = _segments_with_text(lay)
         mask = additive(allowed(seg_list, lay.anchored, new_pos, key_pos), lm.dtype)[0, 0].to(lm.device)
-    return PendingPrefill(embeds, new_pos, mask, ids)
+    return PendingPrefill(embeds, new_pos, mask)
 
 
 def _segments_with_text(lay: RequestLayout) -> list[Segment]:

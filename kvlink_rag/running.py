@@ -17,9 +17,9 @@ import torch
 
 from .engine import Engine
 from .generate import SamplingParams, sample_next
-from .link_prefill import PendingPrefill, new_sequence, prepare_tokens
 from .prefix_tree import Match, PrefixTree, chunk_of
-from .request_layout import RequestLayout, fill_cached, full_layout, linked_layout, pending_prefill
+from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
+                             pending_prefill, prepare_tokens)
 from .types import ContextTooLong, Document
 
 
@@ -194,6 +194,6 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
     req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
-    req.pending = pending_prefill(eng.lm, lay, start, embeds, eng.lm.embed_tokens)
+    req.pending = pending_prefill(eng.lm, lay, start, embeds)
     req.cached_tokens = lay.num_tokens - req.pending.num_tokens - req.encoded_tokens
     return req
