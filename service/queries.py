@@ -208,7 +208,7 @@ class QueryService:
         text_ids = plan.text_ids or self.engine.template.question_ids(self.engine.lm.tokenizer, plan.question).tolist()
         gen = scheduled_tokens(self.scheduler, self.engine, plan, make_engine, text_ids)
         result = yield from token_pieces(gen, self.engine.lm.tokenizer, pieces)
-        ans = answer_of(result, self.engine.lm.tokenizer, len(text_ids))
+        ans = answer_of(result, self.engine.lm.tokenizer)
         yield "done", self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs,
                                    result.cached_tokens)
 

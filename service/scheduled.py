@@ -39,19 +39,14 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
         raise ServiceError(503, "overloaded", f"the server is busy: {e}", retry_after_s=e.retry_after_s) from None
     gen = handle.tokens()
     try:
-        while True:
-            try:
-                tok = next(gen)
-            except StopIteration as stop:
-                return stop.value
-            yield tok
+        return (yield from gen)
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
     finally:
         gen.close()
 
 
-def answer_of(result: GenResult, tokenizer, text_ids_len: int) -> Answer:
+def answer_of(result: GenResult, tokenizer) -> Answer:
     """The :class:`Answer` of a finished scheduled request (timings in seconds from the plan's start)."""
     from kvlink_rag.answer import Answer
 

@@ -154,11 +154,10 @@ class Scheduler:
         slots = self.limits.max_running - len(self.running)
         if slots <= 0 or not self.waiting:
             return []
-        now = time.perf_counter()
-        starved = [w for w in self.waiting if now - w.since > self.limits.max_wait_s]
-        first = self.waiting[0].bucket
-        order = starved + [w for w in self.waiting if w not in starved and w.bucket == first]
-        order += [w for w in self.waiting if w not in order]
+        now, first = time.perf_counter(), self.waiting[0].bucket
+        # starved first, then the oldest request's bucket, then the rest; arrival order within each (stable)
+        order = sorted(self.waiting, key=lambda w: 0 if now - w.since > self.limits.max_wait_s
+                       else 1 if w.bucket == first else 2)
         chosen, tokens, prefixes = [], 0, set()
         adapters = {h.request.adapter for h, _ in self.running}
         for w in order:
@@ -173,7 +172,8 @@ class Scheduler:
             adapters.add(w.handle.request.adapter)
             chosen.append(w)
             tokens += w.tokens
-        self.waiting = [w for w in self.waiting if w not in chosen]
+        picked = {id(w) for w in chosen}
+        self.waiting = [w for w in self.waiting if id(w) not in picked]
         for key in prefixes - {None}:  # computed from now on (a bounded memory of recent document sets)
             self._computed[key] = None
             self._computed.move_to_end(key)

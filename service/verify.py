@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from kvlink_rag.answer import run_to_end
 from kvlink_rag.engine import Engine
 from kvlink_rag.kvcache import cache_tensors
 from kvlink_rag.lora import adapter_scope
@@ -74,19 +75,10 @@ def _batched(engine: Engine, cases: list[tuple[str, list[Document]]], max_new_to
             handles = [sched.submit(GenRequest(lambda: engine, docs, engine.template.question_ids(
                 engine.lm.tokenizer, q).tolist(), engine.sampling(max_new_tokens=max_new_tokens, temperature=0.0),
                 keep_logits=True), engine.link_k) for q, docs in cases]
-            results = [_drain(h) for h in handles]
+            results = [run_to_end(h.tokens()) for h in handles]
         return results
     finally:
         sched.close()
-
-
-def _drain(handle) -> GenResult:
-    gen = handle.tokens()
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def verify(engine: Engine, cases: list[tuple[str, list[Document]]], max_new_tokens: int = 16,

@@ -32,18 +32,9 @@ def request(engine, question, docs, mode="linked", **sampling) -> GenRequest:
 
 
 def run_all(sched, reqs):
+    """Submit ``reqs`` together; ``[(token ids as streamed, GenResult)]``."""
     handles = [sched.submit(r) for r in reqs]
-    out = []
-    for h in handles:
-        gen = h.tokens()
-        toks = []
-        while True:
-            try:
-                toks.append(next(gen))
-            except StopIteration as stop:
-                out.append((toks, stop.value))
-                break
-    return out
+    return [(list(h.tokens()), h.result) for h in handles]
 
 
 @pytest.mark.parametrize("mode", ["linked", "full"])
