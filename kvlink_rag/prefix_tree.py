@@ -187,14 +187,8 @@ class PrefixTree:
         return head
 
     def _leaves(self) -> list[Node]:
-        out, stack = [], [c for r in self.roots.values() for c in r.children.values()]
-        while stack:
-            nd = stack.pop()
-            if nd.children:
-                stack.extend(nd.children.values())
-            elif nd.refs <= 0:
-                out.append(nd)
-        return out
+        """Unpinned leaves (the only evictable nodes)."""
+        return [nd for r in self.roots.values() for nd in _walk(r) if not nd.children and nd.refs <= 0]
 
     def _evict(self) -> None:
         """Drop unpinned least-recently-used leaves until within budget (parents may become leaves)."""
@@ -206,13 +200,6 @@ class PrefixTree:
             del victim.parent.children[victim.items[0]]
             self.nbytes -= victim.nbytes
             self.evicted_bytes += victim.nbytes
-
-    def clear(self) -> None:
-        """Forget every unpinned node (e.g. link tokens were retrained)."""
-        with self._lock:
-            budget, self.budget_bytes = self.budget_bytes, 0
-            self._evict()
-            self.budget_bytes = budget
 
     def stats(self) -> dict:
         """``{nodes, bytes, budget_bytes, evicted_bytes, hit_tokens, pinned_nodes}``."""
