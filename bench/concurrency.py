@@ -6,19 +6,15 @@ from __future__ import annotations
 import random
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
 from kvlink_rag.nq import NQExample
 
+from .timing import pct, run_clients
+
 CLASSES = (("short", 0.6, 2), ("medium", 0.3, 5), ("long", 0.1, 10))  # name, share, documents
-
-
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
 
 
 def workload(n: int, rng: random.Random) -> list[str]:
@@ -80,25 +76,13 @@ def _plan(pool: list[NQExample], n: int, rng: random.Random, max_new_tokens: int
 
 def _run_clients(c, plan: list[tuple[str, dict]], n_clients: int) -> tuple[list[tuple[str, float, int, int]], float]:
     """Send ``plan`` from ``n_clients`` threads; ``[(class, latency s, hits, documents)]`` and the wall time (s)."""
-    results: list[tuple[str, float, int, int]] = []
-    lock = threading.Lock()
 
-    def client(k: int) -> None:
-        for name, body in plan[k::n_clients]:
-            t0 = time.perf_counter()
-            resp = c.post("/v1/query", json=body).json()
-            lat = time.perf_counter() - t0
-            hits = sum(d["cache_hit"] for d in resp["documents"])
-            with lock:
-                results.append((name, lat, hits, len(resp["documents"])))
+    def run(job: tuple[str, dict]) -> tuple[str, float, int, int]:
+        t0 = time.perf_counter()
+        resp = c.post("/v1/query", json=job[1]).json()
+        return job[0], time.perf_counter() - t0, sum(d["cache_hit"] for d in resp["documents"]), len(resp["documents"])
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, time.perf_counter() - t0
+    return run_clients(n_clients, plan, run)
 
 
 def _summary(n_clients: int, results: list[tuple[str, float, int, int]], wall: float) -> dict:
@@ -107,7 +91,7 @@ def _summary(n_clients: int, results: list[tuple[str, float, int, int]], wall: f
     by = {name: [r[1] for r in results if r[0] == name] for name, _, _ in CLASSES}
     short, long_ = by["short"], by["long"]
     return {"clients": n_clients, "requests": len(results), "throughput_rps": len(results) / wall,
-            "p50_s": statistics.median(lat), "p99_s": _pct(lat, 0.99),
+            "p50_s": statistics.median(lat), "p99_s": pct(lat, 0.99),
             "hit_rate": sum(r[2] for r in results) / sum(r[3] for r in results),
             "p50_short_s": statistics.median(short) if short else None,
             "p50_long_s": statistics.median(long_) if long_ else None,

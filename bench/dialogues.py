@@ -10,7 +10,8 @@ from kvlink_rag.conversation import Turn
 from kvlink_rag.engine import Engine
 from kvlink_rag.nq import NQExample
 
-from .serving_common import TENANT, ingest, run_clients, runtime
+from .serving_common import TENANT, ingest, runtime
+from .timing import run_clients
 
 
 def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, turns: int = 5, docs: int = 5,

@@ -1,9 +1,9 @@
-"""Helpers of the serving benchmarks: a runtime on a temporary home, ingesting NQ passages, client threads."""
+"""Helpers of the serving benchmarks: a runtime on a temporary home, ingesting NQ passages (client threads:
+:func:`bench.timing.run_clients`)."""
 
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -14,12 +14,8 @@ from service.runtime import Runtime, build_runtime
 TENANT = "default"
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
-
-
 def runtime(engine: Engine, **overrides) -> Runtime:
+    """A runtime over ``engine`` on a fresh temporary home (embedded index and queue), ``overrides`` applied."""
     home = Path(tempfile.mkdtemp(prefix="kvlink-bench-serving-"))
     settings = engine.settings.model_copy(update={"home": home, "index_url": "", "broker_url": "", **overrides})
     return build_runtime(settings, engine, queue="auto", recover=False)
@@ -31,22 +27,3 @@ def ingest(rt: Runtime, docs: dict[str, NQExample], timeout: float = 1800) -> No
     deadline = time.monotonic() + timeout
     while rt.queue.depth() and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def run_clients(n_clients: int, jobs: list, run) -> tuple[list, float]:
-    """Run ``run(job)`` for ``jobs`` from ``n_clients`` threads; ``(results, wall seconds)``."""
-    out, lock = [], threading.Lock()
-
-    def client(k: int) -> None:
-        for job in jobs[k::n_clients]:
-            r = run(job)
-            with lock:
-                out.append(r)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out, time.perf_counter() - t0

@@ -11,7 +11,8 @@ from kvlink_rag.nq import NQExample
 from service.runtime import Runtime
 
 from .flops import compute_floor
-from .serving_common import TENANT, ingest, run_clients, pct, runtime
+from .serving_common import TENANT, ingest, runtime
+from .timing import pct, run_clients
 
 
 def nq_throughput(engine: Engine, examples: list[NQExample], clients: list[int], new_tokens: int = 24,

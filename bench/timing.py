@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,3 +32,28 @@ def measure(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> Timi
         fn()
         times.append(time.perf_counter() - t0)
     return Timing(statistics.median(times), min(times), max(times), repeats)
+
+
+def pct(xs: list[float], p: float) -> float:
+    """The ``p`` quantile (0..1) of ``xs``, nearest rank."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+def run_clients(n_clients: int, jobs: list, run) -> tuple[list, float]:
+    """Run ``run(job)`` for ``jobs`` from ``n_clients`` threads; ``(results, wall seconds)``."""
+    out, lock = [], threading.Lock()
+
+    def client(k: int) -> None:
+        for job in jobs[k::n_clients]:
+            r = run(job)
+            with lock:
+                out.append(r)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out, time.perf_counter() - t0
