@@ -93,8 +93,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="kvlink-scheduler", daemon=True)
-        self.steps = 0
-        self._thread.start()
+        self.steps = 0  # the thread starts with the first request: workers and CLI commands never need it
 
     # -- front-end side ---------------------------------------------------------------------------
     def submit(self, request: GenRequest, link_k: int = 0) -> RequestHandle:
@@ -109,6 +108,8 @@ class Scheduler:
             if len(self.waiting) >= self.limits.max_waiting:
                 raise QueueFull(len(self.waiting), max(1.0, self.limits.max_wait_s))
             self.waiting.append(_Waiting(handle, time.perf_counter(), tokens, self.limits.bucket(tokens)))
+            if not self._thread.is_alive() and not self._stop:
+                self._thread.start()
             self._cond.notify()
         return handle
 
@@ -128,7 +129,8 @@ class Scheduler:
         with self._cond:
             self._stop = True
             self._cond.notify()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
 
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self) -> None:
