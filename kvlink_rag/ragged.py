@@ -128,7 +128,7 @@ class RaggedRow:
         seq: the request's KV (extended by this forward).
         start, length: where its new tokens sit in the packed row (tokens).
         mask: additive ``[length, seq.num_tokens + length]`` over all its keys in storage order, or None
-            (each new token sees everything before it, causally among the new tokens).
+            for a single token that sees everything before it.
     """
 
     seq: SequenceKV
@@ -144,9 +144,12 @@ class RaggedBatch:
     rows: list[RaggedRow] = field(default_factory=list)
 
     def add(self, seq: SequenceKV, length: int, mask: torch.Tensor | None = None) -> RaggedRow:
-        """Append a row of ``length`` new tokens; reserves room in ``seq``."""
+        """Append a row of ``length`` new tokens; reserves room in ``seq``. Without ``mask`` several new
+        tokens are causal among themselves (the mask made once here, not per layer)."""
         start = self.rows[-1].start + self.rows[-1].length if self.rows else 0
         seq.reserve(length)
+        if mask is None:
+            mask = _causal_tail(length, seq.num_tokens + length, seq.keys.dtype, seq.keys.device)
         row = RaggedRow(seq, start, length, mask)
         self.rows.append(row)
         return row
@@ -221,10 +224,7 @@ def ragged_attention(module, query, key, value, attention_mask, dropout: float =
     for row in ragged.rows:
         s, e = row.start, row.start + row.length
         row.seq.write(layer, key[0, :, s:e], value[0, :, s:e])
-        mask = row.mask
-        if mask is None:
-            mask = _causal_tail(row.length, row.seq.num_tokens + row.length, query.dtype, query.device)
-        out[:, s:e] = attend(query[0, :, s:e], list(row.seq.layer_kv(layer, row.length)), mask, scale)
+        out[:, s:e] = attend(query[0, :, s:e], list(row.seq.layer_kv(layer, row.length)), row.mask, scale)
     return out.transpose(0, 1)[None], None
 
 
