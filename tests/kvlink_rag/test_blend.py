@@ -137,3 +137,16 @@ def test_rejects_ids_that_do_not_match_the_caches():
         blend(lm, prefix, docs, doc_ids[:2] + [doc_ids[2][:3]], None, q, recompute_ratio=0.5)
     with pytest.raises(ValueError, match="recompute_ratio"):
         blend(lm, prefix, docs, doc_ids, None, q, recompute_ratio=2)
+
+
+def test_engine_link_path_at_ratio_one_is_the_full_prefill_and_checks_the_ratio(tmp_path):
+    from factories import tiny_text_engine
+    from kvlink_rag.types import Document
+
+    eng = tiny_text_engine(tmp_path, link_k=0)
+    docs = [Document("The lighthouse keeper was Agnes."), Document("Paris is in France.", "Paris")]
+    ctx, _ = eng.link_context("Who kept the light?", docs, recompute_ratio=1.0)
+    ref = eng.full_context("Who kept the light?", docs)
+    assert (ctx.last_logits - ref.last_logits).abs().max().item() < TOL
+    with pytest.raises(ValueError, match="recompute_ratio"):
+        eng.link_context("Who kept the light?", docs, recompute_ratio=-0.5)
