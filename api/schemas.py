@@ -144,6 +144,10 @@ DocIds = Annotated[list[DocId], Field(max_length=MAX_IDS_PER_QUERY, description=
 Retention = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, description="Fraction of each document's cached tokens kept "
                                    "(0 < r <= 1; default KVLINK_RAG_RETENTION): the most important ones, at their "
                                    "original positions. Linked answers only.")]
+RecomputeRatio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, description="CacheBlend: fraction of "
+                                        "document tokens (0..1; default KVLINK_RAG_RECOMPUTE_RATIO, 0 = off) "
+                                        "recomputed in the joined context, those whose reused KV deviates most. "
+                                        "Linked answers only, not with explain; answered one at a time.")]
 Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
                                 "tokens' attention (documents[].attribution) and its top passages (character "
                                 "offsets). Linked answers only; costs the eager attention kernel.")]
@@ -184,6 +188,7 @@ class QueryIn(Sampling):
                                             "every cache_hit false, cache_load_s 0, link_s the prefill time).")
     retention: Retention | None = None
     explain: Explain = False
+    recompute_ratio: RecomputeRatio | None = None
 
 
 class UsedDocument(BaseModel):

@@ -35,6 +35,23 @@ def checked_retention(retention: float | None) -> float | None:
         fail(f"--retention: {e}")
 
 
+RecomputeOpt = Annotated[Optional[float], typer.Option(
+    "--recompute-ratio", help="CacheBlend: fraction of document tokens (0..1; default KVLINK_RAG_RECOMPUTE_RATIO) "
+    "recomputed in the joined context, those whose reused KV deviates most.")]
+
+
+def checked_recompute(ratio: float | None) -> float | None:
+    """``ratio`` when in [0, 1] (or None), else a one-line error and exit (before the model loads)."""
+    if ratio is None:
+        return None
+    from kvlink_rag.blend import check_recompute_ratio
+
+    try:
+        return check_recompute_ratio(ratio)
+    except ValueError as e:
+        fail(f"--recompute-ratio: {e}")
+
+
 def print_attribution(att: Attribution, documents: list[Document]) -> None:
     """Per document: its share, title, and top passages quoted (character offsets in brackets)."""
     from kvlink_rag.prompt import normalize_text

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 ADAPTED = ("full-adapted", "linked-query-lora")  # the modes that take --adapter
+RatiosOpt = Annotated[Optional[str], typer.Option(
+    "--recompute-ratio", help="Comma list of CacheBlend recompute ratios in [0, 1]: naive runs as cacheblend-X, "
+    "a linked mode as <mode>+blend-X (0: the mode itself).")]
 
 
 def print_summary(summary: dict, title: str) -> None:
@@ -57,7 +60,7 @@ def eval_cmd(
     plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
     max_new_tokens: Annotated[int, typer.Option()] = 24,
     int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0, recompute_ratio: RatiosOpt = None,
     retention: Annotated[Optional[str], typer.Option(help="Comma list of retentions (0 < r <= 1) every linked mode "
                                                      "runs at (fraction of each document's tokens kept).")] = None,
     retention_methods: Annotated[str, typer.Option(help="Comma list of importance, random, recency: which tokens "
@@ -74,7 +77,7 @@ def eval_cmd(
     from kvlink_rag.nq import DataFormatError, load_nq
 
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
-    variants = _retention_variants(wanted, retention, retention_methods, explain)
+    variants = _blend_variants(_retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
     try:
         examples = load_nq(data)
     except DataFormatError as e:
@@ -100,7 +103,7 @@ def eval_cmd(
                "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
                "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
                "max_new_tokens": max_new_tokens, "int8": int8, "retention": retention,
-               "retention_methods": retention_methods}
+               "retention_methods": retention_methods, "recompute_ratio": recompute_ratio}
         json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
 
@@ -155,6 +158,19 @@ def _retention_variants(wanted: list[str], retention: str | None, methods: str, 
         if explain:
             out[f"{m} r=1 explain"] = (m, Retention(1.0, "importance", explain=True))
     return out
+
+
+def _blend_variants(variants: dict, ratios: str | None) -> dict:
+    """``variants`` with each reuse mode at every ``--recompute-ratio`` (:mod:`training.blend_modes`; none: as
+    they are), or exit."""
+    from training.blend_modes import blend_variants, parse_ratios
+
+    if ratios is None:
+        return variants
+    try:
+        return blend_variants(variants, parse_ratios(ratios))
+    except ValueError as e:
+        fail(f"--recompute-ratio: {e}")
 
 
 def _eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Path | None) -> tuple[list[str], list[str]]:

@@ -16,7 +16,7 @@ import typer
 from cli.common import (console, fail, fetch_default_model, make_engine, make_settings, open_runtime, out,
                         progress_bar, quiet_libraries, results_only_stdout)
 from cli.documents import read_documents
-from cli.explain import RetentionOpt, checked_retention
+from cli.explain import RecomputeOpt, RetentionOpt, checked_recompute, checked_retention
 from kvlink_rag.settings import DEFAULT_MODEL
 
 app = typer.Typer()
@@ -165,7 +165,7 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
           max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
           adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
                                                          "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
-          retention: RetentionOpt = None,
+          retention: RetentionOpt = None, recompute_ratio: RecomputeOpt = None,
           explain: Annotated[bool, typer.Option("--explain", help="Also show each document's share of the answer's "
                                                 "attention and its top passages (character offsets).")] = False,
           as_json: Annotated[bool, typer.Option("--json", help="Print the response JSON.")] = False) -> None:
@@ -177,7 +177,8 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
     if top_k is not None and doc_id:
         fail("give either --top-k or --doc-id, not both")
     body = {"question": question, "top_k": top_k, "document_ids": doc_id or None, "max_new_tokens": max_new_tokens,
-            "adapter": adapter, "retention": checked_retention(retention), "explain": explain or None}
+            "adapter": adapter, "retention": checked_retention(retention), "explain": explain or None,
+            "recompute_ratio": checked_recompute(recompute_ratio)}
     body = {k: v for k, v in body.items() if v is not None}
     res = _query_remote(body, url, api_key) if url else _query_direct(body, tenant)
     if as_json:
@@ -264,6 +265,7 @@ def _query_direct(body: dict, tenant: str) -> dict:
         with results_only_stdout():
             plan = service.plan(tenant, body["question"], body.get("document_ids"), body.get("top_k"),
                                 adapter=body.get("adapter"), retention=body.get("retention"),
+                                recompute_ratio=body.get("recompute_ratio"),
                                 explain=body.get("explain", False), max_new_tokens=body.get("max_new_tokens"))
             return query_out(service.answer(plan))
     except ServiceError as e:

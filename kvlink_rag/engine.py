@@ -13,6 +13,7 @@ from collections.abc import Generator
 import torch
 
 from .answer import Answer, generate_answer, run_to_end
+from .blend import blend, check_recompute_ratio
 from .cache import DocumentCache, MemoryCache
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .generate import SamplingParams, full_prefill, stop_token_ids
@@ -176,8 +177,16 @@ class Engine:
         """
         return check_retention(self.settings.retention if retention is None else retention)
 
+    def recompute_ratio(self, ratio: float | None) -> float:
+        """The CacheBlend recompute ratio a query runs at: ``ratio``, else the ``recompute_ratio`` setting.
+
+        Raises:
+            ValueError: outside [0, 1].
+        """
+        return check_recompute_ratio(self.settings.recompute_ratio if ratio is None else ratio)
+
     def link_context(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
-                     method: str = "importance") -> tuple[LinkedContext, int]:
+                     method: str = "importance", recompute_ratio: float | None = None) -> tuple[LinkedContext, int]:
         """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits.
 
         Args:
@@ -185,11 +194,13 @@ class Engine:
             retention: fraction of each document's tokens kept (0 < r <= 1; default the setting), at their
                 original positions (:mod:`kvlink_rag.retention`).
             method: which tokens retention keeps: ``importance`` (the service), ``random``, ``recency``.
+            recompute_ratio: CacheBlend's fraction of document tokens recomputed in the joined context
+                (:mod:`kvlink_rag.blend`; default the setting, 0 = reuse only).
         Raises:
-            ValueError: no documents, empty question, retention outside (0, 1].
+            ValueError: no documents, empty question, retention outside (0, 1], recompute_ratio outside [0, 1].
             ContextTooLong: the prompt leaves no position for a new token (the counts in the message).
         """
-        r = self.retention(retention)
+        r, rr = self.retention(retention), self.recompute_ratio(recompute_ratio)
         if not docs:
             raise ValueError("at least one document is required")
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
@@ -202,14 +213,21 @@ class Engine:
         lookup_s = time.perf_counter() - t0
         try:
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-                ctx = link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored, new_tokens=1)
+                ctx = self._link(docs, source, embeds, q_ids, rr)
         except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
             kvs = LayeredDocuments.from_documents([self.get_or_encode(d)[0] for d in docs], r, method)
             with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
-                ctx = link(self.lm, self.prefix, kvs, embeds, q_ids, anchored=self.anchored, new_tokens=1)
+                ctx = self._link(docs, kvs, embeds, q_ids, rr)
             hits = 0
         ctx.timings.load_s += lookup_s
         return ctx, hits
+
+    def _link(self, docs: list[Document], source, embeds, q_ids: torch.Tensor, recompute_ratio: float) -> LinkedContext:
+        """The linker, or with a recompute ratio above 0 CacheBlend over the same caches and link tokens."""
+        if recompute_ratio == 0:
+            return link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored, new_tokens=1)
+        return blend(self.lm, self.prefix, source, [self.document_ids(d) for d in docs], embeds, q_ids,
+                     recompute_ratio=recompute_ratio, new_tokens=1)
 
     def resolve_documents(self, docs: list[Document], retention: float = 1.0, method: str = "importance"
                           ) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:

@@ -74,6 +74,11 @@ class Settings(BaseSettings):
         1.0, gt=0.0, le=1.0, description="Fraction of each document's cached tokens a query keeps (0 < r <= 1): "
         "the first tokens, then recent tokens and heavy hitters (attention received at precompute) half each, "
         "at their original positions; 1 = every token. A query's own `retention` overrides it.")
+    recompute_ratio: float = Field(
+        0.0, ge=0.0, le=1.0, description="CacheBlend (Yao et al., 2025): fraction of document tokens (0..1) "
+        "recomputed in the joined context, those whose layer-1 values deviate most from the reused cache; 0 = off "
+        "(reuse only). For models without trained link tokens; with link tokens it adds to them. A query's own "
+        "`recompute_ratio` overrides it; such queries run one at a time (not batched).")
     importance_scores: bool = Field(
         True, description="Score token importance while precomputing (eager attention for that forward) and store "
         "each layer's tokens in importance order, so a retention below 1 reads a prefix of each record.")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
-from service.query_plan import MODES, QueryPlan, QueryResult, check_request, choose_documents
+from service.query_plan import MODES, QueryPlan, QueryResult, check_recompute, check_request, choose_documents
 from service.explained import check_explained, explained_scope, explanation
 from store.recording_cache import RecordingCache
 
@@ -66,9 +66,10 @@ class QueryService:
     # -- validation and document choice --------------------------------------------------------------
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
              k: int | None = None, adapter: str | None = None, mode: str = "linked", retention: float | None = None,
-             explain: bool = False, **sampling) -> QueryPlan:
+             explain: bool = False, recompute_ratio: float | None = None, **sampling) -> QueryPlan:
         """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`; ``retention`` (0 < r <= 1,
-        default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution.
+        default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution;
+        ``recompute_ratio`` (0..1, default the setting) the fraction of document tokens CacheBlend recomputes.
 
         Raises:
             ServiceError: 422 over a limit, contradictory fields, unknown mode, retention outside (0, 1] or
@@ -80,13 +81,17 @@ class QueryService:
             raise ServiceError(422, "invalid_mode", f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
         check_explained(mode, retention, explain)
+        check_recompute(mode, recompute_ratio, explain)
         self._check_links(k, adapter)
         docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
         plan = QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
         plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
         plan.explain = explain
-        plan.batched = not explain and plan.retention == 1.0  # both run on the single-request path
+        if mode == "linked" and not explain:  # KVLINK_RAG_RECOMPUTE_RATIO
+            plan.recompute_ratio = self.settings.recompute_ratio if recompute_ratio is None else recompute_ratio
+        # explain, retention < 1 and CacheBlend run on the single-request path
+        plan.batched = not explain and plan.retention == 1.0 and plan.recompute_ratio == 0
         return plan
 
     def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,
@@ -256,7 +261,7 @@ def _context(eng: Engine, plan: QueryPlan):
     try:
         if plan.mode == "full":
             return eng.full_context(plan.question, docs)
-        return eng.link_context(plan.question, docs, plan.k, plan.retention)[0]
+        return eng.link_context(plan.question, docs, plan.k, plan.retention, recompute_ratio=plan.recompute_ratio)[0]
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
 

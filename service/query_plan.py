@@ -37,6 +37,7 @@ class QueryPlan:
     batched: bool = True
     retention: float | None = None
     explain: bool = False
+    recompute_ratio: float = 0.0
 
 
 @dataclass
@@ -99,3 +100,23 @@ def choose_documents(choice: DocumentChoice, tenant: str, question: str, documen
     if document_ids is not None:
         return choice.by_ids(tenant, document_ids)
     return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
+
+
+def check_recompute(mode: str, recompute_ratio: float | None, explain: bool) -> None:
+    """Raise for a query's CacheBlend ``recompute_ratio`` outside [0, 1], or above 0 with mode ``full`` or
+    with ``explain`` (whose attention capture reads the link forward's layout).
+
+    Raises:
+        ServiceError: 422 ``recompute_ratio_out_of_range`` / ``recompute_unsupported``.
+    """
+    from kvlink_rag.blend import check_recompute_ratio
+
+    if recompute_ratio is None:
+        return
+    try:
+        check_recompute_ratio(recompute_ratio)
+    except ValueError as e:
+        raise ServiceError(422, "recompute_ratio_out_of_range", str(e)) from None
+    if recompute_ratio > 0 and (mode == "full" or explain):
+        raise ServiceError(422, "recompute_unsupported", "recompute_ratio applies to linked answers without "
+                           "explain (mode 'linked'), not to the full-prefill comparison or explained answers")

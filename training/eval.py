@@ -97,11 +97,13 @@ def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[
 @dataclass(frozen=True)
 class Retention:
     """How much of each document a linked mode keeps: fraction ``r`` (0 < r <= 1) chosen by ``method``
-    (``importance``, ``random`` or ``recency``, see :mod:`kvlink_rag.retention`)."""
+    (``importance``, ``random`` or ``recency``, see :mod:`kvlink_rag.retention`); ``recompute_ratio``: the
+    fraction of document tokens CacheBlend recomputes (:mod:`kvlink_rag.blend`, 0 = reuse only)."""
 
     r: float = 1.0
     method: str = "importance"
     explain: bool = False
+    recompute_ratio: float = 0.0
 
 
 def document_bytes(engine: Engine, ctx, n_docs: int) -> float:
@@ -126,14 +128,15 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
     scored on the same cache, which is then truncated back before greedy decoding.
     """
     lm = engine.lm
-    k = 0 if mode.startswith("naive") else None
+    k = 0 if mode.startswith(("naive", "cacheblend")) else None
     with adapter_scope(lm, engine.adapter), \
             (explaining(engine, len(docs), k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
         if mode in FULL_MODES:
             ctx = full_prefill(lm, engine.prompt_ids(question, docs))
         else:
-            ctx, _ = engine.link_context(question, docs, k=k, retention=retention.r, method=retention.method)
+            ctx, _ = engine.link_context(question, docs, k=k, retention=retention.r, method=retention.method,
+                                         recompute_ratio=retention.recompute_ratio)
         first = int(torch.argmax(ctx.last_logits))
         ttft = time.perf_counter() - t0
         if mass is not None:
@@ -152,7 +155,8 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
         ids = list(decode(lm, ctx, params))
     assert not ids or ids[0] == first
     extra = {} if mode in FULL_MODES else {"bytes_per_doc": document_bytes(engine, ctx, len(docs)),
-                                           "retention": retention.r, "method": retention.method}
+                                           "retention": retention.r, "method": retention.method,
+                                           "recompute_ratio": retention.recompute_ratio}
     if mass is not None:
         att = attribution(engine, mass, ctx, docs)
         extra.update(attribution=[d.share for d in att.documents], prefix_share=att.prefix,

@@ -55,3 +55,14 @@ def test_query_explain_on_the_store(tmp_path, env):
     res = json.loads(result.stdout)
     shares = [d["attribution"] for d in res["documents"]]
     assert abs(sum(shares) + res["prefix_attribution"] - 1) < 1e-4
+
+
+@pytest.mark.parametrize("args", [
+    ["query", "q?", "--recompute-ratio", "1.5"],
+    ["eval", "--recompute-ratio", "0.15,-1"],
+])
+def test_recompute_ratio_outside_range_is_a_one_line_error(args, env):
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: --recompute-ratio: recompute_ratio must be within [0, 1]")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
