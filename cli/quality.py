@@ -87,8 +87,9 @@ def eval_cmd(
     rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
             results_only_stdout(), _too_long_exits():
-        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, bar.advance,
-                        {lab: ret for lab, (_, ret) in variants.items() if ret is not None}, build, metric)
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
+                        _step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
+                        build, metric)
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
@@ -124,6 +125,19 @@ def _eval_task(task: str, data: Path, n: int, docs: int, pairs: int, seed: int) 
         return load_nq(data), build_documents, best_subspan_em, "NQ-open"
     except DataFormatError as e:
         fail(str(e))
+
+
+def _step(bar, engines: dict[str, Engine], task: str):
+    """``evaluate``'s per-question callback: the bar's step and, for kv-retrieval, the in-memory document
+    caches dropped (every question's documents are fresh UUIDs, never reused; 150 questions of 50 documents
+    would otherwise hold ~25 GB of bfloat16 KV of the default model)."""
+    caches = {id(e.cache): e.cache for e in engines.values() if isinstance(e.cache, dict)} if task != "nq" else {}
+
+    def step() -> None:
+        bar.advance()
+        for cache in caches.values():
+            cache.clear()
+    return step
 
 
 @contextmanager

@@ -14,8 +14,8 @@ in the answer).
 
 Context (SmolLM2-135M-Instruct tokenizer, 8,192 positions): a UUID is 30-36 tokens, a two-pair document
 ~145 tokens with its ``Document:`` frame, the question ~69; a full prompt of 50 two-pair documents is
-7,233-7,319 tokens (measured on questions 0-19), ~7,610 with K=5 link tokens per document and 40 new
-tokens. Three pairs per document (~216 tokens each) would not fit 50 documents.
+7,233-7,319 tokens (measured on questions 0-19), ~7,670 with K=5 link tokens per document and 100 new
+tokens (10 documents: 1,512-1,556; 20: 2,951-3,013). Three pairs per document (~216 tokens each) would not fit 50 documents.
 
 No torch here: the CLI builds examples before it loads the model.
 """

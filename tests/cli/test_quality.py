@@ -46,3 +46,17 @@ def test_eval_kv_retrieval_past_the_context_is_a_clear_error(env):
                            env=env)
     assert result.exit_code == 2 and "exceeds the model's context" in result.output, result.output
     assert "fewer --docs" in result.output
+
+
+def test_kv_retrieval_drops_the_in_memory_document_caches_after_each_question_and_nq_keeps_them():
+    from types import SimpleNamespace
+
+    from cli.quality import _step
+
+    steps, shared = [], {"doc": 1}
+    engines = {"naive": SimpleNamespace(cache=shared), "linked": SimpleNamespace(cache=shared)}
+    bar = SimpleNamespace(advance=lambda: steps.append(1))
+    _step(bar, engines, "nq")()
+    assert shared == {"doc": 1} and steps == [1]
+    _step(bar, engines, "kv-retrieval")()
+    assert shared == {} and steps == [1, 1]
