@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, make_engine, make_settings, out,
                         progress_bar, results_only_stdout)
+from kvlink_rag.types import ContextTooLong
 from training.modes import EVAL_POSITIONS, MODES
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ def print_summary(summary: dict, title: str) -> None:
 @app.command("eval")
 def eval_cmd(
     data: NqOpt = NQ_DEFAULT,
+    task: Annotated[str, typer.Option(help="nq or kv-retrieval (generated UUID key-value pairs, exact match).")] = "nq",
+    pairs_per_doc: Annotated[int, typer.Option(help="kv-retrieval: key-value pairs per document.")] = 2,
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
     docs: Annotated[int, typer.Option("--docs")] = 10,
     gold_position: Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
@@ -69,19 +73,14 @@ def eval_cmd(
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
 ) -> None:
-    """Accuracy, answer NLL and TTFT per mode on multi-document NQ.
+    """Accuracy, answer NLL and TTFT per mode on multi-document NQ or key-value retrieval.
 
-    Accuracy is best_subspan_em with a 95% bootstrap interval; TTFT is the median. --retention adds KV
-    bytes per document per retention and method; --explain the attribution of the gold passage.
+    Accuracy is best_subspan_em (kv-retrieval: exact match) with a 95% bootstrap interval; TTFT is the median.
+    --retention adds KV bytes per document per retention and method; --explain the attribution of the gold passage.
     """
-    from kvlink_rag.nq import DataFormatError, load_nq
-
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
     variants = _blend_variants(_retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
-    try:
-        examples = load_nq(data)
-    except DataFormatError as e:
-        fail(str(e))
+    examples, build, metric, label = _eval_task(task, data, n, docs, pairs_per_doc, seed)
     from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
@@ -90,13 +89,14 @@ def eval_cmd(
     engines, wanted = {label: by_mode[mode] for label, (mode, _) in variants.items()}, list(variants)
     rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
-            results_only_stdout():
-        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance,
-                        retentions={label: ret for label, (_, ret) in variants.items() if ret is not None})
+            results_only_stdout(), _too_long_exits():
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
+                        _step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
+                        build, metric)
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
-    print_summary(summary, f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
+    print_summary(summary, f"{label}, {n} questions, {docs} documents, gold {gold_position}, "
                            f"{settings.encoding}, K={settings.link_k}")
     if json_out is not None:
         run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
@@ -104,8 +104,52 @@ def eval_cmd(
                "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
                "max_new_tokens": max_new_tokens, "int8": int8, "retention": retention,
                "retention_methods": retention_methods, "recompute_ratio": recompute_ratio}
+        run.update(task=task, metric=metric.__name__, **({"pairs_per_doc": pairs_per_doc} if task != "nq" else {}))
         json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
+
+
+def _eval_task(task: str, data: Path, n: int, docs: int, pairs: int, seed: int) -> tuple[list, object, object, str]:
+    """``(examples, build_documents, metric, title)`` of ``eval --task``: NQ read from ``data``, or ``n``
+    generated key-value retrieval questions (:mod:`training.kv_retrieval`); or exit on a bad value."""
+    if task == "kv-retrieval":
+        from training import kv_retrieval as kv
+
+        try:
+            examples = kv.make_examples(n, docs, pairs, seed)
+        except ValueError as e:
+            fail(str(e))
+        return examples, kv.build_documents, kv.exact_match, f"KV retrieval ({pairs} pairs/document, exact match)"
+    if task != "nq":
+        fail(f"unknown task {task!r}; choose nq or kv-retrieval")
+    from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
+
+    try:
+        return load_nq(data), build_documents, best_subspan_em, "NQ-open"
+    except DataFormatError as e:
+        fail(str(e))
+
+
+def _step(bar, engines: dict[str, Engine], task: str):
+    """``evaluate``'s per-question callback: the bar's step and, for kv-retrieval, the in-memory document
+    caches dropped (every question's documents are fresh UUIDs, never reused; 150 questions of 50 documents
+    would otherwise hold ~25 GB of bfloat16 KV of the default model)."""
+    caches = {id(e.cache): e.cache for e in engines.values() if isinstance(e.cache, dict)} if task != "nq" else {}
+
+    def step() -> None:
+        bar.advance()
+        for cache in caches.values():
+            cache.clear()
+    return step
+
+
+@contextmanager
+def _too_long_exits():
+    """Exit with a one-line error when a prompt does not fit the model's context (too many --docs)."""
+    try:
+        yield
+    except ContextTooLong as e:
+        fail(f"{e} (fewer --docs or --max-new-tokens)")
 
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:

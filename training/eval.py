@@ -167,10 +167,13 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
 
 def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
-             retentions: dict[str, Retention] | None = None) -> list[dict]:
+             retentions: dict[str, Retention] | None = None, build=build_documents,
+             metric=best_subspan_em) -> list[dict]:
     """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
-    a linked mode's retention (mode label -> :class:`Retention`, default every token).
+    a linked mode's retention (mode label -> :class:`Retention`, default every token). ``build`` and
+    ``metric`` make the task: NQ's by default, :mod:`training.kv_retrieval`'s ``build_documents`` and
+    ``exact_match`` for key-value retrieval (a row's ``em`` is the metric's score).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -185,7 +188,7 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
         for layout in gold_positions:
             for i in range(n):
                 ex, pos = examples[i], position_for(layout, i)
-                docs, slot = build_documents(examples, i, n_docs, pos, seed)
+                docs, slot = build(examples, i, n_docs, pos, seed)
                 for mode, eng in engines.items():
                     if (i, pos, mode) in done:
                         continue
@@ -195,7 +198,7 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
                     r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,
                                    (retentions or {}).get(mode, Retention()))
                     row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,
-                           "em": best_subspan_em(r["answer"], ex.answers), **r}
+                           "em": metric(r["answer"], ex.answers), **r}
                     rows.append(row)
                     if sink is not None:
                         sink.write(json.dumps(row) + "\n")
