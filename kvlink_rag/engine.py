@@ -23,7 +23,7 @@ from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
 from .retention import check_retention
 from .settings import Settings
-from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
+from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
 
 
 class Engine:
@@ -216,13 +216,14 @@ class Engine:
         """Documents as a link source at ``retention`` (slot order) and, per document, whether it was a cache
         hit (:meth:`DocumentCache.resolve`); the linker's and the batching scheduler's way to the caches.
 
-        Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
+        Documents in memory are used in place (a memory tier holding one at a lower retention, e.g. the cold
+        tier, serves it only when it holds every token ``retention`` keeps; else it is read from the store), stored ones (e.g. only in LMDB) are streamed layer by layer
         (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
         encoded now, once per key, and put in the cache.
         """
         keys = [self.cache_key(d) for d in docs]
-        items = [None if isinstance(it, DocumentKV) and it.fingerprint != self.fingerprint else it
-                 for it in self.cache.resolve(keys)]
+        items = [None if isinstance(it, (DocumentKV, RetainedKV)) and it.fingerprint != self.fingerprint else it
+                 for it in self.cache.resolve(keys, retention, method)]
         hits = [it is not None for it in items]
         encoded: dict[str, DocumentKV] = {}
         for i, (d, it) in enumerate(zip(docs, items)):

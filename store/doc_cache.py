@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from kvlink_rag.cache import DocumentCache
-from kvlink_rag.types import DocumentKV, LayeredDocuments
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
 from store.lmdb_env import StoreFullError
@@ -71,14 +71,16 @@ class StoreCache(DocumentCache):
         """From the fastest tier holding it, else LMDB (checksummed), else None."""
         return self.tiered.get(key, self.tenant)
 
-    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
-        """Per key: the document if a memory tier holds it, the key itself if only LMDB has it (to be
-        streamed with :meth:`stream`), or None if it is nowhere."""
-        out: list[DocumentKV | str | None] = []
+    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
+                ) -> list[DocumentKV | RetainedKV | str | None]:
+        """Per key: the document if a memory tier can serve ``retention`` (a lossy tier's part: a
+        :class:`RetainedKV`), the key itself if only LMDB has it (to be streamed with :meth:`stream`), or None
+        if it is nowhere."""
+        out: list[DocumentKV | RetainedKV | str | None] = []
         for key in keys:
             kv = None
             for tier in self.tiered.tiers:
-                kv = tier.get(key, self.tenant)
+                kv = tier.get(key, self.tenant, retention, method)
                 if kv is not None:
                     break
             if kv is None and self.blobs.contains(key):
@@ -89,7 +91,7 @@ class StoreCache(DocumentCache):
                 out.append(kv)
         return out
 
-    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+    def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
                method: str = "importance") -> LayeredDocuments:
         """Layer stream over in-memory and LMDB documents at ``retention`` (below 1: prefix reads of
         importance-ordered records); LMDB ones fill the tiers once read whole.

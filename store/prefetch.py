@@ -14,27 +14,29 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.retention import check_retention, kept_positions
-from kvlink_rag.types import DocumentKV, LayeredDocuments
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blob_store import BlobStore
 from store.ordered_layout import record_importance
 
 
-def _describe(blobs: BlobStore, items: list[DocumentKV | str]) -> tuple[list[dict | None], str, int, list[int]]:
-    """Meta records of the keyed documents, and the common fingerprint, layer count and token counts.
+def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
+              ) -> tuple[list[dict | None], str, int, list[int]]:
+    """Meta records of the keyed documents, and the common fingerprint, layer count and (whole) token counts.
 
     Raises:
         KeyError: a keyed document is absent.
         ValueError: the documents' fingerprints or layer counts differ.
     """
-    metas: list[dict | None] = [None if isinstance(it, DocumentKV) else blobs.meta(it) for it in items]
+    metas: list[dict | None] = [None if not isinstance(it, str) else blobs.meta(it) for it in items]
     for it, meta in zip(items, metas):
-        if not isinstance(it, DocumentKV) and meta is None:
+        if isinstance(it, str) and meta is None:
             raise KeyError(it)
-    fps = {it.fingerprint if isinstance(it, DocumentKV) else m["fingerprint"] for it, m in zip(items, metas)}
-    layers = {it.num_layers if isinstance(it, DocumentKV) else m["shape"][0] for it, m in zip(items, metas)}
+    fps = {m["fingerprint"] if isinstance(it, str) else it.fingerprint for it, m in zip(items, metas)}
+    layers = {m["shape"][0] if isinstance(it, str) else it.num_layers for it, m in zip(items, metas)}
     if len(fps) != 1 or len(layers) != 1:
         raise ValueError("documents differ in fingerprint or layer count")
-    num_tokens = [it.num_tokens if isinstance(it, DocumentKV) else m["shape"][2] for it, m in zip(items, metas)]
+    num_tokens = [m["shape"][2] if isinstance(it, str) else it.doc_tokens if isinstance(it, RetainedKV)
+                  else it.num_tokens for it, m in zip(items, metas)]
     return metas, fps.pop(), layers.pop(), num_tokens
 
 
@@ -54,8 +56,8 @@ class _LayerReader:
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
 
-    def _memory_layer(self, j: int, kv: DocumentKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.positions is None:
+    def _memory_layer(self, j: int, kv: DocumentKV | RetainedKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.positions is None or isinstance(kv, RetainedKV):  # a retained part is streamed as it is
             return kv.keys[i], kv.values[i]
         pos = self.positions[j].to(kv.keys.device)
         return kv.keys[i][:, pos], kv.values[i][:, pos]
@@ -69,7 +71,7 @@ class _LayerReader:
             for i in range(self.n_layers):
                 ks, vs = [], []
                 for j, it in enumerate(self.items):
-                    k, v = self._memory_layer(j, it, i) if isinstance(it, DocumentKV) else next(iters[j])
+                    k, v = next(iters[j]) if isinstance(it, str) else self._memory_layer(j, it, i)
                     if j in got:
                         got[j].append((k, v))
                     ks.append(k)
@@ -118,7 +120,10 @@ def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict 
     positions: list[torch.Tensor] = []
     iters: dict[int, Iterator] = {}
     for j, (it, meta) in enumerate(zip(items, metas)):
-        if isinstance(it, DocumentKV):
+        if isinstance(it, RetainedKV):  # a memory tier's part, already the tokens kept at retention
+            it.check(retention, method)
+            positions.append(it.positions)
+        elif isinstance(it, DocumentKV):
             positions.append(kept_positions(it.importance, it.num_tokens, retention, method))
         elif method == "importance":
             pos, iters[j] = blobs.iter_retained_layers(it, retention)
@@ -130,14 +135,14 @@ def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict 
     return positions, iters
 
 
-def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int = 2,
+def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int = 2,
                     on_loaded: Callable[[str, DocumentKV], None] | None = None, retention: float = 1.0,
                     method: str = "importance") -> LayeredDocuments:
     """Stream documents, some in memory (``DocumentKV``) and some in LMDB (cache key ``str``), by layer.
 
     Args:
         blobs: the blob store holding the keyed documents.
-        items: documents in slot order.
+        items: documents in slot order (in memory: whole, or below retention 1 a tier's :class:`RetainedKV`).
         depth: layers the reader may run ahead.
         on_loaded: called with ``(key, DocumentKV)`` for each keyed document once all its layers were read
             (to fill the memory tiers; not for a retention below 1).
@@ -153,6 +158,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | str], depth: int 
     """
     metas, fingerprint, n_layers, num_tokens = _describe(blobs, items)
     if check_retention(retention) == 1.0:
+        if any(isinstance(it, RetainedKV) for it in items):
+            raise ValueError("a partly retained document cannot be streamed at retention 1")
         reader = _LayerReader(blobs, items, metas, n_layers, depth, on_loaded)
         threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
         return LayeredDocuments(num_tokens, fingerprint, reader.consume())
