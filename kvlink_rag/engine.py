@@ -216,10 +216,10 @@ class Engine:
         """Documents as a link source at ``retention`` (slot order) and, per document, whether it was a cache
         hit (:meth:`DocumentCache.resolve`); the linker's and the batching scheduler's way to the caches.
 
-        Documents in memory are used in place (a memory tier holding one at a lower retention, e.g. the cold
-        tier, serves it only when it holds every token ``retention`` keeps; else it is read from the store), stored ones (e.g. only in LMDB) are streamed layer by layer
+        Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
         (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
-        encoded now, once per key, and put in the cache.
+        encoded now, once per key, and put in the cache. A memory tier holding a document at a lower retention
+        (the cold tier) serves it only when it holds every token ``retention`` keeps; else it is read as stored.
         """
         keys = [self.cache_key(d) for d in docs]
         items = [None if isinstance(it, (DocumentKV, RetainedKV)) and it.fingerprint != self.fingerprint else it

@@ -13,7 +13,9 @@ from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
 from store.lmdb_env import StoreFullError
+from store.ordered_layout import record_importance
 from store.prefetch import prefetch_layers
+from store.tier_format import hold_part
 from store.tiers import TieredCache
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,8 @@ class StoreCache(DocumentCache):
     def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
                method: str = "importance") -> LayeredDocuments:
         """Layer stream over in-memory and LMDB documents at ``retention`` (below 1: prefix reads of
-        importance-ordered records); LMDB ones fill the tiers once read whole.
+        importance-ordered records); LMDB ones fill the tiers once read whole, and below 1 (method
+        ``importance``) the lossy tiers holding a retention at most ``retention`` (the cold tier).
 
         Raises:
             KeyError: a keyed document disappeared.
@@ -103,7 +106,16 @@ class StoreCache(DocumentCache):
             self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
             self.tiered.put(key, kv, self.tenant)
 
-        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method)
+        def retained(key: str, part: RetainedKV, meta: dict) -> None:
+            lossy = [t for t in self.tiered.tiers if not t.format.lossless and key not in t]
+            ids = self.blobs.get_ids(key) if lossy else None
+            for tier in lossy if ids is not None else []:
+                held = hold_part(part, record_importance(meta), ids, tier.format, tier.device)
+                if held is not None:
+                    tier.put(key, held, self.tenant)
+
+        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method,
+                               on_retained=retained)
 
     def write(self, key: str, kv: DocumentKV, fill_tiers: bool = True) -> int:
         """The one write path of a document's cache: the blob store (atomic), then the memory tiers.

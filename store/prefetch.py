@@ -46,13 +46,16 @@ class _LayerReader:
 
     With ``positions`` (retention below 1) only those tokens of each document are streamed: keyed documents
     through ``iters`` made up front (prefix reads), in-memory ones gathered; no document is handed to
-    ``on_loaded`` then (a part of a document is not a cache entry)."""
+    ``on_loaded`` then (a part of a document is not a cache entry), but each keyed part is handed to
+    ``on_retained`` (a tier that holds documents at a retention at most ``retention`` can keep it)."""
 
     def __init__(self, blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int,
                  depth: int, on_loaded: Callable[[str, DocumentKV], None] | None,
-                 positions: list[torch.Tensor] | None = None, iters: dict[int, Iterator] | None = None):
+                 positions: list[torch.Tensor] | None = None, iters: dict[int, Iterator] | None = None,
+                 on_retained: Callable[[str, RetainedKV, dict], None] | None = None, retention: float = 1.0):
         self.blobs, self.items, self.metas, self.n_layers, self.on_loaded = blobs, items, metas, n_layers, on_loaded
         self.positions, self.iters = positions, iters
+        self.on_retained, self.retention = on_retained, retention
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
 
@@ -67,7 +70,7 @@ class _LayerReader:
             iters = self.iters if self.iters is not None else {
                 j: self.blobs.iter_layers(it) for j, it in enumerate(self.items) if isinstance(it, str)}
             got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
-                j: [] for j in iters} if self.positions is None else {}
+                j: [] for j in iters} if self.positions is None or self.on_retained is not None else {}
             for i in range(self.n_layers):
                 ks, vs = [], []
                 for j, it in enumerate(self.items):
@@ -78,9 +81,11 @@ class _LayerReader:
                     vs.append(v)
                 if not self._hand_over((torch.cat(ks, dim=1), torch.cat(vs, dim=1))):
                     return  # the consumer stopped early
-            if self.on_loaded is not None:
-                for j, layer_list in got.items():
+            for j, layer_list in got.items():
+                if self.positions is None and self.on_loaded is not None:
                     self.on_loaded(self.items[j], self._whole(j, layer_list))
+                elif self.positions is not None:
+                    self.on_retained(self.items[j], self._part(j, layer_list), self.metas[j])
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             self.queue.put(e)
 
@@ -100,6 +105,12 @@ class _LayerReader:
         return DocumentKV(keys=torch.stack([k for k, _ in layer_list]), values=torch.stack([v for _, v in layer_list]),
                           token_ids=self.blobs.get_ids(self.items[j]), fingerprint=meta["fingerprint"],
                           encoding=meta["encoding"], importance=record_importance(meta))
+
+    def _part(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> RetainedKV:
+        """Keyed document ``j``'s retained tokens as read (``[layers, kv_heads, kept, head_dim]``)."""
+        meta = self.metas[j]
+        return RetainedKV(torch.stack([k for k, _ in layer_list]), torch.stack([v for _, v in layer_list]),
+                          self.positions[j], meta["shape"][2], meta["fingerprint"], meta["encoding"], self.retention)
 
     def consume(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The consumer side: the layers in order; closing it early stops the reader."""
@@ -137,7 +148,8 @@ def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict 
 
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int = 2,
                     on_loaded: Callable[[str, DocumentKV], None] | None = None, retention: float = 1.0,
-                    method: str = "importance") -> LayeredDocuments:
+                    method: str = "importance",
+                    on_retained: Callable[[str, RetainedKV, dict], None] | None = None) -> LayeredDocuments:
     """Stream documents, some in memory (``DocumentKV``) and some in LMDB (cache key ``str``), by layer.
 
     Args:
@@ -148,6 +160,9 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
             (to fill the memory tiers; not for a retention below 1).
         retention, method: fraction of each document's tokens streamed and which (``kvlink_rag.retention``);
             below 1, keyed importance-ordered documents are read as a prefix of each layer record.
+        on_retained: below retention 1 with method ``importance``, called with ``(key, RetainedKV, meta)`` for
+            each keyed document once all its layers were read (to fill tiers that hold documents at a lower
+            retention).
     Returns:
         a :class:`LayeredDocuments` whose ``layers`` yield ``[kv_heads, total_tokens, head_dim]`` pairs.
     Raises:
@@ -164,7 +179,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
         threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
         return LayeredDocuments(num_tokens, fingerprint, reader.consume())
     positions, iters = _retained(blobs, items, metas, retention, method)
-    reader = _LayerReader(blobs, items, metas, n_layers, depth, None, positions, iters)
+    reader = _LayerReader(blobs, items, metas, n_layers, depth, None, positions, iters,
+                          on_retained if method == "importance" else None, retention)
     threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
     return LayeredDocuments([int(p.numel()) for p in positions], fingerprint, reader.consume(), positions=positions,
                             doc_lengths=num_tokens)

@@ -141,6 +141,40 @@ def _rows(x: torch.Tensor | QuantizedTensor, rows: torch.Tensor | None, dtype: t
     return dequantize(QuantizedTensor(x.q[:, :, rows], scale, zero, x.axis, x.source_dtype), dtype)
 
 
+def _held(k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, fmt: TierFormat, device: torch.device, token_ids,
+          fingerprint: str, encoding: str, importance: torch.Tensor | None, n: int) -> HeldKV:
+    """A :class:`HeldKV` of the rows ``k``, ``v`` ``[layers, kv_heads, held, head_dim]`` at offsets ``pos``."""
+    k, v = k.to(device), v.to(device)
+    dtype = k.dtype
+    if fmt.int8:
+        k, v = quantize_int8(k, axis="channel"), quantize_int8(v, axis="token")
+    imp = importance.cpu() if importance is not None else None
+    return HeldKV(k, v, pos.cpu(), token_ids, fingerprint, encoding, imp, fmt.retention, n, dtype)
+
+
+def hold_part(part: RetainedKV, importance: torch.Tensor | None, token_ids: torch.Tensor, fmt: TierFormat,
+              device: torch.device) -> HeldKV | None:
+    """A retained read (``part``, e.g. a prefix read of the store at ``part.retention``) as a tier of format
+    ``fmt`` holds it, or None when ``part`` lacks some of the tokens ``fmt.retention`` keeps (or ``fmt`` holds
+    whole documents).
+
+    Args:
+        importance: ``[doc_tokens]`` scores whose order the part follows (``store.ordered_layout.record_importance``
+            of the record read; None: positional order).
+        token_ids: ``[doc_tokens]`` int64 ids of the whole document.
+    """
+    n = part.doc_tokens
+    if fmt.retention == 1.0 or kept_count(n, fmt.retention) > int(part.positions.numel()):
+        return None
+    pos = kept_positions(importance, n, fmt.retention)
+    rows = torch.searchsorted(part.positions, pos)
+    if not torch.equal(part.positions[rows.clamp_max(part.positions.numel() - 1)], pos):
+        return None  # not the same order's prefix
+    rows = rows.to(part.keys.device)
+    return _held(part.keys[:, :, rows], part.values[:, :, rows], pos, fmt, device, token_ids, part.fingerprint,
+                 part.encoding, importance, n)
+
+
 def hold(kv: DocumentKV, fmt: TierFormat, device: torch.device) -> HeldKV:
     """``kv`` as a tier of format ``fmt`` on ``device`` holds it (top-``fmt.retention`` tokens, int8 if asked).
 
@@ -152,9 +186,6 @@ def hold(kv: DocumentKV, fmt: TierFormat, device: torch.device) -> HeldKV:
     n = kv.num_tokens
     pos = kept_positions(kv.importance, n, fmt.retention) if fmt.retention < 1.0 else torch.arange(n)
     idx = pos.to(kv.keys.device)
-    k = kv.keys[:, :, idx].to(device)  # k: [layers, kv_heads, held, head_dim]
-    v = kv.values[:, :, idx].to(device)
-    if fmt.int8:
-        k, v = quantize_int8(k, axis="channel"), quantize_int8(v, axis="token")
-    imp = kv.importance.cpu() if kv.importance is not None else None
-    return HeldKV(k, v, pos, kv.token_ids, kv.fingerprint, kv.encoding, imp, fmt.retention, n, kv.dtype)
+    # k, v: [layers, kv_heads, held, head_dim]
+    return _held(kv.keys[:, :, idx], kv.values[:, :, idx], pos, fmt, device, kv.token_ids, kv.fingerprint,
+                 kv.encoding, kv.importance, n)

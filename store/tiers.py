@@ -127,7 +127,8 @@ class CacheTier:
     def put(self, key: str, kv: DocumentKV, tenant: str) -> DocumentKV | None:
         """Insert ``kv`` (moved to this tier's device) charged to ``tenant``, evicting as the policy says.
 
-        A lossy tier holds ``kv`` in its :attr:`format` (:func:`store.tier_format.hold`).
+        A lossy tier holds ``kv`` in its :attr:`format` (:func:`store.tier_format.hold`), or takes a
+        :class:`HeldKV` made for that format (:func:`store.tier_format.hold_part`) as it is.
 
         Returns:
             the cached object (on this device; a :class:`HeldKV` in a lossy tier), or None when it cannot fit:
@@ -136,7 +137,7 @@ class CacheTier:
         if not self.format.lossless:  # cut and quantise outside the lock, unless the entry is already held
             if (held := self._refresh(key)) is not None:
                 return held
-            kv = hold(kv, self.format, self.device)
+            kv = kv if isinstance(kv, HeldKV) else hold(kv, self.format, self.device)
         nbytes = entry_nbytes(kv)
         victims: list[CacheEntry] = []
         with self._lock:

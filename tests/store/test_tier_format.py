@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -173,3 +175,27 @@ def test_engine_serves_cold_documents_at_low_retention_and_r1_from_the_store(tmp
     got1, hits = engine.link_context("What does the cold tier hold?", [doc], retention=1.0)
     assert hits == 1 and cold.stats()["partial_misses"] == 1  # read whole from the store
     assert torch.equal(got1.last_logits, ref1.last_logits)
+
+
+def test_a_retained_store_read_fills_the_cold_tier_when_it_covers_the_held_retention(tmp_path):
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=0,
+                             cold_cache_bytes=1 << 20))
+    kv = scored_kv()
+    st.blobs.put("d", kv)
+    cold = st.tiered.tiers[-1]
+    for r, filled in ((0.2, False), (0.5, True)):  # a read at 0.2 lacks tokens the 0.4 tier holds
+        items = st.cache.resolve(["d"], r)
+        assert items == ["d"]
+        list(st.cache.stream(items, r).layers)
+        for _ in range(100):  # the reader thread fills the tier after the last layer
+            if "d" in cold:
+                break
+            time.sleep(0.02)
+        assert ("d" in cold) is filled
+    got = st.cache.resolve(["d"], 0.4)[0]
+    pos, layers = st.blobs.iter_retained_layers("d", 0.4)
+    assert isinstance(got, RetainedKV) and torch.equal(got.positions, pos)
+    for i, (k, v) in enumerate(layers):
+        assert (got.values[i].float() - v.float()).abs().max() <= int8_tol(kv.values[i])
+    assert torch.equal(cold.entries["d"].kv.token_ids, kv.token_ids)
+    list(st.cache.stream(["d"], 0.5, "random").layers)  # other methods fill nothing (not the stored order)
