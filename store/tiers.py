@@ -124,7 +124,7 @@ class CacheTier:
             kv = e.kv
         return kv.materialise(retention, method) if isinstance(kv, HeldKV) else kv
 
-    def put(self, key: str, kv: DocumentKV, tenant: str) -> DocumentKV | None:
+    def put(self, key: str, kv: DocumentKV | HeldKV, tenant: str) -> DocumentKV | HeldKV | None:
         """Insert ``kv`` (moved to this tier's device) charged to ``tenant``, evicting as the policy says.
 
         A lossy tier holds ``kv`` in its :attr:`format` (:func:`store.tier_format.hold`), or takes a
@@ -133,7 +133,11 @@ class CacheTier:
         Returns:
             the cached object (on this device; a :class:`HeldKV` in a lossy tier), or None when it cannot fit:
             larger than the budget, or every other entry is pinned. An existing entry is only refreshed.
+        Raises:
+            ValueError: a :class:`HeldKV` of another retention or dtype than this tier's format.
         """
+        if isinstance(kv, HeldKV) and (kv.retention, kv.int8) != (self.format.retention, self.format.int8):
+            raise ValueError(f"tier {self.name} holds {self.format.describe()}, not retention {kv.retention}")
         if not self.format.lossless:  # cut and quantise outside the lock, unless the entry is already held
             if (held := self._refresh(key)) is not None:
                 return held

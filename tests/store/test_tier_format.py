@@ -144,6 +144,14 @@ def test_host_evictions_are_demoted_into_the_cold_tier_and_cold_hits_not_promote
     assert cold.keys() == ["d0", "d2"]
 
 
+def test_a_tier_refuses_an_entry_held_in_another_format():
+    held = CacheTier("x", 1 << 20, fmt=COLD).put("d", scored_kv(), "A")
+    for fmt in (TierFormat(), TierFormat(0.5, int8=True), TierFormat(0.4)):
+        with pytest.raises(ValueError, match="holds"):
+            CacheTier("y", 1 << 20, fmt=fmt).put("d", held, "A")
+    assert CacheTier("z", 1 << 20, fmt=COLD).put("d", held, "A") is held
+
+
 def test_default_tier_path_is_unchanged():
     kv = scored_kv()
     tier = CacheTier("host", 1 << 20)
