@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -40,9 +41,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--nq", default=None, help="NQ jsonl(.gz); default KVLINK_RAG_NQ_PATH")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    import os
-
-    examples = load_nq(a.nq or os.environ["KVLINK_RAG_NQ_PATH"])
+    nq = a.nq or os.environ.get("KVLINK_RAG_NQ_PATH")
+    if not nq:
+        ap.error("give --nq or set KVLINK_RAG_NQ_PATH (the NQ jsonl(.gz) file)")
+    examples = load_nq(nq)
     base = get_settings()
     lm = load_model(base)
     home = Path(tempfile.mkdtemp(prefix="kvlink-tier-acc-"))
