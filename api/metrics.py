@@ -78,6 +78,10 @@ class StoreCollector:
         ratio = GaugeMetricFamily("kvlink_cache_hit_ratio", "hits / (hits + misses) per tier.", labels=["tier"])
         evictions = CounterMetricFamily("kvlink_cache_evictions", "Documents evicted for space.", labels=["tier"])
         used = GaugeMetricFamily("kvlink_cache_used_bytes", "Bytes held per tier.", labels=["tier"])
+        partial = CounterMetricFamily("kvlink_cache_partial_misses", "Lookups a tier missed because it holds the "
+                                      "document at a lower retention than asked (also in misses).", labels=["tier"])
+        held = GaugeMetricFamily("kvlink_cache_entries", "Documents held per tier, by the retention held.",
+                                 labels=["tier", "retention"])
         for t in stats["tiers"]:
             name = t["name"]
             hits.add_metric([name], t["hits"])
@@ -86,6 +90,9 @@ class StoreCollector:
             ratio.add_metric([name], t["hits"] / total if total else 0.0)
             evictions.add_metric([name], t["evictions"])
             used.add_metric([name], t["used_bytes"])
+            partial.add_metric([name], t["partial_misses"])
+            for r, n in t["entries_by_retention"].items():
+                held.add_metric([name, r], n)
         counters = stats["counters"]
         lmdb_hits, lmdb_misses = counters.get("load", 0) + counters.get("load_shared", 0), counters.get("miss", 0)
         hits.add_metric(["lmdb"], lmdb_hits)
@@ -99,7 +106,7 @@ class StoreCollector:
         rt = self.state.runtime
         if rt is not None and rt.scheduler is not None:  # the prefix tree is a memory tier too (shared KV)
             used.add_metric(["prefix"], rt.scheduler.tree.stats()["bytes"])
-        yield from (hits, misses, ratio, evictions, used)
+        yield from (hits, misses, ratio, evictions, used, partial, held)
 
 
 class Metrics:

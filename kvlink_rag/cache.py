@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol, runtime_checkable
 
-from .types import DocumentKV, LayeredDocuments
+from .types import DocumentKV, LayeredDocuments, RetainedKV
 
 
 @runtime_checkable
@@ -34,12 +34,15 @@ class DocumentCache(Protocol):
         (the caller still holds ``kv`` and answers from it)."""
         ...
 
-    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
-        """Per key, in order: the document if it is in memory, the key itself if it is stored but must be
-        read (to be passed to :meth:`stream`), or None if it is not cached."""
+    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
+                ) -> list[DocumentKV | RetainedKV | str | None]:
+        """Per key, in order: the document if it is in memory (from a memory tier that holds it at a lower
+        retention, only if it holds every token ``retention``/``method`` keeps: then a :class:`RetainedKV`), the
+        key itself if it is stored but must be read (to be passed to :meth:`stream`), or None if it is not
+        cached."""
         ...
 
-    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+    def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
                method: str = "importance") -> LayeredDocuments:
         """The documents (in memory, or keys from :meth:`resolve`) as one layer-by-layer stream.
 
@@ -68,7 +71,8 @@ class MemoryCache(dict, DocumentCache):
         """Keep ``kv`` (always stored: returns None)."""
         self[key] = kv
 
-    def resolve(self, keys: list[str]) -> list[DocumentKV | None]:
+    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
+                ) -> list[DocumentKV | None]:
         """Per key: the document or None (everything here is in memory; never a key to stream)."""
         return [dict.get(self, k) for k in keys]
 

@@ -24,7 +24,7 @@ from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
 from .retention import check_retention
 from .settings import Settings
-from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext
+from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
 
 
 class Engine:
@@ -236,11 +236,12 @@ class Engine:
 
         Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
         (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
-        encoded now, once per key, and put in the cache.
+        encoded now, once per key, and put in the cache. A memory tier holding a document at a lower retention
+        (the cold tier) serves it only when it holds every token ``retention`` keeps; else it is read as stored.
         """
         keys = [self.cache_key(d) for d in docs]
-        items = [None if isinstance(it, DocumentKV) and it.fingerprint != self.fingerprint else it
-                 for it in self.cache.resolve(keys)]
+        items = [None if isinstance(it, (DocumentKV, RetainedKV)) and it.fingerprint != self.fingerprint else it
+                 for it in self.cache.resolve(keys, retention, method)]
         hits = [it is not None for it in items]
         encoded: dict[str, DocumentKV] = {}
         for i, (d, it) in enumerate(zip(docs, items)):

@@ -65,6 +65,16 @@ class Settings(BaseSettings):
     store_int8: bool = Field(False, description="Store K and V as int8 (keys per channel, values per token).")
     host_cache_bytes: int = Field(1 << 30, ge=0, description="Host-memory tier budget (bytes).")
     device_cache_bytes: int = Field(0, ge=0, description="Accelerator tier budget (bytes); 0 = no device tier.")
+    cold_cache_bytes: int = Field(
+        0, ge=0, description="Cold host-memory tier below the host tier (bytes; 0 = none). It holds each document it "
+        "takes (evicted from the host tier, or put into the tiers) at cold_cache_retention of its tokens (the top of "
+        "the stored importance order, at their positions), int8 when cold_cache_int8, and serves a query only when "
+        "it holds every token the query's retention keeps: a query at retention 1 reads such a document from the "
+        "store (a partial miss).")
+    cold_cache_retention: float = Field(0.4, gt=0.0, le=1.0, description="Fraction of each document's tokens the "
+                                        "cold tier holds (0 < r <= 1).")
+    cold_cache_int8: bool = Field(True, description="The cold tier holds K and V as int8 (keys per channel, values "
+                                  "per token, as store_int8).")
     fair_eviction: bool = Field(True, description="Fair per-tenant eviction in the memory tiers (else LRU).")
     shared_cache_across_tenants: bool = Field(
         False, description="Let tenants share the KV cache of identical texts (only when all tenants trust each "

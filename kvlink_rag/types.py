@@ -105,6 +105,43 @@ class DocumentKV:
         return self.keys.numel() * self.keys.element_size() * 2
 
 
+@dataclass(frozen=True)
+class RetainedKV:
+    """Part of a document's KV: the tokens a retention below 1 keeps, at their offsets within the document.
+
+    A memory tier that holds a document at a lower retention (``store.tier_format``) serves a request at
+    retention ``r`` as this: exactly the tokens ``kept_positions(importance, doc_tokens, r)`` keeps, never fewer.
+
+    Attributes:
+        keys, values: ``[layers, kv_heads, kept, head_dim]`` (keys before RoPE), tokens sorted by position.
+        positions: ``[kept]`` int64 sorted offsets within the document.
+        doc_tokens: the whole document's length (the positions its slot spans in the layout).
+        fingerprint, encoding: as :class:`DocumentKV`.
+        retention: the retention these tokens are the top of (method ``importance``).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    doc_tokens: int
+    fingerprint: str
+    encoding: str
+    retention: float
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.keys.shape[0])
+
+    def check(self, retention: float, method: str) -> None:
+        """Raises ValueError unless these are exactly the tokens a request at ``retention`` with ``method``
+        keeps (so a partly held document is never served with fewer tokens than asked)."""
+        from .retention import kept_count
+
+        if method != "importance" or int(self.positions.numel()) != kept_count(self.doc_tokens, retention):
+            raise ValueError(f"{self.positions.numel()} of {self.doc_tokens} tokens held at retention "
+                             f"{self.retention} cannot serve retention {retention} ({method})")
+
+
 @dataclass
 class LayeredDocuments:
     """Several documents' KV arriving layer by layer (prefetched from the store while layers are linked).
@@ -140,16 +177,19 @@ class LayeredDocuments:
         return self.positions[j] if self.positions is not None else torch.arange(self.num_tokens[j])
 
     @classmethod
-    def from_documents(cls, docs: list[DocumentKV], retention: float = 1.0, method: str = "importance",
+    def from_documents(cls, docs: list[DocumentKV | RetainedKV], retention: float = 1.0, method: str = "importance",
                        seed: int = 0) -> "LayeredDocuments":
         """In-memory documents as a layer stream (no copy beyond the per-layer concatenation).
 
         Args:
+            docs: whole documents, or (retention below 1) parts already retained at ``retention`` by a memory
+                tier (:class:`RetainedKV`, streamed as they are).
             retention: fraction of each document's tokens kept (``kvlink_rag.retention.kept_positions``);
                 1 streams every token exactly as stored.
             method, seed: the retention method (``importance``, ``random``, ``recency``) and random seed.
         Raises:
-            ValueError: fingerprints differ, or retention outside (0, 1].
+            ValueError: fingerprints differ, retention outside (0, 1], or a :class:`RetainedKV` that does not hold
+                exactly the tokens ``retention`` keeps.
         """
         import torch
 
@@ -158,16 +198,26 @@ class LayeredDocuments:
         if len({d.fingerprint for d in docs}) > 1:
             raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
         if check_retention(retention) == 1.0:
+            if any(isinstance(d, RetainedKV) for d in docs):
+                raise ValueError("a partly retained document cannot be streamed at retention 1")
             layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
                       for i in range(docs[0].num_layers))
             return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
-        pos = [kept_positions(d.importance, d.num_tokens, retention, method, seed) for d in docs]
+        for d in docs:
+            if isinstance(d, RetainedKV):
+                d.check(retention, method)
+        pos = [d.positions if isinstance(d, RetainedKV) else kept_positions(d.importance, d.num_tokens, retention,
+                                                                            method, seed) for d in docs]
+
+        def part(d, x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # x: [kv_heads, tokens, head_dim]
+            return x if isinstance(d, RetainedKV) else x[:, p.to(x.device)]
+
         # each layer: [kv_heads, sum(kept), head_dim], the kept tokens of every document in slot order
-        layers = ((torch.cat([d.keys[i][:, p.to(d.keys.device)] for d, p in zip(docs, pos)], dim=1),
-                   torch.cat([d.values[i][:, p.to(d.values.device)] for d, p in zip(docs, pos)], dim=1))
+        layers = ((torch.cat([part(d, d.keys[i], p) for d, p in zip(docs, pos)], dim=1),
+                   torch.cat([part(d, d.values[i], p) for d, p in zip(docs, pos)], dim=1))
                   for i in range(docs[0].num_layers))
         return cls([int(p.numel()) for p in pos], docs[0].fingerprint, layers, positions=pos,
-                   doc_lengths=[d.num_tokens for d in docs])
+                   doc_lengths=[d.doc_tokens if isinstance(d, RetainedKV) else d.num_tokens for d in docs])
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 
 from kvlink_rag.cache import DocumentCache
-from kvlink_rag.types import DocumentKV, LayeredDocuments
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
 from store.lmdb_env import StoreFullError
+from store.ordered_layout import record_importance
 from store.prefetch import prefetch_layers
+from store.tier_format import hold_part
 from store.tiers import TieredCache
 
 log = logging.getLogger(__name__)
@@ -71,14 +73,16 @@ class StoreCache(DocumentCache):
         """From the fastest tier holding it, else LMDB (checksummed), else None."""
         return self.tiered.get(key, self.tenant)
 
-    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
-        """Per key: the document if a memory tier holds it, the key itself if only LMDB has it (to be
-        streamed with :meth:`stream`), or None if it is nowhere."""
-        out: list[DocumentKV | str | None] = []
+    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
+                ) -> list[DocumentKV | RetainedKV | str | None]:
+        """Per key: the document if a memory tier can serve ``retention`` (a lossy tier's part: a
+        :class:`RetainedKV`), the key itself if only LMDB has it (to be streamed with :meth:`stream`), or None
+        if it is nowhere."""
+        out: list[DocumentKV | RetainedKV | str | None] = []
         for key in keys:
             kv = None
             for tier in self.tiered.tiers:
-                kv = tier.get(key, self.tenant)
+                kv = tier.get(key, self.tenant, retention, method)
                 if kv is not None:
                     break
             if kv is None and self.blobs.contains(key):
@@ -89,10 +93,11 @@ class StoreCache(DocumentCache):
                 out.append(kv)
         return out
 
-    def stream(self, items: list[DocumentKV | str], retention: float = 1.0,
+    def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
                method: str = "importance") -> LayeredDocuments:
         """Layer stream over in-memory and LMDB documents at ``retention`` (below 1: prefix reads of
-        importance-ordered records); LMDB ones fill the tiers once read whole.
+        importance-ordered records); LMDB ones fill the tiers once read whole, and below 1 (method
+        ``importance``) the lossy tiers holding a retention at most ``retention`` (the cold tier).
 
         Raises:
             KeyError: a keyed document disappeared.
@@ -101,7 +106,16 @@ class StoreCache(DocumentCache):
             self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
             self.tiered.put(key, kv, self.tenant)
 
-        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method)
+        def retained(key: str, part: RetainedKV, meta: dict) -> None:
+            lossy = [t for t in self.tiered.tiers if not t.format.lossless and key not in t]
+            ids = self.blobs.get_ids(key) if lossy else None
+            for tier in lossy if ids is not None else []:
+                held = hold_part(part, record_importance(meta), ids, tier.format, tier.device)
+                if held is not None:
+                    tier.put(key, held, self.tenant)
+
+        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method,
+                               on_retained=retained)
 
     def write(self, key: str, kv: DocumentKV, fill_tiers: bool = True) -> int:
         """The one write path of a document's cache: the blob store (atomic), then the memory tiers.

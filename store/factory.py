@@ -15,7 +15,7 @@ from store.index import DocumentIndex
 from store.lmdb_env import open_env
 from store.policies import FairPolicy, LRUPolicy
 from store.texts import Texts, TextStore
-from store.tiers import CacheTier, TieredCache
+from store.tiers import CacheTier, TieredCache, TierFormat
 
 
 @dataclass
@@ -34,12 +34,16 @@ class Store:
 
 
 def memory_tiers(settings: Settings) -> list[CacheTier]:
-    """Device tier (when a GPU and a budget exist) then host tier, with fair or LRU eviction."""
+    """Device tier (when a GPU and a budget exist), host tier, then the cold tier (when it has a budget: documents
+    at ``cold_cache_retention``, int8 if ``cold_cache_int8``), with fair or LRU eviction."""
     policy = FairPolicy if settings.fair_eviction else LRUPolicy
     tiers = []
     if settings.device_cache_bytes and torch.cuda.is_available():
         tiers.append(CacheTier("device", settings.device_cache_bytes, policy(), device="cuda"))
     tiers.append(CacheTier("host", settings.host_cache_bytes, policy(), device="cpu"))
+    if settings.cold_cache_bytes:
+        cold = TierFormat(settings.cold_cache_retention, settings.cold_cache_int8)
+        tiers.append(CacheTier("cold", settings.cold_cache_bytes, policy(), device="cpu", fmt=cold))
     return tiers
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvlink_rag.cache import DocumentCache
-from kvlink_rag.types import DocumentKV, LayeredDocuments
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 
 
 class RecordingCache(DocumentCache):
@@ -34,10 +34,11 @@ class RecordingCache(DocumentCache):
         self.hits.setdefault(key, kv is not None)
         return kv
 
-    def resolve(self, keys: list[str]) -> list[DocumentKV | str | None]:
-        """The inner cache's resolution; each key's first lookup is recorded (found in memory or stored
-        = hit)."""
-        items = self.inner.resolve(keys)
+    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
+                ) -> list[DocumentKV | RetainedKV | str | None]:
+        """The inner cache's resolution at ``retention``; each key's first lookup is recorded (found in
+        memory or stored = hit)."""
+        items = self.inner.resolve(keys, retention, method)
         for k, it in zip(keys, items, strict=True):
             self.hits.setdefault(k, it is not None)
         return items

@@ -21,19 +21,22 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from kvlink_rag.types import DocumentKV
+from kvlink_rag.types import DocumentKV, RetainedKV
 from store.policies import CacheEntry, EvictionPolicy, FairPolicy, LRUPolicy
+from store.tier_format import HeldKV, TierFormat, hold
 
-__all__ = ["CacheEntry", "CacheTier", "FairPolicy", "LRUPolicy", "TieredCache", "entry_nbytes"]
+__all__ = ["CacheEntry", "CacheTier", "FairPolicy", "LRUPolicy", "TierFormat", "TieredCache", "entry_nbytes"]
 
 
-def entry_nbytes(kv: DocumentKV) -> int:
-    """Bytes a document occupies in a tier: keys + values + token ids."""
+def entry_nbytes(kv: DocumentKV | HeldKV) -> int:
+    """Bytes a document occupies in a tier: keys + values + token ids (a held one: :attr:`HeldKV.nbytes`)."""
+    if isinstance(kv, HeldKV):
+        return kv.nbytes
     return kv.nbytes + kv.token_ids.numel() * kv.token_ids.element_size()
 
 
-def _to_device(kv: DocumentKV, device: torch.device) -> DocumentKV:
-    if kv.keys.device == device and kv.values.device == device:
+def _to_device(kv: DocumentKV | HeldKV, device: torch.device) -> DocumentKV | HeldKV:
+    if isinstance(kv, HeldKV) or kv.keys.device == device and kv.values.device == device:
         return kv
     # Asynchronous only host -> accelerator (stream-ordered); a device -> host copy must be complete
     # before the CPU tensor is shared.
@@ -57,9 +60,12 @@ class CacheTier:
         policy: eviction strategy (default :class:`LRUPolicy`).
         device: where entries live; ``put`` moves documents there.
         clock: seconds clock for recency and utility (injectable for tests).
+        fmt: the retention and dtype entries are held at (:mod:`store.tier_format`; default lossless: the
+            ``DocumentKV`` itself).
 
     Counters (``stats()``): ``hits``, ``misses``, ``evictions``, ``inserts``, ``rejected`` (did not
-    fit), overall and per tenant (an eviction counts for the evicted entry's tenant).
+    fit), ``partial_misses`` (held at a lower retention than asked; also counted in ``misses``), overall and
+    per tenant (an eviction counts for the evicted entry's tenant).
     """
 
     def __init__(
@@ -69,8 +75,10 @@ class CacheTier:
         policy: EvictionPolicy | None = None,
         device: str | torch.device = "cpu",
         clock: Callable[[], float] = time.monotonic,
+        fmt: TierFormat | None = None,
     ) -> None:
         self.name = name
+        self.format = fmt or TierFormat()
         self.byte_budget = int(byte_budget)
         self.policy = policy or LRUPolicy()
         self.device = torch.device(device)
@@ -93,34 +101,53 @@ class CacheTier:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def get(self, key: str, tenant: str) -> DocumentKV | None:
-        """The cached document (the shared object) or None; a hit refreshes recency."""
+    def get(self, key: str, tenant: str, retention: float = 1.0, method: str = "importance"
+            ) -> DocumentKV | RetainedKV | None:
+        """The cached document (the shared object; from a lossy tier, the request's dequantised view,
+        :meth:`HeldKV.materialise`) or None; a hit refreshes recency.
+
+        Args:
+            retention, method: what the request keeps; an entry holding fewer of the document's tokens is a
+                partial miss (None), never served short.
+        """
         with self._lock:
             e = self.entries.get(key)
-            if e is None:
+            if e is None or (isinstance(e.kv, HeldKV) and not e.kv.serves(retention, method)):
                 self._count("misses", tenant)
+                if e is not None:
+                    self._count("partial_misses", tenant)
                 return None
             e.hits += 1
             e.last_access = self.clock()
             self.entries.move_to_end(key)
             self._count("hits", tenant)
-            return e.kv
+            kv = e.kv
+        return kv.materialise(retention, method) if isinstance(kv, HeldKV) else kv
 
-    def put(self, key: str, kv: DocumentKV, tenant: str) -> DocumentKV | None:
+    def put(self, key: str, kv: DocumentKV | HeldKV, tenant: str) -> DocumentKV | HeldKV | None:
         """Insert ``kv`` (moved to this tier's device) charged to ``tenant``, evicting as the policy says.
 
+        A lossy tier holds ``kv`` in its :attr:`format` (:func:`store.tier_format.hold`), or takes a
+        :class:`HeldKV` made for that format (:func:`store.tier_format.hold_part`) as it is.
+
         Returns:
-            the cached object (on this device), or None when it cannot fit: larger than the budget,
-            or every other entry is pinned. An existing entry is only refreshed.
+            the cached object (on this device; a :class:`HeldKV` in a lossy tier), or None when it cannot fit:
+            larger than the budget, or every other entry is pinned. An existing entry is only refreshed.
+        Raises:
+            ValueError: a :class:`HeldKV` of another retention or dtype than this tier's format.
         """
+        if isinstance(kv, HeldKV) and (kv.retention, kv.int8) != (self.format.retention, self.format.int8):
+            raise ValueError(f"tier {self.name} holds {self.format.describe()}, not retention {kv.retention}")
+        if not self.format.lossless:  # cut and quantise outside the lock, unless the entry is already held
+            if (held := self._refresh(key)) is not None:
+                return held
+            kv = kv if isinstance(kv, HeldKV) else hold(kv, self.format, self.device)
         nbytes = entry_nbytes(kv)
         victims: list[CacheEntry] = []
         with self._lock:
-            e = self.entries.get(key)
-            if e is not None:
-                e.last_access = self.clock()
-                self.entries.move_to_end(key)
-                return e.kv
+            if (held := self._refresh(key)) is not None:
+                return held
+            e = None
             pinned_bytes = sum(x.nbytes for x in self.entries.values() if x.pins)
             if nbytes + pinned_bytes > self.byte_budget:
                 self._count("rejected", tenant)
@@ -144,6 +171,16 @@ class CacheTier:
             for v in victims:
                 self.on_evict(v)
         return e.kv if e is not None else None
+
+    def _refresh(self, key: str) -> DocumentKV | HeldKV | None:
+        """An existing entry's object, its recency refreshed; None when absent."""
+        with self._lock:
+            e = self.entries.get(key)
+            if e is None:
+                return None
+            e.last_access = self.clock()
+            self.entries.move_to_end(key)
+            return e.kv
 
     def _remove(self, e: CacheEntry) -> None:
         del self.entries[e.key]
@@ -201,9 +238,14 @@ class CacheTier:
 
     def stats(self) -> dict:
         """``{name, device, byte_budget, used_bytes, entries, usage{tenant: bytes}, hits, misses,
-        evictions, inserts, rejected, tenants{tenant: {counter: n}}}``."""
+        evictions, inserts, rejected, partial_misses, format{retention, dtype}, entries_by_retention{r: n},
+        tenants{tenant: {counter: n}}}`` (retentions as ``'%g'`` strings)."""
         with self._lock:
+            by_r = Counter(f"{e.kv.retention if isinstance(e.kv, HeldKV) else 1.0:g}" for e in self.entries.values())
             return {
+                "format": self.format.describe(),
+                "entries_by_retention": dict(by_r),
+                "partial_misses": self.counters["partial_misses"],
                 "name": self.name,
                 "device": str(self.device),
                 "byte_budget": self.byte_budget,
@@ -222,7 +264,11 @@ class TieredCache:
         tiers: e.g. ``[CacheTier('device', ..., device='cuda'), CacheTier('host', ...)]``.
         blob_store: a :class:`store.blob_store.BlobStore` (only ``get(key, dtype)`` is used here), or None.
         dtype: dtype requested from the blob store (None: as stored).
-        demote: put entries evicted from a tier into the next tier.
+        demote: put entries evicted from a tier into the next tier (whole documents only: an entry a lossy
+            tier evicts is dropped, the store still has it).
+
+    A hit in a lossy tier (:mod:`store.tier_format`) is not promoted: the tiers above hold documents whole
+    and at full precision, so they get the document when it is next read from the store.
     """
 
     def __init__(
@@ -238,16 +284,19 @@ class TieredCache:
         self._lock = threading.Lock()
         if demote:
             for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
-                upper.on_evict = lambda e, lower=lower: None if e.key in lower else lower.put(e.key, e.kv, e.tenant)
+                upper.on_evict = lambda e, lower=lower: (None if e.key in lower or isinstance(e.kv, HeldKV)
+                                                         else lower.put(e.key, e.kv, e.tenant))
 
-    def get(self, key: str, tenant: str) -> DocumentKV | None:
-        """The document from the fastest tier holding it (promoted upwards), else loaded from the blob
-        store and put into every tier; None when absent everywhere."""
+    def get(self, key: str, tenant: str, retention: float = 1.0, method: str = "importance"
+            ) -> DocumentKV | RetainedKV | None:
+        """The document from the fastest tier that can serve ``retention`` (promoted upwards from a lossless
+        tier), else loaded whole from the blob store and put into every tier; None when absent everywhere.
+        Only a lossy tier's hit at ``retention`` below 1 is a :class:`RetainedKV`."""
         for i, tier in enumerate(self.tiers):
-            kv = tier.get(key, tenant)
+            kv = tier.get(key, tenant, retention, method)
             if kv is not None:
                 self.counters[f"hit_{tier.name}"] += 1
-                return self._fill(key, kv, tenant, self.tiers[:i]) if i else kv
+                return self._fill(key, kv, tenant, self.tiers[:i]) if i and tier.format.lossless else kv
         if self.blob_store is None:
             self.counters["miss"] += 1
             return None
@@ -276,11 +325,11 @@ class TieredCache:
                 self._inflight.pop(key, None)
 
     def _fill(self, key: str, kv: DocumentKV, tenant: str, tiers: list[CacheTier]) -> DocumentKV:
-        """Put ``kv`` into ``tiers`` from the slowest up; the copy of the fastest that took it."""
+        """Put ``kv`` into ``tiers`` from the slowest up; the copy of the fastest lossless tier that took it."""
         best = kv
         for tier in reversed(tiers):
             got = tier.put(key, best, tenant)
-            if got is not None:
+            if got is not None and tier.format.lossless:
                 best = got
         return best
 
