@@ -239,6 +239,8 @@ def train_links(
                                            "0: never); the best step's artifact is saved as --out.")] = 50,
     curriculum: Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
                                                       "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
+    time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
+                                              "rerun to resume); 0: no limit.")] = 0.0,
     doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
                                            "the document encodings); an upper bound: such caches depend on the "
                                            "adapter, so only `eval` takes the artifact.")] = False,
@@ -262,7 +264,7 @@ def train_links(
     cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
                       lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
                       slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side)
-    _train(make_settings(k, encoding, shipped_links=False), split, cfg, out, val_every)  # untrained initialisation
+    _train(make_settings(k, encoding, shipped_links=False), split, cfg, out, val_every, time_limit)  # untrained init
 
 
 def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
@@ -301,7 +303,7 @@ def _train_variant_checks(init: Path | None, val_every: int, curriculum: str | N
     return int(lo), int(hi)
 
 
-def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50) -> None:
+def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0) -> None:
     """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary."""
     from kvlink_rag.cache import MemoryCache
     from training.loop import Trainer
@@ -315,7 +317,8 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50) -> No
     last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
     with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
             results_only_stdout():
-        trainer.run(lambda step, loss: bar.update(completed=step, loss=loss), val_every=val_every)
+        trainer.run(lambda step, loss: bar.update(completed=step, loss=loss), val_every=val_every,
+                    max_seconds=time_limit)
     s = save_outputs(trainer, split, out, {"encoding": settings.encoding})
     console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}, best validation step "
                   f"{s['best_step']} of {s['steps']}), validation accuracy {s['val_accuracy_best']:.3f} on "

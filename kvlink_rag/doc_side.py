@@ -96,3 +96,48 @@ def encode_with_adapter(lm: LoadedModel, ids: torch.Tensor, adapter: str | None,
     return DocumentKV(keys=k_raw.to(dtype).contiguous(), values=v[:, :, start:].to(dtype).contiguous(),
                       token_ids=ids.detach().to(torch.long).cpu(), fingerprint=fingerprint,
                       encoding="anchored" if prefix is not None else "isolated")
+
+
+def encode_batch_with_adapter(lm: LoadedModel, ids: list[torch.Tensor], adapter: str | None, *,
+                              prefix: PrefixKV | None, kv_dtype: str, fingerprint: str) -> list[DocumentKV]:
+    """:func:`encode_with_adapter` of several documents in one batched forward (training: one launch of every
+    kernel for all of an example's documents instead of one per document).
+
+    Each document is still encoded alone: rows are right-padded, so under the causal mask a document's
+    tokens never see padding or another document (pad positions follow its last token and are dropped).
+    K and V equal the one-by-one encodes up to the kernels' batched rounding.
+
+    Args:
+        ids: per document ``[tokens_i]`` int64 ids (each non-empty).
+    Returns:
+        one ``DocumentKV`` per document, keys before RoPE and values ``[layers, kv_heads, tokens_i, head_dim]``.
+    Raises:
+        ValueError: no documents, an empty one, or unknown dtype.
+    """
+    from transformers import DynamicCache
+
+    lengths = [int(x.numel()) for x in ids]
+    if not lengths or min(lengths) == 0:
+        raise ValueError("encode_batch_with_adapter needs documents of at least one token")
+    dtype, n_max, b = parse_dtype(kv_dtype), max(lengths), len(ids)
+    start = prefix.num_tokens if prefix is not None else 0
+    batch = torch.zeros(b, n_max, dtype=torch.long)
+    for i, x in enumerate(ids):
+        batch[i, : lengths[i]] = x
+    pos = torch.arange(start, start + n_max, device=lm.device)
+    cache = None
+    if prefix is not None:  # the prefix KV repeated per row: [b, kv_heads, P, head_dim] per layer
+        cache = DynamicCache(ddp_cache_data=[(k.to(lm.device)[None].expand(b, -1, -1, -1),
+                                              v.to(lm.device)[None].expand(b, -1, -1, -1))
+                                             for k, v in zip(prefix.keys, prefix.values)])
+    with adapter_scope(lm, adapter):
+        out = lm.model.model(input_ids=batch.to(lm.device), position_ids=pos[None].expand(b, -1), cache=cache,
+                             use_cache=True)
+    k = torch.stack([layer.keys for layer in out.cache.layers], dim=1)  # [b, layers, kv_heads, P + n_max, hd]
+    v = torch.stack([layer.values for layer in out.cache.layers], dim=1)
+    cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
+    k_raw = remove_rope(k[..., start:, :].float(), cos, sin)  # [b, layers, kv_heads, n_max, head_dim]
+    return [DocumentKV(keys=k_raw[i, :, :, : lengths[i]].to(dtype).contiguous(),
+                       values=v[i, :, :, start: start + lengths[i]].to(dtype).contiguous(),
+                       token_ids=ids[i].detach().to(torch.long).cpu(), fingerprint=fingerprint,
+                       encoding="anchored" if prefix is not None else "isolated") for i in range(b)]

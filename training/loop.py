@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.doc_side import encode_with_adapter
+from kvlink_rag.doc_side import encode_batch_with_adapter
 from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
@@ -92,8 +92,8 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
     with ``cfg.doc_side`` the documents are encoded now with the training adapter on (graph kept)."""
     if cfg.doc_side:
         prefix = engine.prefix if engine.anchored else None
-        kvs = [encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, prefix=prefix,
-                                   kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training") for d in docs]
+        kvs = encode_batch_with_adapter(engine.lm, [engine.document_ids(d) for d in docs], TRAIN_ADAPTER,
+                                        prefix=prefix, kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
     else:
         kvs = [engine.get_or_encode(d)[0] for d in docs]
     q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
@@ -239,19 +239,28 @@ class Trainer:
         return True
 
     def run(self, on_step: Callable[[int, float], None] | None = None, val_every: int = 50,
-            val_n: int = 20) -> TrainState:
+            val_n: int = 20, max_seconds: float = 0.0) -> TrainState:
         """Train until ``cfg.steps``, checkpointing every ``checkpoint_every`` steps; with ``val_every`` > 0 the
-        validation loss (``val_n`` examples) is recorded at the start, every ``val_every`` steps and at the end."""
+        validation loss (``val_n`` examples) is recorded at the start, every ``val_every`` steps and at the end.
+
+        ``max_seconds`` > 0: stop (validated and checkpointed) after the first step that ends past that many
+        seconds of this call; a rerun resumes from there.
+        """
+        t0 = time.perf_counter()
         if val_every and not self.state.val_losses:
             self.validate(val_n)  # the starting point: the initialisation or the --init artifact
         while self.state.step < self.cfg.steps:
             loss = self.step()
-            if val_every and (self.state.step % val_every == 0 or self.state.step == self.cfg.steps):
+            out_of_time = max_seconds > 0 and time.perf_counter() - t0 > max_seconds
+            last = self.state.step == self.cfg.steps or out_of_time
+            if val_every and (self.state.step % val_every == 0 or last):
                 self.validate(val_n)
-            if self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps:
+            if self.state.step % self.cfg.checkpoint_every == 0 or last:
                 self.save_checkpoint()
             if on_step is not None:
                 on_step(self.state.step, loss)
+            if out_of_time:
+                break
         return self.state
 
     def artifact(self, metadata: dict) -> LinkTokens:

@@ -93,3 +93,21 @@ def test_serving_refuses_a_doc_side_artifact(tmp_path):
     settings = engine.settings.model_copy(update={"link_tokens_path": tmp_path / "d.safetensors"})
     with pytest.raises(LinkTokensMismatch, match="document-side"):
         Engine(settings, lm=engine.lm)
+
+
+def test_batched_encode_equals_one_by_one(tmp_path):
+    from kvlink_rag.doc_side import encode_batch_with_adapter
+
+    engine = tiny_text_engine(tmp_path)
+    art = engine.with_link_tokens(_artifact(engine, doc_side=True, b_scale=0.5))
+    ids = [engine.document_ids(d) for d in DOCS] + [engine.document_ids(Document("Short.", None))]
+    assert len({int(x.numel()) for x in ids}) == 3  # padding is exercised
+    for prefix in (engine.prefix, None):
+        with torch.no_grad():
+            batched = encode_batch_with_adapter(engine.lm, ids, art.adapter, prefix=prefix, kv_dtype="float32",
+                                                fingerprint="f")
+            single = [encode_with_adapter(engine.lm, x, art.adapter, prefix=prefix, kv_dtype="float32",
+                                          fingerprint="f") for x in ids]
+        for a, b in zip(batched, single):
+            assert a.keys.shape == b.keys.shape and a.encoding == b.encoding
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)

@@ -100,3 +100,23 @@ def test_doc_side_training_moves_the_adapter_and_marks_the_artifact(tmp_path):
     assert len(engine.cache) == 0  # documents were encoded with the adapter, never memoised as base caches
     art = trainer.artifact({})
     assert art.metadata["doc_side"] is True
+
+
+def test_time_limit_stops_after_a_validated_checkpointed_step(tmp_path):
+    trainer = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=6, checkpoint_every=5), tmp_path / "ck")
+    trainer.run(val_every=5, max_seconds=1e-9)
+    assert trainer.state.step == 1 and [s for s, _ in trainer.state.val_losses] == [0, 1]
+    assert Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=6, checkpoint_every=5),
+                   tmp_path / "ck").state.step == 1
+
+
+def test_mlp_targets_train_and_load_for_eval(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    trainer = Trainer(engine, _split(), _cfg(steps=1, targets=targets), tmp_path / "ck")
+    trainer.run(val_every=0)
+    art = trainer.artifact({})
+    assert any("down_proj" in n for n in art.lora)
+    art.save(tmp_path / "mlp.safetensors")
+    eng = tiny_text_engine(tmp_path).with_link_tokens(load_link_tokens(tmp_path / "mlp.safetensors", engine.lm))
+    assert eng.adapter is not None and eng.doc_adapter is None
