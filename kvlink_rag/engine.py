@@ -146,7 +146,8 @@ class Engine:
         self.check_document_tokens(int(ids.numel()))
         if self.doc_adapter is not None:
             with torch.no_grad():
-                return encode_with_adapter(self.lm, ids, self.doc_adapter, prefix=self.prefix if self.anchored else None,
+                return encode_with_adapter(self.lm, ids, self.doc_adapter,
+                                           prefix=self.prefix if self.anchored else None,
                                            kv_dtype=self.settings.kv_dtype, fingerprint=self.fingerprint)
         return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
                                prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint,

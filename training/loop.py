@@ -93,7 +93,8 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
     if cfg.doc_side:
         prefix = engine.prefix if engine.anchored else None
         kvs = encode_batch_with_adapter(engine.lm, [engine.document_ids(d) for d in docs], TRAIN_ADAPTER,
-                                        prefix=prefix, kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
+                                        prefix=prefix, kv_dtype=engine.settings.kv_dtype,
+                                        fingerprint="doc-side-training")
     else:
         kvs = [engine.get_or_encode(d)[0] for d in docs]
     q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
@@ -269,6 +270,7 @@ class Trainer:
         cfg = {"rank": self.cfg.rank, "alpha": self.cfg.alpha, "targets": list(self.cfg.targets)} if lora else None
         meta = {"k": self.cfg.k, "steps": self.init_steps + self.state.step, "data_hash": self.split.data_hash,
                 "train_config": json.loads(json.dumps(asdict(self.cfg))), "trained": True,
-                "doc_side": self.cfg.doc_side, "examples_seen": self.example_offset + self.state.step * self.cfg.accumulate,
+                "doc_side": self.cfg.doc_side,
+                "examples_seen": self.example_offset + self.state.step * self.cfg.accumulate,
                 **metadata}
         return LinkTokens(self.link_embeds.detach().cpu().float(), self.engine.lm.fingerprint, meta, lora, cfg)

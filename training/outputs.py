@@ -36,7 +36,8 @@ def summary(trainer: Trainer, out: Path, val_accuracy: float, last: Path | None)
     lm = trainer.engine.lm
     return {
         "artifact": str(out), "last_artifact": str(last) if last else str(out),
-        "steps": st.step, "steps_asked": trainer.cfg.steps, "init": trainer.cfg.init or None, "init_steps": trainer.init_steps,
+        "steps": st.step, "steps_asked": trainer.cfg.steps, "init": trainer.cfg.init or None,
+        "init_steps": trainer.init_steps,
         "examples_seen": trainer.example_offset + st.step * trainer.cfg.accumulate,
         "val_curve": curve, "best_step": st.best_step, "best_val_nll": st.best_val,
         "improving_at_end": st.best_step == st.step if st.best_step is not None else None,
