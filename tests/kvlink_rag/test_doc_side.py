@@ -111,3 +111,15 @@ def test_batched_encode_equals_one_by_one(tmp_path):
         for a, b in zip(batched, single):
             assert a.keys.shape == b.keys.shape and a.encoding == b.encoding
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+
+
+def test_named_adapter_registry_refuses_a_doc_side_artifact(tmp_path):
+    from kvlink_rag.adapter_registry import AdapterVariants, adapter_path
+
+    engine = tiny_text_engine(tmp_path)
+    links = tmp_path / "links"
+    _artifact(engine, doc_side=True, b_scale=0.1).save(adapter_path(links, "docs"))
+    variants = AdapterVariants(engine, links)
+    for call in (variants.check, variants.get):
+        with pytest.raises(LinkTokensMismatch, match="adapter 'docs' is a document-side artifact"):
+            call("docs")
