@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
+from .doc_side import check_query_side
 from .link_tokens import LinkTokens, load_link_tokens
 from .lora import remove_lora
 
@@ -115,6 +116,7 @@ class AdapterVariants:
                 self._artifacts.move_to_end(key)
                 return lt
         lt = load_link_tokens(path, self.engine.lm)
+        check_query_side(lt, f"adapter {name!r}")
         with self._lock:
             self._artifacts[key] = lt
             while len(self._artifacts) > 2 * self.max_loaded:

@@ -15,6 +15,7 @@ import torch
 from .answer import Answer, generate_answer, run_to_end
 from .blend import blend, check_recompute_ratio
 from .cache import DocumentCache, MemoryCache
+from .doc_side import check_query_side, document_adapter, encode_with_adapter
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .generate import SamplingParams, full_prefill, stop_token_ids
 from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
@@ -49,6 +50,7 @@ class Engine:
                                                 settings.kv_dtype)
         self.link_tokens = self._load_link_tokens()
         self.adapter = self._load_adapter()
+        self.doc_adapter: str | None = None  # a document-side artifact's adapter (kvlink_rag.doc_side), eval only
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
@@ -57,7 +59,9 @@ class Engine:
         if self.settings.link_k == 0:
             return None
         if self.settings.link_tokens_path is not None:
-            return load_link_tokens(self.settings.link_tokens_path, self.lm)
+            lt = load_link_tokens(self.settings.link_tokens_path, self.lm)
+            check_query_side(lt, str(self.settings.link_tokens_path))
+            return lt
         if self.settings.shipped_links:
             shipped = shipped_link_tokens(self.lm)
             if shipped is not None and shipped.k == self.settings.link_k:
@@ -70,6 +74,7 @@ class Engine:
         eng = copy.copy(self)
         eng.link_tokens = link_tokens
         eng.adapter = eng._load_adapter() if adapter else None
+        eng.doc_adapter, eng.fingerprint = document_adapter(eng)  # document-side: own caches, adapter on
         return eng
 
     def _load_adapter(self) -> str | None:
@@ -140,6 +145,11 @@ class Engine:
         """
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
+        if self.doc_adapter is not None:
+            with torch.no_grad():
+                return encode_with_adapter(self.lm, ids, self.doc_adapter,
+                                           prefix=self.prefix if self.anchored else None,
+                                           kv_dtype=self.settings.kv_dtype, fingerprint=self.fingerprint)
         return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
                                prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint,
                                importance=self.settings.importance_scores)

@@ -91,12 +91,13 @@ def document_positions(segments: list[Segment], docs: LayeredDocuments) -> torch
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
-@torch.no_grad()
 def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment],
                      prefix: PrefixKV | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Re-apply RoPE to every document's keys at its layout offsets, layer by layer as layers arrive.
 
     Kept tokens of a partly retained document are rotated at their original offsets within its slot.
+    Keeps the graph when the document KV requires grad (document-side training); otherwise nothing is
+    recorded (stored caches never require grad; serving runs under inference mode).
 
     Returns:
         per-layer ``(keys, values)`` lists, each ``[kv_heads, prefix + streamed_doc_tokens, head_dim]`` in the

@@ -3,13 +3,19 @@
 Loss: cross-entropy on the answer tokens under the linked layout (KVLink, arXiv 2502.16002, section 3.2),
 documents encoded apart by the frozen base model (their caches are precomputed and detached), link
 tokens attending across documents, question and answer attending to all. Gradients reach the link
-embeddings and, with LoRA, the adapter that is active for link, question and answer tokens only.
+embeddings and, with LoRA, the adapter that is active for link, question and answer tokens only; with
+``doc_side`` the adapter is on for document tokens too and gradients run through the document encodings
+(:mod:`kvlink_rag.doc_side`, an upper bound: such caches depend on the adapter).
+
+Validation answer NLL is measured at the start and every ``val_every`` steps; the parameters of the best
+validation step are kept (and checkpointed) beside the last ones.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from kvlink_rag.doc_side import encode_batch_with_adapter
 from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
@@ -36,7 +43,10 @@ class TrainConfig:
     steps: optimiser steps; accumulate: examples per step; docs: documents per example;
     lr: LoRA learning rate; link_lr: link-embedding learning rate; lora: train a query-side adapter;
     slots: 1 = link tokens shared by every document slot (KVLink's choice), S = per-slot ``[S, K, hidden]``;
-    rank, alpha, targets: LoRA rank, scale numerator and target projections.
+    rank, alpha, targets: LoRA rank, scale numerator and target projections;
+    init: path of a saved artifact to start from (:mod:`training.warm_start`), "" for the initialisation;
+    curriculum: ``(min, max)``: documents per training example drawn per example (seeded) in that range
+    instead of ``docs`` (validation keeps ``docs``); doc_side: the adapter encodes documents too.
     """
 
     steps: int = 150
@@ -53,6 +63,9 @@ class TrainConfig:
     checkpoint_every: int = 25
     max_answer_tokens: int = 16
     slots: int = 1
+    init: str = ""
+    curriculum: tuple[int, int] | None = None
+    doc_side: bool = False
 
 
 @dataclass
@@ -62,6 +75,9 @@ class TrainState:
     step: int = 0
     losses: list[float] = field(default_factory=list)
     val_losses: list[tuple[int, float]] = field(default_factory=list)
+    best_step: int | None = None
+    best_val: float | None = None
+    seconds: float = 0.0
 
 
 def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
@@ -72,8 +88,15 @@ def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
 
 
 def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig) -> torch.Tensor:
-    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout."""
-    kvs = [engine.get_or_encode(d)[0] for d in docs]
+    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout;
+    with ``cfg.doc_side`` the documents are encoded now with the training adapter on (graph kept)."""
+    if cfg.doc_side:
+        prefix = engine.prefix if engine.anchored else None
+        kvs = encode_batch_with_adapter(engine.lm, [engine.document_ids(d) for d in docs], TRAIN_ADAPTER,
+                                        prefix=prefix, kv_dtype=engine.settings.kv_dtype,
+                                        fingerprint="doc-side-training")
+    else:
+        kvs = [engine.get_or_encode(d)[0] for d in docs]
     q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
     a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
     ctx = link(engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
@@ -121,6 +144,12 @@ class Trainer:
         order = list(range(len(split.train)))
         random.Random(cfg.seed).shuffle(order)
         self.order = order
+        self.best_params: list[torch.Tensor] | None = None
+        self.init_steps, self.example_offset = 0, 0
+        if cfg.init:
+            from .warm_start import warm_start
+
+            self.init_steps, self.example_offset = warm_start(self, Path(cfg.init))
         self._resume()
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -131,14 +160,15 @@ class Trainer:
     def _resume(self) -> None:
         if not self.checkpoint_path.exists():
             return
-        ck = torch.load(self.checkpoint_path, weights_only=False)
+        ck = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
         if _comparable(ck["config"]) != _comparable(asdict(self.cfg)):
             raise ValueError(f"checkpoint {self.checkpoint_path} was made with other settings; use another --out")
         with torch.no_grad():
             for p, saved in zip(self.params, ck["params"]):
                 p.copy_(saved)
-        self.opt.load_state_dict(ck["optimizer"])
+        self.opt.load_state_dict(ck["optimizer"])  # moves the moments to the parameters' device
         self.state = TrainState(**ck["state"])
+        self.best_params = ck.get("best_params")
 
     def save_checkpoint(self) -> None:
         """Atomically write params, optimiser and state."""
@@ -146,23 +176,27 @@ class Trainer:
         tmp = self.checkpoint_path.with_suffix(".part")
         torch.save({"config": asdict(self.cfg),
                     "params": [p.detach().cpu() for p in self.params], "optimizer": self.opt.state_dict(),
-                    "state": asdict(self.state)}, tmp)
+                    "state": asdict(self.state), "best_params": self.best_params}, tmp)
         tmp.replace(self.checkpoint_path)
 
     # -- steps -----------------------------------------------------------------------------------
     def example(self, i: int) -> tuple[NQExample, list]:
-        """The ``i``-th training example of the run (deterministic from the seed) and its documents."""
+        """The ``i``-th training example of the run (deterministic from the seed) and its documents: ``cfg.docs``
+        of them, or with a curriculum a count drawn in ``[min, max]`` from a generator seeded by ``seed`` and ``i``."""
         idx = self.order[i % len(self.order)]
-        docs, _ = build_documents(self.split.train, idx, self.cfg.docs, "random", seed=self.cfg.seed + i)
+        n_docs = self.cfg.docs
+        if self.cfg.curriculum:
+            n_docs = random.Random(f"curriculum-{self.cfg.seed}-{i}").randint(*self.cfg.curriculum)
+        docs, _ = build_documents(self.split.train, idx, n_docs, "random", seed=self.cfg.seed + i)
         return self.split.train[idx], docs
 
     def step(self) -> float:
         """One optimiser step over ``accumulate`` examples; returns the mean loss."""
-        total = 0.0
+        total, t0 = 0.0, time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         with adapter_scope(self.engine.lm, self.adapter):
             for j in range(self.cfg.accumulate):
-                ex, docs = self.example(self.state.step * self.cfg.accumulate + j)
+                ex, docs = self.example(self.example_offset + self.state.step * self.cfg.accumulate + j)
                 loss = example_loss(self.engine, self.link_embeds, ex, docs, self.cfg) / self.cfg.accumulate
                 loss.backward()
                 total += float(loss.detach())
@@ -170,6 +204,9 @@ class Trainer:
         self.opt.step()
         self.state.step += 1
         self.state.losses.append(total)
+        if self.params[0].is_cuda:
+            torch.cuda.synchronize()
+        self.state.seconds += time.perf_counter() - t0
         return total
 
     @torch.no_grad()
@@ -183,22 +220,57 @@ class Trainer:
                 losses.append(float(example_loss(self.engine, self.link_embeds, ex, docs, self.cfg)))
         return sum(losses) / len(losses)
 
-    def run(self, on_step: Callable[[int, float], None] | None = None, val_every: int = 50) -> TrainState:
-        """Train until ``cfg.steps``, checkpointing every ``checkpoint_every`` steps."""
+    def validate(self, n: int = 20) -> float:
+        """Record the validation loss of the current step (first ``n`` validation examples); keep a copy of
+        the parameters when it is the best so far."""
+        val = self.validation_loss(n)
+        self.state.val_losses.append((self.state.step, val))
+        if self.state.best_val is None or val < self.state.best_val:
+            self.state.best_step, self.state.best_val = self.state.step, val
+            self.best_params = [p.detach().cpu().clone() for p in self.params]
+        return val
+
+    def use_best(self) -> bool:
+        """Load the parameters of the best validation step (if any was measured); True if loaded."""
+        if self.best_params is None:
+            return False
+        with torch.no_grad():
+            for p, saved in zip(self.params, self.best_params):
+                p.copy_(saved)
+        return True
+
+    def run(self, on_step: Callable[[int, float], None] | None = None, val_every: int = 50,
+            val_n: int = 20, max_seconds: float = 0.0) -> TrainState:
+        """Train until ``cfg.steps``, checkpointing every ``checkpoint_every`` steps; with ``val_every`` > 0 the
+        validation loss (``val_n`` examples) is recorded at the start, every ``val_every`` steps and at the end.
+
+        ``max_seconds`` > 0: stop (validated and checkpointed) after the first step that ends past that many
+        seconds of this call; a rerun resumes from there.
+        """
+        t0 = time.perf_counter()
+        if val_every and not self.state.val_losses:
+            self.validate(val_n)  # the starting point: the initialisation or the --init artifact
         while self.state.step < self.cfg.steps:
             loss = self.step()
-            if val_every and self.state.step % val_every == 0:
-                self.state.val_losses.append((self.state.step, self.validation_loss(20)))
-            if self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps:
+            out_of_time = max_seconds > 0 and time.perf_counter() - t0 > max_seconds
+            last = self.state.step == self.cfg.steps or out_of_time
+            if val_every and (self.state.step % val_every == 0 or last):
+                self.validate(val_n)
+            if self.state.step % self.cfg.checkpoint_every == 0 or last:
                 self.save_checkpoint()
             if on_step is not None:
                 on_step(self.state.step, loss)
+            if out_of_time:
+                break
         return self.state
 
     def artifact(self, metadata: dict) -> LinkTokens:
         """The trained link tokens (and adapter) as a shippable artifact."""
         lora = lora_state(self.engine.lm, TRAIN_ADAPTER) if self.adapter else None
         cfg = {"rank": self.cfg.rank, "alpha": self.cfg.alpha, "targets": list(self.cfg.targets)} if lora else None
-        meta = {"k": self.cfg.k, "steps": self.state.step, "data_hash": self.split.data_hash,
-                "train_config": json.loads(json.dumps(asdict(self.cfg))), "trained": True, **metadata}
+        meta = {"k": self.cfg.k, "steps": self.init_steps + self.state.step, "data_hash": self.split.data_hash,
+                "train_config": json.loads(json.dumps(asdict(self.cfg))), "trained": True,
+                "doc_side": self.cfg.doc_side,
+                "examples_seen": self.example_offset + self.state.step * self.cfg.accumulate,
+                **metadata}
         return LinkTokens(self.link_embeds.detach().cpu().float(), self.engine.lm.fingerprint, meta, lora, cfg)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
+from kvlink_rag.doc_side import document_adapter
 from kvlink_rag.engine import Engine
 from kvlink_rag.nq import best_subspan_em, build_documents
 
@@ -12,18 +14,17 @@ from .loop import Trainer
 
 
 def validation_accuracy(engine: Engine, trainer: Trainer, split: Split, max_new_tokens: int = 24) -> float:
-    """best_subspan_em of greedy linked answers on the held-out split with the trained tensors."""
-    saved = engine.link_tokens, engine.adapter
-    engine.link_tokens, engine.adapter = trainer.artifact({}), trainer.adapter
-    try:
-        hits = 0.0
-        for i, ex in enumerate(split.val):
-            docs, _ = build_documents(split.val + split.train, i, trainer.cfg.docs, "random", seed=1)
-            answer = engine.answer(ex.question, docs, max_new_tokens=max_new_tokens)  # scopes engine.adapter
-            hits += best_subspan_em(answer.text, ex.answers)
-        return hits / len(split.val)
-    finally:
-        engine.link_tokens, engine.adapter = saved
+    """best_subspan_em of greedy linked answers on the held-out split with the trained tensors (a document-side
+    run's documents encoded with its adapter, under their own fingerprint)."""
+    eng = copy.copy(engine)  # shares model and cache; the engine itself is left as it was
+    eng.link_tokens, eng.adapter = trainer.artifact({}), trainer.adapter
+    eng.doc_adapter, eng.fingerprint = document_adapter(eng)
+    hits = 0.0
+    for i, ex in enumerate(split.val):
+        docs, _ = build_documents(split.val + split.train, i, trainer.cfg.docs, "random", seed=1)
+        answer = eng.answer(ex.question, docs, max_new_tokens=max_new_tokens)  # scopes eng.adapter
+        hits += best_subspan_em(answer.text, ex.answers)
+    return hits / len(split.val)
 
 
 def plot_losses(state, path: Path) -> None:

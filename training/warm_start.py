@@ -1,0 +1,72 @@
+"""Starting a training run from a saved artifact (``train-links --init FILE``).
+
+The artifact's link embeddings and LoRA weights become the starting parameters (the optimiser starts
+fresh: an artifact holds no moments), and the example order continues after the examples the artifact
+was trained on (``examples_seen`` in its metadata, else ``steps x accumulate`` of its ``train_config``), so
+the continued run does not see the same first examples again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from kvlink_rag.link_tokens import LinkTokens, load_link_tokens
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+
+def _shape(lt: LinkTokens) -> dict:
+    cfg = lt.lora_config or {}
+    return {"K": lt.k, "slots": lt.slots, "adapter": "query-lora" if lt.lora else "none",
+            "rank": int(cfg["rank"]) if lt.lora else None,
+            "targets": ",".join(cfg.get("targets", [])) if lt.lora else None}
+
+
+def _wanted(trainer: Trainer) -> dict:
+    c = trainer.cfg
+    return {"K": c.k, "slots": c.slots, "adapter": "query-lora" if c.lora else "none",
+            "rank": c.rank if c.lora else None, "targets": ",".join(c.targets) if c.lora else None}
+
+
+def examples_seen(lt: LinkTokens) -> tuple[int, int]:
+    """``(steps, examples)`` the artifact was trained for, from its metadata (0, 0 if it records none)."""
+    meta = lt.metadata or {}
+    steps = int(meta.get("steps", 0))
+    if "examples_seen" in meta:
+        return steps, int(meta["examples_seen"])
+    return steps, steps * int((meta.get("train_config") or {}).get("accumulate", 1))
+
+
+def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
+    """Copy the artifact at ``path`` into the trainer's link embeddings and training adapter.
+
+    Returns:
+        ``(steps, examples)`` the artifact had been trained for (the new run's example order starts after
+        ``examples``).
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError (LinkTokensMismatch included): another model, or another K, slot count, adapter, rank or
+            targets than the run asks for (one line naming both).
+    """
+    lt = load_link_tokens(path, trainer.engine.lm)
+    have, want = _shape(lt), _wanted(trainer)
+    if have != want:
+        diff = ", ".join(f"{k} {have[k]} (run: {want[k]})" for k in have if have[k] != want[k])
+        raise ValueError(f"--init {path} does not fit this run: {diff}; pass the same --k/--slots/--rank/--targets")
+    with torch.no_grad():
+        trainer.link_embeds.copy_(lt.embeds.to(trainer.link_embeds.device))
+    if lt.lora:
+        from peft import set_peft_model_state_dict
+
+        from .loop import TRAIN_ADAPTER
+
+        result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=TRAIN_ADAPTER)
+        missing = [k for k in result.missing_keys if f".{TRAIN_ADAPTER}." in k and ".lora_" in k]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"--init {path}: adapter weights do not fit the model (missing {missing[:2]}, "
+                             f"unexpected {list(result.unexpected_keys)[:2]})")
+    return examples_seen(lt)
