@@ -62,10 +62,9 @@ def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
     if lt.lora:
         from peft import set_peft_model_state_dict
 
-        from .loop import TRAIN_ADAPTER
-
-        result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=TRAIN_ADAPTER)
-        missing = [k for k in result.missing_keys if f".{TRAIN_ADAPTER}." in k and ".lora_" in k]
+        name = trainer.adapter  # the training adapter's name
+        result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=name)
+        missing = [k for k in result.missing_keys if f".{name}." in k and ".lora_" in k]
         if missing or result.unexpected_keys:
             raise ValueError(f"--init {path}: adapter weights do not fit the model (missing {missing[:2]}, "
                              f"unexpected {list(result.unexpected_keys)[:2]})")
