@@ -14,6 +14,7 @@ import torch
 
 from .answer import Answer, generate_answer, run_to_end
 from .cache import DocumentCache, MemoryCache
+from .chunking import Chunker
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .generate import SamplingParams, full_prefill, stop_token_ids
 from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
@@ -51,6 +52,8 @@ class Engine:
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
+        self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
+                               settings.chunk_tokens)
 
     def _load_link_tokens(self) -> LinkTokens | None:
         if self.settings.link_k == 0:
@@ -101,6 +104,27 @@ class Engine:
         text = self.template.document_text(doc.text, doc.title)
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
+
+    def chunks(self, doc: Document) -> list[Document]:
+        """``doc``'s chunks in order (:mod:`kvlink_rag.chunking`): ``[doc]`` when it fits ``chunk_tokens`` (or
+        chunking is off), else pieces of at most ``chunk_tokens`` framed tokens, each cached under its own key.
+
+        Raises:
+            ValueError: empty document.
+        """
+        return self.chunker(doc)
+
+    def expand(self, docs: list[Document]) -> list[Document]:
+        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow every chunk)."""
+        return [c for d in docs for c in self.chunks(d)]
+
+    def cache_keys(self, doc: Document, cache: DocumentCache | None = None) -> list[str]:
+        """The keys of ``doc``'s chunk caches (one key, :meth:`cache_key`, for a document that is not chunked)."""
+        return [self.cache_key(c, cache) for c in self.chunks(doc)]
+
+    def warm(self, doc: Document) -> bool:
+        """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already."""
+        return all([self.get_or_encode(c)[1] for c in self.chunks(doc)])
 
     def max_document_tokens(self) -> int:
         """Longest document (tokens, framing included) that can still be asked about alone.
@@ -165,7 +189,7 @@ class Engine:
     def prompt_ids(self, question: str, docs: list[Document]) -> torch.Tensor:
         """``[tokens]`` ids of the full prompt: prefix, documents, question (the same ids the linker uses)."""
         tok = self.lm.tokenizer
-        parts = [self.prefix.token_ids] + [self.document_ids(d) for d in docs]
+        parts = [self.prefix.token_ids] + [self.document_ids(d) for d in self.expand(docs)]
         return torch.cat(parts + [self.template.question_ids(tok, question)])
 
     def retention(self, retention: float | None) -> float:
@@ -178,7 +202,8 @@ class Engine:
 
     def link_context(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
                      method: str = "importance") -> tuple[LinkedContext, int]:
-        """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits.
+        """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits
+        (slots: a chunked document counts each of its chunks, :meth:`chunks`).
 
         Args:
             k: override the number of link tokens (0 = naive reuse); at most the loaded K.
@@ -192,6 +217,7 @@ class Engine:
         r = self.retention(retention)
         if not docs:
             raise ValueError("at least one document is required")
+        docs = self.expand(docs)  # a long document takes one slot per chunk
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):
