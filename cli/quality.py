@@ -65,6 +65,11 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
+    task: Annotated[str, typer.Option(help="nq: --docs passages as documents; long-docs: the --docs passages "
+                                      "joined into ONE document, linked modes run as one block and as chunks "
+                                      "(--chunk-tokens), full modes fully prefill the one block.")] = "nq",
+    chunk_tokens: Annotated[str, typer.Option(help="long-docs: comma list of chunk sizes each linked mode runs "
+                                              "at (0 = one block; else >= 64 tokens).")] = "0,512",
 ) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ.
 
@@ -74,6 +79,8 @@ def eval_cmd(
     from kvlink_rag.nq import DataFormatError, load_nq
 
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
+    if task not in ("nq", "long-docs"):
+        fail(f"unknown task {task!r}; choose nq or long-docs")
     variants = _retention_variants(wanted, retention, retention_methods, explain)
     try:
         examples = load_nq(data)
@@ -85,24 +92,44 @@ def eval_cmd(
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8)
     engines, wanted = {label: by_mode[mode] for label, (mode, _) in variants.items()}, list(variants)
+    engines, documents = _task(task, chunk_tokens, engines)
+    wanted = list(engines)
     rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
             results_only_stdout():
         rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path, progress=bar.advance,
-                        retentions={label: ret for label, (_, ret) in variants.items() if ret is not None})
+                        retentions={label: ret for label, (_, ret) in variants.items() if ret is not None},
+                        documents=documents)
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
-    print_summary(summary, f"NQ-open, {n} questions, {docs} documents, gold {gold_position}, "
+    print_summary(summary, f"NQ-open{' long documents' if task == 'long-docs' else ''}, {n} questions, {docs} "
+                           f"{'passages in one document' if task == 'long-docs' else 'documents'}, gold {gold_position}, "
                            f"{settings.encoding}, K={settings.link_k}")
     if json_out is not None:
         run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
                "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
                "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
                "max_new_tokens": max_new_tokens, "int8": int8, "retention": retention,
-               "retention_methods": retention_methods}
+               "retention_methods": retention_methods, "task": task, "chunk_tokens": chunk_tokens}
         json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
+
+
+def _task(task: str, chunk_tokens: str, engines: dict) -> tuple[dict, object]:
+    """``(label -> engine, documents builder)`` of ``--task``: as given for nq; for long-docs every linked
+    mode once per ``--chunk-tokens`` size (:func:`training.long_docs.long_doc_engines`); or exit."""
+    from kvlink_rag.nq import build_documents
+
+    if task == "nq":
+        return engines, build_documents
+    from training.long_docs import long_doc_engines, long_documents
+
+    try:
+        sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()]
+        return long_doc_engines(engines, sizes), long_documents
+    except ValueError as e:
+        fail(f"--chunk-tokens: {e}")
 
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:

@@ -74,6 +74,13 @@ class Engine:
         eng.adapter = eng._load_adapter() if adapter else None
         return eng
 
+    def with_chunk_tokens(self, chunk_tokens: int) -> Engine:
+        """A shallow copy that chunks documents at ``chunk_tokens`` (0 = never), sharing this engine's model,
+        prefix, link tokens and document cache. Raises ValueError: 0 < chunk_tokens < 64."""
+        eng = copy.copy(self)
+        eng.chunker = Chunker(self.chunker.count, chunk_tokens)
+        return eng
+
     def _load_adapter(self) -> str | None:
         """Inject the link tokens' query-side LoRA (if any) into the shared model; returns its name."""
         lt = self.link_tokens
@@ -121,6 +128,13 @@ class Engine:
     def cache_keys(self, doc: Document, cache: DocumentCache | None = None) -> list[str]:
         """The keys of ``doc``'s chunk caches (one key, :meth:`cache_key`, for a document that is not chunked)."""
         return [self.cache_key(c, cache) for c in self.chunks(doc)]
+
+    def linked_tokens(self, doc: Document) -> int:
+        """Positions ``doc`` takes in a linked prompt before its last K link tokens: its framed ids, or for a
+        chunked document its chunks' ids and the K link tokens between them (compare with
+        :meth:`max_document_tokens`). Raises ValueError: empty document."""
+        chunks = self.chunks(doc)
+        return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * (len(chunks) - 1)
 
     def warm(self, doc: Document) -> bool:
         """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already."""

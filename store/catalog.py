@@ -178,6 +178,8 @@ class Catalog:
         stale and skipped). The old cache of an updated document is deleted once the new one is ready; the
         cache written here is deleted again when the document was deleted or updated while it was encoded
         (unless another record uses it). A corrupt stored text marks the record failed (and returns None).
+        A chunked document encodes only its chunks not stored yet and drops only the old version's chunks
+        this version does not have.
 
         Raises:
             CacheTooLarge: the KV does not fit the store even alone; the document is marked ``failed`` with
@@ -190,7 +192,9 @@ class Catalog:
         stored = self.stored_text(tenant, doc_id)
         if stored is None or stored["version"] != version:
             return None
-        chunks = engine.chunks(Document(stored["text"], stored["title"] or None))
+        doc = Document(stored["text"], stored["title"] or None)
+        engine.check_document_tokens(engine.linked_tokens(doc))  # chunks fit, but all of them must too
+        chunks = engine.chunks(doc)
         keys = [self.cache_key(tenant, c, engine) for c in chunks]
         cache = self.cache.for_tenant(tenant)
         kvs, num_tokens, nbytes = self._store_chunks(tenant, doc_id, version, chunks, keys, cache, engine)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,10 +164,13 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
 
 def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
-             retentions: dict[str, Retention] | None = None) -> list[dict]:
+             retentions: dict[str, Retention] | None = None,
+             documents: Callable[..., tuple[list[Document], int]] = build_documents) -> list[dict]:
     """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
-    a linked mode's retention (mode label -> :class:`Retention`, default every token).
+    a linked mode's retention (mode label -> :class:`Retention`, default every token); ``documents`` builds a
+    question's documents (:func:`kvlink_rag.nq.build_documents`' signature; the long-document task passes
+    :func:`training.long_docs.long_documents`).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -181,13 +185,13 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
         for layout in gold_positions:
             for i in range(n):
                 ex, pos = examples[i], position_for(layout, i)
-                docs, slot = build_documents(examples, i, n_docs, pos, seed)
+                docs, slot = documents(examples, i, n_docs, pos, seed)
                 for mode, eng in engines.items():
                     if (i, pos, mode) in done:
                         continue
                     if mode not in FULL_MODES:
                         for d in docs:
-                            eng.get_or_encode(d)
+                            eng.warm(d)  # each chunk of a chunked document
                     r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,
                                    (retentions or {}).get(mode, Retention()))
                     row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,
