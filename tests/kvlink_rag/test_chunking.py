@@ -165,3 +165,15 @@ def test_an_edit_after_a_paragraphs_head_rarely_moves_a_boundary():
     ones = sum(len([c for c in _chunks(paras[:i] + [p + " EDITED"] + paras[i + 1:]) if c not in before]) == 1
                for i, p in enumerate(paras))
     assert ones >= 36
+
+
+def test_explain_sums_a_chunked_documents_chunks_into_one_entry(engine):
+    from kvlink_rag.explain import explain_answer
+
+    ans, att = explain_answer(engine, "where is the ferry?", [SHORT, LONG], max_new_tokens=2)
+    n_chunks = len(engine.chunks(LONG))
+    assert n_chunks > 1 and len(att.documents) == 2
+    assert abs(att.prefix + sum(d.share for d in att.documents) - 1.0) < 1e-4
+    assert att.documents[1].token_mass.numel() == sum(engine.document_ids(c).numel() for c in engine.chunks(LONG))
+    body = LONG.text
+    assert att.documents[1].passages and all(0 <= a < b <= len(body) for a, b, _ in att.documents[1].passages)
