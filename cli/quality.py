@@ -65,35 +65,24 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
-    task: Annotated[str, typer.Option(help="nq: --docs passages as documents; long-docs: the --docs passages "
-                                      "joined into ONE document, linked modes run as one block and as chunks "
-                                      "(--chunk-tokens), full modes fully prefill the one block.")] = "nq",
-    chunk_tokens: Annotated[str, typer.Option(help="long-docs: comma list of chunk sizes each linked mode runs "
-                                              "at (0 = one block; else >= 64 tokens).")] = "0,512",
+    task: Annotated[str, typer.Option(help="nq, or long-docs: the --docs passages joined into ONE document.")] = "nq",
+    chunk_tokens: Annotated[str, typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block).")] = "0,512",
 ) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ.
 
     Accuracy is best_subspan_em with a 95% bootstrap interval; TTFT is the median. --retention adds KV
     bytes per document per retention and method; --explain the attribution of the gold passage.
     """
-    from kvlink_rag.nq import DataFormatError, load_nq
-
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
-    if task not in ("nq", "long-docs"):
-        fail(f"unknown task {task!r}; choose nq or long-docs")
+    sizes = _task_sizes(task, chunk_tokens)
     variants = _retention_variants(wanted, retention, retention_methods, explain)
-    try:
-        examples = load_nq(data)
-    except DataFormatError as e:
-        fail(str(e))
+    examples = _load_examples(data)
     from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8)
-    engines, wanted = {label: by_mode[mode] for label, (mode, _) in variants.items()}, list(variants)
-    engines, documents = _task(task, chunk_tokens, engines)
-    wanted = list(engines)
+    engines, documents, wanted = _task(task, sizes, {label: by_mode[mode] for label, (mode, _) in variants.items()})
     rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
             results_only_stdout():
@@ -103,9 +92,8 @@ def eval_cmd(
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
-    print_summary(summary, f"NQ-open{' long documents' if task == 'long-docs' else ''}, {n} questions, {docs} "
-                           f"{'passages in one document' if task == 'long-docs' else 'documents'}, gold {gold_position}, "
-                           f"{settings.encoding}, K={settings.link_k}")
+    print_summary(summary, f"NQ-open, {n} questions, {docs} {'passages in one document' if sizes else 'documents'}, "
+                           f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
         run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
                "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
@@ -116,20 +104,40 @@ def eval_cmd(
     _eval_reports(summary, rows, plot, retention is not None, explain)
 
 
-def _task(task: str, chunk_tokens: str, engines: dict) -> tuple[dict, object]:
-    """``(label -> engine, documents builder)`` of ``--task``: as given for nq; for long-docs every linked
-    mode once per ``--chunk-tokens`` size (:func:`training.long_docs.long_doc_engines`); or exit."""
+def _load_examples(data: Path) -> list:
+    """The NQ examples of ``data``, or exit with the format error."""
+    from kvlink_rag.nq import DataFormatError, load_nq
+
+    try:
+        return load_nq(data)
+    except DataFormatError as e:
+        fail(str(e))
+
+
+def _task_sizes(task: str, chunk_tokens: str) -> list[int]:
+    """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64); ``[]`` for ``--task nq``; or exit."""
+    if task not in ("nq", "long-docs"):
+        fail(f"unknown task {task!r}; choose nq or long-docs")
+    try:
+        sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()] if task == "long-docs" else []
+    except ValueError:
+        fail(f"--chunk-tokens takes comma-separated integers, got {chunk_tokens!r}")
+    if task == "long-docs" and (not sizes or any(0 < s < 64 or s < 0 for s in sizes)):
+        fail(f"--chunk-tokens: each size is 0 (one block) or at least 64 tokens, got {chunk_tokens!r}")
+    return sizes
+
+
+def _task(task: str, sizes: list[int], engines: dict) -> tuple[dict, object, list[str]]:
+    """``(label -> engine, documents builder, labels)`` of ``--task``: as given for nq; for long-docs every
+    linked mode once per chunk size in ``sizes`` (:func:`training.long_docs.long_doc_engines`)."""
     from kvlink_rag.nq import build_documents
 
     if task == "nq":
-        return engines, build_documents
+        return engines, build_documents, list(engines)
     from training.long_docs import long_doc_engines, long_documents
 
-    try:
-        sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()]
-        return long_doc_engines(engines, sizes), long_documents
-    except ValueError as e:
-        fail(f"--chunk-tokens: {e}")
+    engines = long_doc_engines(engines, sizes)
+    return engines, long_documents, list(engines)
 
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:
