@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
@@ -157,7 +158,7 @@ def chunk_text(text: str, count: Count, chunk_tokens: int) -> list[str]:
 
 class Chunker:
     """A document's chunks as :class:`Document` values (same title, ``chunk`` = index), remembered for the
-    last ``memo`` documents (queries ask about the same documents again and again).
+    last ``memo`` documents (queries ask about the same documents again and again; safe across threads).
 
     Args:
         count: framed tokens of a text under a title: ``count(text, title) -> int``.
@@ -171,6 +172,7 @@ class Chunker:
             raise ValueError(f"chunk_tokens must be 0 or at least {MIN_CHUNK_TOKENS}, got {chunk_tokens}")
         self.count, self.chunk_tokens, self.memo = count, chunk_tokens, memo
         self._seen: OrderedDict[tuple[str, str | None], list[Document]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __call__(self, doc: Document) -> list[Document]:
         """``[doc]`` when chunking is off, ``doc`` is already a chunk or it fits; else its chunks in order.
@@ -181,12 +183,14 @@ class Chunker:
         if not self.chunk_tokens or doc.chunk is not None:
             return [doc]
         key = (doc.text, doc.title)
-        if key in self._seen:
-            self._seen.move_to_end(key)
-            return self._seen[key]
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return self._seen[key]
         texts = chunk_text(normalize_text(doc.text), lambda t: self.count(t, doc.title), self.chunk_tokens)
         out = [doc] if len(texts) == 1 else [replace(doc, text=t, chunk=i) for i, t in enumerate(texts)]
-        self._seen[key] = out
-        if len(self._seen) > self.memo:
-            self._seen.popitem(last=False)
+        with self._lock:
+            self._seen[key] = out
+            if len(self._seen) > self.memo:
+                self._seen.popitem(last=False)
         return out
