@@ -22,20 +22,24 @@ def chunk_label(mode: str, chunk_tokens: int) -> str:
 
 
 class BoundedCache(MemoryCache):
-    """A memory cache keeping the ``max_entries`` most recently put documents (every question has a new
-    long document: an unbounded cache would hold all of them on the device)."""
+    """A memory cache keeping the most recently put documents within ``max_bytes`` of KV (every question
+    has a new long document: an unbounded cache would hold all of them on the device). The newest document
+    is always kept."""
 
-    def __init__(self, max_entries: int = 128):
+    def __init__(self, max_bytes: int = 2 << 30):
         super().__init__()
-        self.order: OrderedDict[str, None] = OrderedDict()
-        self.max_entries = max_entries
+        self.order: OrderedDict[str, int] = OrderedDict()
+        self.max_bytes, self.nbytes = max_bytes, 0
 
     def put(self, key: str, kv: DocumentKV) -> None:
+        self.nbytes -= self.order.pop(key, 0)
         super().put(key, kv)
-        self.order[key] = None
-        self.order.move_to_end(key)
-        while len(self.order) > self.max_entries:
-            self.pop(self.order.popitem(last=False)[0], None)
+        self.order[key] = kv.nbytes
+        self.nbytes += kv.nbytes
+        while self.nbytes > self.max_bytes and len(self.order) > 1:
+            old, n = self.order.popitem(last=False)
+            self.pop(old, None)
+            self.nbytes -= n
 
 
 def long_doc_engines(engines: dict[str, Engine], chunk_sizes: list[int]) -> dict[str, Engine]:

@@ -26,7 +26,9 @@ def test_linked_modes_run_once_per_chunk_size_full_modes_once_as_one_block(tmp_p
 
 
 def test_the_bounded_cache_forgets_the_oldest_documents():
-    cache = BoundedCache(max_entries=2)
-    for key in "abc":
-        cache.put(key, random_kv())
+    kv = random_kv()
+    cache = BoundedCache(max_bytes=2 * kv.nbytes)
+    for key in "abcc":
+        cache.put(key, kv)
     assert cache.get("a") is None and cache.get("b") is not None and cache.get("c") is not None
+    assert cache.nbytes == 2 * kv.nbytes and len(cache) == 2
