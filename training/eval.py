@@ -129,7 +129,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
     lm = engine.lm
     k = 0 if mode.startswith("naive") else None
     with adapter_scope(lm, engine.adapter), \
-            (explaining(engine, len(docs), k) if retention.explain else nullcontext()) as mass:
+            (explaining(engine, docs, k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
         if mode in FULL_MODES:
             ctx = full_prefill(lm, engine.prompt_ids(question, docs))
