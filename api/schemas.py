@@ -104,7 +104,8 @@ class DocumentOut(BaseModel):
     version: int
     content_hash: str
     simhash: str
-    cache_key: str = Field(..., description="Key of the stored KV cache ('' until precomputed).")
+    cache_key: str = Field(..., description="Key of the stored KV cache ('' until precomputed); a document "
+                           "stored as chunks (longer than KVLINK_RAG_CHUNK_TOKENS): its chunks' keys, space-separated.")
     num_tokens: int
     nbytes: int
     hits: int

@@ -68,3 +68,34 @@ def bench(
     if markdown_out is not None:
         markdown_out.write_text("# Benchmarks\n\n" + text)
 
+
+
+@app.command("bench-edit")
+def bench_edit(
+    nq: Annotated[Path, typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz): passages of the document.")] = NQ_DEFAULT,
+    tokens: Annotated[int, typer.Option(help="Document length (tokens; at most what one block can hold).")] = 8000,
+    chunk_tokens: Annotated[int, typer.Option(help="Chunk size of the chunked document (>= 64).")] = 512,
+    parts: Annotated[str, typer.Option(help="Comma list of chunked, block: which to encode.")] = "chunked,block",
+    importance: Annotated[bool, typer.Option(help="Score token importance while encoding (the service's default; "
+                                             "eager attention, quadratic in a block's length).")] = True,
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+) -> None:
+    """Bytes and seconds re-encoded after a one-paragraph edit of a long document: chunked vs one block."""
+    picked = tuple(p.strip() for p in parts.split(",") if p.strip())
+    if chunk_tokens < 64 or tokens < 1 or not picked or set(picked) - {"chunked", "block"}:
+        fail("--chunk-tokens must be >= 64, --tokens >= 1 and --parts some of chunked, block")
+    from bench.chunk_edit import markdown, measure
+    from kvlink_rag.nq import DataFormatError, load_nq
+
+    try:
+        examples = load_nq(nq)
+    except DataFormatError as e:
+        fail(str(e))
+    from kvlink_rag.cache import MemoryCache
+
+    engine = make_engine(make_settings(importance_scores=importance), cache=MemoryCache())  # no store: the measure counts its own caches
+    with results_only_stdout():
+        result = measure(engine, examples, tokens, chunk_tokens, log=lambda m: console.print(m), parts=picked)
+    out.print(markdown(result))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2))

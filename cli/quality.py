@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from kvlink_rag.settings import Settings
 
 app = typer.Typer()
-ADAPTED = ("full-adapted", "linked-query-lora")  # the modes that take --adapter
+ADAPTED = ("full-adapted", "linked-query-lora")
+TaskOpt = Annotated[str, typer.Option(help="nq; kv-retrieval (generated UUID key-value pairs, exact match); "
+                                      "long-docs (the --docs passages joined into ONE document).")]  # the modes that take --adapter
 RatiosOpt = Annotated[Optional[str], typer.Option(
     "--recompute-ratio", help="Comma list of CacheBlend recompute ratios in [0, 1]: naive runs as cacheblend-X, "
     "a linked mode as <mode>+blend-X (0: the mode itself).")]
@@ -50,7 +52,7 @@ def print_summary(summary: dict, title: str) -> None:
 @app.command("eval")
 def eval_cmd(
     data: NqOpt = NQ_DEFAULT,
-    task: Annotated[str, typer.Option(help="nq or kv-retrieval (generated UUID key-value pairs, exact match).")] = "nq",
+    task: TaskOpt = "nq",
     pairs_per_doc: Annotated[int, typer.Option(help="kv-retrieval: key-value pairs per document.")] = 2,
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
     docs: Annotated[int, typer.Option("--docs")] = 10,
@@ -72,6 +74,7 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
+    chunk_tokens: Annotated[str, typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block).")] = "0,512",
 ) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ or key-value retrieval.
 
@@ -79,32 +82,32 @@ def eval_cmd(
     --retention adds KV bytes per document per retention and method; --explain the attribution of the gold passage.
     """
     wanted, positions = _eval_choices(modes, gold_position, links, adapter)
+    sizes = _task_sizes(task, chunk_tokens)
     variants = _blend_variants(_retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
-    examples, build, metric, label = _eval_task(task, data, n, docs, pairs_per_doc, seed)
+    examples, build, metric, title = _eval_task(task, data, n, docs, pairs_per_doc, seed)
     from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8)
-    engines, wanted = {label: by_mode[mode] for label, (mode, _) in variants.items()}, list(variants)
-    rows_path = json_out.with_suffix(".rows.jsonl") if json_out is not None else None
+    engines, wanted = _task(task, sizes, {label: by_mode[mode] for label, (mode, _) in variants.items()})
     with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
             results_only_stdout(), _too_long_exits():
-        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens, rows_path,
-                        _step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
+        rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens,
+                        json_out.with_suffix(".rows.jsonl") if json_out is not None else None, _step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
                         build, metric)
     actual = {position_for(p, i) for p in positions for i in range(n)}
     rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
-    print_summary(summary, f"{label}, {n} questions, {docs} documents, gold {gold_position}, "
-                           f"{settings.encoding}, K={settings.link_k}")
+    print_summary(summary, f"{title}, {n} questions, {docs} {'passages in one document' if sizes else 'documents'}, "
+                           f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
-        run = {"n": n, "docs": docs, "gold_positions": positions, "encoding": settings.encoding,
-               "link_k": settings.link_k, "kv_dtype": settings.kv_dtype, "seed": seed, "data": str(data),
-               "links": str(links) if links else None, "adapter": str(adapter) if adapter else None,
-               "max_new_tokens": max_new_tokens, "int8": int8, "retention": retention,
-               "retention_methods": retention_methods, "recompute_ratio": recompute_ratio}
-        run.update(task=task, metric=metric.__name__, **({"pairs_per_doc": pairs_per_doc} if task != "nq" else {}))
+        run = dict(n=n, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
+                   kv_dtype=settings.kv_dtype, seed=seed, data=str(data), links=str(links) if links else None,
+                   adapter=str(adapter) if adapter else None, max_new_tokens=max_new_tokens, int8=int8,
+                   retention=retention, retention_methods=retention_methods, recompute_ratio=recompute_ratio,
+                   task=task, metric=metric.__name__, **({"pairs_per_doc": pairs_per_doc} if task == "kv-retrieval"
+                                                         else {"chunk_tokens": chunk_tokens} if task == "long-docs" else {}))
         json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
 
@@ -120,12 +123,13 @@ def _eval_task(task: str, data: Path, n: int, docs: int, pairs: int, seed: int) 
         except ValueError as e:
             fail(str(e))
         return examples, kv.build_documents, kv.exact_match, f"KV retrieval ({pairs} pairs/document, exact match)"
-    if task != "nq":
-        fail(f"unknown task {task!r}; choose nq or kv-retrieval")
     from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
 
+    if task == "long-docs":
+        from training.long_docs import long_documents as build_documents  # noqa: F811 - one long document
     try:
-        return load_nq(data), build_documents, best_subspan_em, "NQ-open"
+        return (load_nq(data), build_documents, best_subspan_em,
+                "NQ-open" + (" (passages in one long document)" if task == "long-docs" else ""))
     except DataFormatError as e:
         fail(str(e))
 
@@ -150,6 +154,30 @@ def _too_long_exits():
         yield
     except ContextTooLong as e:
         fail(f"{e} (fewer --docs or --max-new-tokens)")
+
+
+def _task_sizes(task: str, chunk_tokens: str) -> list[int]:
+    """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64); ``[]`` for ``--task nq``; or exit."""
+    if task not in ("nq", "kv-retrieval", "long-docs"):
+        fail(f"unknown task {task!r}; choose nq, kv-retrieval or long-docs")
+    try:
+        sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()] if task == "long-docs" else []
+    except ValueError:
+        fail(f"--chunk-tokens takes comma-separated integers, got {chunk_tokens!r}")
+    if task == "long-docs" and (not sizes or any(0 < s < 64 or s < 0 for s in sizes)):
+        fail(f"--chunk-tokens: each size is 0 (one block) or at least 64 tokens, got {chunk_tokens!r}")
+    return sizes
+
+
+def _task(task: str, sizes: list[int], engines: dict) -> tuple[dict, list[str]]:
+    """``(label -> engine, labels)`` of ``--task``: as given, or for long-docs every linked mode once per
+    chunk size in ``sizes`` (:func:`training.long_docs.long_doc_engines`)."""
+    if task != "long-docs":
+        return engines, list(engines)
+    from training.long_docs import long_doc_engines
+
+    engines = long_doc_engines(engines, sizes)
+    return engines, list(engines)
 
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:

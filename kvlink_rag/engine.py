@@ -15,6 +15,7 @@ import torch
 from .answer import Answer, generate_answer, run_to_end
 from .blend import blend, check_recompute_ratio
 from .cache import DocumentCache, MemoryCache
+from .chunking import Chunker
 from .doc_side import check_query_side, document_adapter, encode_with_adapter
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .generate import SamplingParams, full_prefill, stop_token_ids
@@ -54,6 +55,8 @@ class Engine:
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
+        self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
+                               settings.chunk_tokens)
 
     def _load_link_tokens(self) -> LinkTokens | None:
         if self.settings.link_k == 0:
@@ -75,6 +78,13 @@ class Engine:
         eng.link_tokens = link_tokens
         eng.adapter = eng._load_adapter() if adapter else None
         eng.doc_adapter, eng.fingerprint = document_adapter(eng)  # document-side: own caches, adapter on
+        return eng
+
+    def with_chunk_tokens(self, chunk_tokens: int) -> Engine:
+        """A shallow copy that chunks documents at ``chunk_tokens`` (0 = never), sharing this engine's model,
+        prefix, link tokens and document cache. Raises ValueError: 0 < chunk_tokens < 64."""
+        eng = copy.copy(self)
+        eng.chunker = Chunker(self.chunker.count, chunk_tokens)
         return eng
 
     def _load_adapter(self) -> str | None:
@@ -107,6 +117,34 @@ class Engine:
         text = self.template.document_text(doc.text, doc.title)
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
+
+    def chunks(self, doc: Document) -> list[Document]:
+        """``doc``'s chunks in order (:mod:`kvlink_rag.chunking`): ``[doc]`` when it fits ``chunk_tokens`` (or
+        chunking is off), else pieces of at most ``chunk_tokens`` framed tokens, each cached under its own key.
+
+        Raises:
+            ValueError: empty document.
+        """
+        return self.chunker(doc)
+
+    def expand(self, docs: list[Document]) -> list[Document]:
+        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow every chunk)."""
+        return [c for d in docs for c in self.chunks(d)]
+
+    def cache_keys(self, doc: Document, cache: DocumentCache | None = None) -> list[str]:
+        """The keys of ``doc``'s chunk caches (one key, :meth:`cache_key`, for a document that is not chunked)."""
+        return [self.cache_key(c, cache) for c in self.chunks(doc)]
+
+    def linked_tokens(self, doc: Document) -> int:
+        """Positions ``doc`` takes in a linked prompt before its last K link tokens: its framed ids, or for a
+        chunked document its chunks' ids and the K link tokens between them (compare with
+        :meth:`max_document_tokens`). Raises ValueError: empty document."""
+        chunks = self.chunks(doc)
+        return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * (len(chunks) - 1)
+
+    def warm(self, doc: Document) -> bool:
+        """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already."""
+        return all([self.get_or_encode(c)[1] for c in self.chunks(doc)])
 
     def max_document_tokens(self) -> int:
         """Longest document (tokens, framing included) that can still be asked about alone.
@@ -176,7 +214,7 @@ class Engine:
     def prompt_ids(self, question: str, docs: list[Document]) -> torch.Tensor:
         """``[tokens]`` ids of the full prompt: prefix, documents, question (the same ids the linker uses)."""
         tok = self.lm.tokenizer
-        parts = [self.prefix.token_ids] + [self.document_ids(d) for d in docs]
+        parts = [self.prefix.token_ids] + [self.document_ids(d) for d in self.expand(docs)]
         return torch.cat(parts + [self.template.question_ids(tok, question)])
 
     def retention(self, retention: float | None) -> float:
@@ -197,7 +235,8 @@ class Engine:
 
     def link_context(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
                      method: str = "importance", recompute_ratio: float | None = None) -> tuple[LinkedContext, int]:
-        """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits.
+        """Linked context for ``question`` over ``docs`` (cached or encoded now) and the number of cache hits
+        (slots: a chunked document counts each of its chunks, :meth:`chunks`).
 
         Args:
             k: override the number of link tokens (0 = naive reuse); at most the loaded K.
@@ -213,6 +252,7 @@ class Engine:
         r, rr = self.retention(retention), self.recompute_ratio(recompute_ratio)
         if not docs:
             raise ValueError("at least one document is required")
+        docs = self.expand(docs)  # a long document takes one slot per chunk
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):

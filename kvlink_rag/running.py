@@ -177,6 +177,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         raise ValueError("question is empty")
     if mode == "linked" and not docs:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
+    docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.chunking)
     k_used = 0 if eng.link_tokens is None or mode == "full" else (eng.link_tokens.k if k is None else k)
     lay = _layout(eng, docs, text_ids, mode, k_used)
     if lay.num_tokens + 1 > eng.lm.max_positions:

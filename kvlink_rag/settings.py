@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     precompute_threads: int = Field(1, ge=0, le=64, description="Embedded precompute threads (0 = only on query).")
     max_document_chars: int = Field(100_000, ge=1, description="Largest document text (characters).")
     max_document_tokens: int = Field(4096, ge=1, description="Largest document (tokens, title included).")
+    chunk_tokens: int = Field(512, ge=0, description="A document longer than this (tokens, title included) is "
+                              "stored and linked as chunks of at most this many tokens, each its own cache "
+                              "(kvlink_rag/chunking.py); 0 = one cache per document. At least 64.")
     max_batch_documents: int = Field(256, ge=1, description="Documents per ingest request.")
     max_metadata_bytes: int = Field(16_384, ge=0, description="Largest document metadata (JSON bytes).")
     max_question_chars: int = Field(2_000, ge=1, description="Longest question (characters).")

@@ -27,10 +27,15 @@ def kv_dtypes() -> dict[str, torch.dtype]:
 
 @dataclass(frozen=True)
 class Document:
-    """A document as given by a user: text and optional title."""
+    """A document as given by a user: text and optional title.
+
+    ``chunk`` is the index of this piece within a longer document split by :mod:`kvlink_rag.chunking`
+    (None: a whole document). It never enters the cache key: a chunk's cache is keyed by its text alone.
+    """
 
     text: str
     title: str | None = None
+    chunk: int | None = None
 
 
 class ContextTooLong(ValueError):

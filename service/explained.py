@@ -45,7 +45,7 @@ def explained_scope(eng: Engine, plan) -> Iterator[AttentionMass | None]:
         return
     from kvlink_rag.explain import explaining
 
-    with explaining(eng, len(plan.docs), plan.k) as mass:
+    with explaining(eng, [d.document for d in plan.docs], plan.k) as mass:
         yield mass
 
 

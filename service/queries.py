@@ -219,13 +219,13 @@ class QueryService:
 
     def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float],
                 tree_docs: set[str] = frozenset(), cached_tokens: int = 0) -> QueryResult:
-        keys = [eng.cache_key(d.document) for d in plan.docs]
-        hits = [eng.cache.hits.get(key, False) or key in tree_docs for key in keys]
+        keys = [eng.cache_keys(d.document) for d in plan.docs]  # a chunked document: all its chunks
+        hits = [all(eng.cache.hits.get(key, False) or key in tree_docs for key in ks) for ks in keys]
         result = QueryResult(ans.text, ans.token_ids, plan.docs, hits, timings, ans.context_tokens,
                              ans.finish_reason, cached_tokens)
         if plan.mode == "full":  # a comparison that used no cache: no bookkeeping, no cache or TTFT metrics
             return result
-        self._record(plan, hits, [eng.cache.unstored.get(key) for key in keys])
+        self._record(plan, hits, [next(filter(None, map(eng.cache.unstored.get, ks)), None) for ks in keys])
         if self.on_result is not None:
             self.on_result(result)
         return result

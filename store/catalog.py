@@ -15,6 +15,11 @@ No cache outlives the record that points to it: a precompute (or a query that en
 spot) whose document was deleted or changed meanwhile drops the cache it wrote unless another record
 uses it, and a delete drops the cache of exactly the record it removed (:meth:`DocumentIndex.pop`).
 Caches are keyed per tenant (:meth:`Catalog.cache_key`) unless shared across tenants.
+
+A document longer than ``chunk_tokens`` is stored as chunks (:mod:`kvlink_rag.chunking`), each a cache
+keyed by its own text; its record points at all of them (:attr:`DocumentRecord.cache_keys`). An update
+encodes only the chunks whose key is not stored yet and drops only the old keys the new version does
+not use, so the chunks an edit left alone stay stored and keep serving as cache hits.
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ class Catalog:
         tenant's view of the store (tenant folded in unless caches are shared)."""
         return engine.cache_key(doc, self.cache.for_tenant(tenant))
 
+    def cache_keys(self, tenant: str, doc: Document, engine) -> list[str]:
+        """The keys of ``doc``'s chunk caches for ``tenant`` (:meth:`cache_key` of each chunk, in order)."""
+        return engine.cache_keys(doc, self.cache.for_tenant(tenant))
+
     def stored_text(self, tenant: str, doc_id: str) -> dict | None:
         """The stored text entry, or None when absent or corrupt (the record is then marked failed)."""
         try:
@@ -139,8 +148,8 @@ class Catalog:
                                 hits=old.hits if old else 0, metadata=meta)
         self.texts.put(tenant, doc_id, version, norm, title, meta)
         record, replaced = self.index.swap(record)
-        if replaced is not None and replaced.cache_key and replaced.cache_key != record.cache_key:
-            self.drop_cache(replaced.cache_key)  # a worker made it ready after our read: no record keeps it now
+        for key in set(replaced.cache_keys if replaced is not None else ()) - set(record.cache_keys):
+            self.drop_cache(key)  # a worker made it ready after our read: no record keeps it now
         self.enqueue(tenant, doc_id, version)
         return IngestResult(record, dups, queued=True, changed=True)
 
@@ -169,6 +178,8 @@ class Catalog:
         stale and skipped). The old cache of an updated document is deleted once the new one is ready; the
         cache written here is deleted again when the document was deleted or updated while it was encoded
         (unless another record uses it). A corrupt stored text marks the record failed (and returns None).
+        A chunked document encodes only its chunks not stored yet and drops only the old version's chunks
+        this version does not have.
 
         Raises:
             CacheTooLarge: the KV does not fit the store even alone; the document is marked ``failed`` with
@@ -182,32 +193,56 @@ class Catalog:
         if stored is None or stored["version"] != version:
             return None
         doc = Document(stored["text"], stored["title"] or None)
-        key = self.cache_key(tenant, doc, engine)
-        meta = self.blobs.meta(key)
+        engine.check_document_tokens(engine.linked_tokens(doc))  # chunks fit, but all of them must too
+        chunks = engine.chunks(doc)
+        keys = [self.cache_key(tenant, c, engine) for c in chunks]
         cache = self.cache.for_tenant(tenant)
-        kv = None
-        if meta is None:
-            kv = engine.encode(doc)
+        kvs, num_tokens, nbytes = self._store_chunks(tenant, doc_id, version, chunks, keys, cache, engine)
+        ready = self.index.set_status(tenant, doc_id, "ready", version=version, cache_key=" ".join(keys),
+                                      num_tokens=num_tokens, nbytes=nbytes)
+        if ready is None:  # deleted or updated while encoding: nothing may point at these caches any more
+            for key in keys:
+                self.drop_cache(key, kvs.get(key))
+            return None
+        for c, key in zip(chunks, keys, strict=True):
+            if not self.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again
+                cache.write(key, kvs[key] if key in kvs else engine.encode(c), fill_tiers=False)
+        for key in set(rec.cache_keys) - set(keys):  # the old version's chunks this version no longer has
+            self.drop_cache(key)
+        return ready
+
+    def _store_chunks(self, tenant: str, doc_id: str, version: int, chunks: list[Document], keys: list[str],
+                      cache: StoreCache, engine) -> tuple[dict, int, int]:
+        """Encode and write the chunks whose key is not stored yet: ``({key: KV encoded here}, tokens, bytes)``
+        of all chunks together (stored ones counted from their metadata).
+
+        Raises:
+            CacheTooLarge: a chunk's KV does not fit the store (the document is marked failed; the chunks
+                written here are dropped again unless another record uses them).
+        """
+        kvs: dict = {}
+        num_tokens = nbytes = 0
+        for c, key in zip(chunks, keys, strict=True):
+            meta = self.blobs.meta(key)
+            if meta is not None:
+                num_tokens, nbytes = num_tokens + int(meta["num_tokens"]), nbytes + int(meta["nbytes"])
+                continue
+            if key in kvs:  # the same chunk text twice in one document: stored once
+                num_tokens += kvs[key].num_tokens
+                continue
+            kv = engine.encode(c)
             try:
-                nbytes = cache.write(key, kv, fill_tiers=False)
+                nbytes += cache.write(key, kv, fill_tiers=False)
             except StoreFullError as e:
                 reason = too_large_reason(kv, e)
                 log.warning("precompute of %s/%s v%d: %s", tenant, doc_id, version, reason)
                 self.fail(tenant, doc_id, version, reason)
+                for written in kvs:
+                    self.drop_cache(written)
                 raise CacheTooLarge(reason) from e
-            num_tokens = kv.num_tokens
-        else:
-            nbytes, num_tokens = int(meta["nbytes"]), int(meta["num_tokens"])
-        ready = self.index.set_status(tenant, doc_id, "ready", version=version, cache_key=key,
-                                      num_tokens=num_tokens, nbytes=nbytes)
-        if ready is None:  # deleted or updated while encoding: nothing may point at this cache any more
-            self.drop_cache(key, kv)
-            return None
-        if not self.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again
-            cache.write(key, kv if kv is not None else engine.encode(doc), fill_tiers=False)
-        if rec.cache_key and rec.cache_key != key:
-            self.drop_cache(rec.cache_key)
-        return ready
+            kvs[key] = kv
+            num_tokens += kv.num_tokens
+        return kvs, num_tokens, nbytes
 
     def adopt(self, tenant: str, doc_id: str, version: int, doc: Document, engine) -> DocumentRecord | None:
         """After a query encoded ``doc`` (version ``version`` as the query read it) and stored its cache:
@@ -215,7 +250,8 @@ class Catalog:
         since, drop that cache unless another record uses it. The ready record, or None."""
         ready = self.precompute(tenant, doc_id, version, engine)
         if ready is None:
-            self.drop_cache(self.cache_key(tenant, doc, engine))
+            for key in self.cache_keys(tenant, doc, engine):
+                self.drop_cache(key)
         return ready
 
     def fail(self, tenant: str, doc_id: str, version: int, reason: str) -> None:
@@ -238,9 +274,11 @@ class Catalog:
             stored = self.texts.last_known(tenant, doc_id)
         had_text = self.texts.delete(tenant, doc_id)
         if rec is not None and rec.cache_key:
-            self.drop_cache(rec.cache_key)
+            for key in rec.cache_keys:
+                self.drop_cache(key)
         elif stored is not None:
-            self.drop_cache(self.cache_key(tenant, Document(stored["text"], stored["title"] or None), engine))
+            for key in self.cache_keys(tenant, Document(stored["text"], stored["title"] or None), engine):
+                self.drop_cache(key)
         return rec is not None or had_text
 
     def drop_cache(self, key: str, kv=None) -> None:
@@ -261,6 +299,6 @@ class Catalog:
             return
         for tenant, doc_id in users:
             rec = self.index.get(tenant, doc_id)
-            if rec is not None and rec.cache_key == key and rec.status == "ready" and key not in self.blobs:
+            if rec is not None and key in rec.cache_keys and rec.status == "ready" and key not in self.blobs:
                 if self.index.set_status(tenant, doc_id, "queued", version=rec.version, cache_key=""):
                     self.enqueue(tenant, doc_id, rec.version)

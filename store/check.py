@@ -73,7 +73,7 @@ def _scan(store) -> tuple[dict, dict]:
 def _unreferenced(store, records: dict, min_age_s: float, now: float,
                   untracked: list | None = None) -> list[tuple[str, int]]:
     """``(key, bytes)`` of tracked caches no record points at; ad-hoc ones are appended to ``untracked``."""
-    used = {r.cache_key for r in records.values() if r.cache_key}
+    used = {key for r in records.values() for key in r.cache_keys}
     out = []
     for key, row in sorted(store.blobs.entries().items()):
         if key in used or now - row["created"] < min_age_s or store.index.find_by_cache_key(key):
@@ -109,7 +109,7 @@ def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.
             report.corrupt_records.append((t, d))
         elif text is None and rec.status != "failed":
             report.records_without_texts.append((t, d))
-        elif rec.status == "ready" and rec.cache_key and not store.blobs.contains(rec.cache_key):
+        elif rec.status == "ready" and rec.cache_key and not all(store.blobs.contains(k) for k in rec.cache_keys):
             report.missing_caches.append((t, d, rec.cache_key))
     for (t, d), text in sorted(texts.items()):
         if isinstance(text, CorruptEntry):

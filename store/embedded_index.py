@@ -87,8 +87,8 @@ class EmbeddedIndex(DocumentIndex):
             txn.delete(_k(rec.tenant, f"b{i}{v:04x}", rec.doc_id), db=self._band)
         if rec.content_hash:
             txn.delete(_k(rec.tenant, rec.content_hash, rec.doc_id), db=self._hash)
-        if rec.cache_key:
-            txn.delete(_k(rec.cache_key, rec.tenant, rec.doc_id), db=self._ckey)
+        for key in rec.cache_keys:
+            txn.delete(_k(key, rec.tenant, rec.doc_id), db=self._ckey)
 
     def _purge(self, txn, tenant: str, doc_id: str) -> None:
         """Delete every secondary entry of ``doc_id`` (scans the tenant's bands and hashes and all cache keys)."""
@@ -107,8 +107,8 @@ class EmbeddedIndex(DocumentIndex):
             txn.put(_k(rec.tenant, f"b{i}{v:04x}", rec.doc_id), sh, db=self._band)
         if rec.content_hash:
             txn.put(_k(rec.tenant, rec.content_hash, rec.doc_id), b"", db=self._hash)
-        if rec.cache_key:
-            txn.put(_k(rec.cache_key, rec.tenant, rec.doc_id), b"", db=self._ckey)
+        for key in rec.cache_keys:
+            txn.put(_k(key, rec.tenant, rec.doc_id), b"", db=self._ckey)
 
     # -- interface ---------------------------------------------------------------------------------
     def swap(self, record: DocumentRecord) -> tuple[DocumentRecord, DocumentRecord | None]:

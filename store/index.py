@@ -41,7 +41,9 @@ class DocumentRecord:
         title: display title.
         content_hash: sha256 hex of the normalised text (:func:`store.keys.content_hash`).
         simhash: unsigned 64-bit SimHash (:func:`store.keys.simhash64`).
-        cache_key: blob-store key of the precomputed KV (empty until computed).
+        cache_key: blob-store key of the precomputed KV (empty until computed); a document stored as chunks
+            (:mod:`kvlink_rag.chunking`) has its chunks' keys here, in order, separated by spaces
+            (:attr:`cache_keys`).
         num_tokens: document length in tokens.
         nbytes: stored payload bytes.
         status: ``'queued' | 'ready' | 'failed' | 'stale'``.
@@ -72,6 +74,11 @@ class DocumentRecord:
         check_status(self.status)
         if not 0 <= int(self.simhash) < 1 << 64:
             raise ValueError(f"simhash must be an unsigned 64-bit int, got {self.simhash}")
+
+    @property
+    def cache_keys(self) -> list[str]:
+        """The keys of this document's caches: one, one per chunk, or none before it is computed."""
+        return self.cache_key.split()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of all fields."""

@@ -50,11 +50,12 @@ def restore_record(store, tenant: str, doc_id: str, stored: dict, engine=None) -
                          simhash=simhash64(text), version=int(stored["version"]),
                          metadata=dict(stored.get("metadata") or {}))
     if engine is not None:
-        key = store.catalog.cache_key(tenant, Document(text, title or None), engine)
-        meta = store.blobs.meta(key)
-        if meta is not None:
-            rec.status, rec.cache_key = "ready", key
-            rec.num_tokens, rec.nbytes = int(meta["num_tokens"]), int(meta["nbytes"])
+        keys = store.catalog.cache_keys(tenant, Document(text, title or None), engine)
+        metas = [store.blobs.meta(key) for key in keys]
+        if all(meta is not None for meta in metas):  # every chunk stored
+            rec.status, rec.cache_key = "ready", " ".join(keys)
+            rec.num_tokens = sum(int(meta["num_tokens"]) for meta in metas)
+            rec.nbytes = sum(int(meta["nbytes"]) for meta in metas)
     rec = store.index.upsert(rec)
     if rec.status == "queued":
         store.catalog.enqueue(tenant, doc_id, rec.version)

@@ -145,8 +145,7 @@ class RedisIndex(DocumentIndex):
         out = [(self._band(rec.tenant, i, v), rec.doc_id) for i, v in bands(rec.simhash)]
         if rec.content_hash:
             out.append((self._hash(rec.tenant, rec.content_hash), rec.doc_id))
-        if rec.cache_key:
-            out.append((self._ckey(rec.cache_key), member))
+        out += [(self._ckey(key), member) for key in rec.cache_keys]
         return out
 
     def _store(self, pipe, rec: DocumentRecord, stale: list[tuple[str, str]]) -> None:
@@ -161,8 +160,8 @@ class RedisIndex(DocumentIndex):
             pipe.sadd(self._band(rec.tenant, i, v), rec.doc_id)
         if rec.content_hash:
             pipe.sadd(self._hash(rec.tenant, rec.content_hash), rec.doc_id)
-        if rec.cache_key:
-            pipe.sadd(self._ckey(rec.cache_key), f"{q(rec.tenant)}:{q(rec.doc_id)}")
+        for key in rec.cache_keys:
+            pipe.sadd(self._ckey(key), f"{q(rec.tenant)}:{q(rec.doc_id)}")
 
     def _update(self, tenant: str, doc_id: str, fn):
         """Run ``fn(old) -> (new_record | None, result)`` under WATCH of the record; store and return."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,7 +131,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
     lm = engine.lm
     k = 0 if mode.startswith(("naive", "cacheblend")) else None
     with adapter_scope(lm, engine.adapter), \
-            (explaining(engine, len(docs), k) if retention.explain else nullcontext()) as mass:
+            (explaining(engine, docs, k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
         if mode in FULL_MODES:
             ctx = full_prefill(lm, engine.prompt_ids(question, docs))
@@ -167,13 +168,16 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
 
 def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_docs: int, gold_positions: list[str],
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
-             retentions: dict[str, Retention] | None = None, build=build_documents,
-             metric=best_subspan_em) -> list[dict]:
+             retentions: dict[str, Retention] | None = None,
+             build: Callable[..., tuple[list[Document], int]] = build_documents,
+             metric: Callable[[str, list[str]], float] = best_subspan_em) -> list[dict]:
     """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
     a linked mode's retention (mode label -> :class:`Retention`, default every token). ``build`` and
-    ``metric`` make the task: NQ's by default, :mod:`training.kv_retrieval`'s ``build_documents`` and
-    ``exact_match`` for key-value retrieval (a row's ``em`` is the metric's score).
+    ``metric`` make the task: NQ's by default (:func:`kvlink_rag.nq.build_documents`, best_subspan_em);
+    :mod:`training.kv_retrieval`'s ``build_documents`` and ``exact_match`` for key-value retrieval;
+    :func:`training.long_docs.long_documents` for one long document per question (a row's ``em`` is the
+    metric's score).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -194,7 +198,7 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
                         continue
                     if mode not in FULL_MODES:
                         for d in docs:
-                            eng.get_or_encode(d)
+                            eng.warm(d)  # each chunk of a chunked document
                     r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,
                                    (retentions or {}).get(mode, Retention()))
                     row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,

@@ -54,6 +54,7 @@ def check_limits(state: ServiceState, doc_id: str, text: str, title: str, metada
         raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is "
                        f"{s.max_document_tokens} (KVLINK_RAG_MAX_DOCUMENT_TOKENS)")
     fits = state.engine.max_document_tokens()  # what a query over this document alone can hold
+    n = state.engine.linked_tokens(Document(text.strip(), title or None))  # with chunks: their links too
     if n > fits:
         raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is {fits}: "
                        f"{state.engine.document_budget_text()}")

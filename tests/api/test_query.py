@@ -162,7 +162,8 @@ def test_a_document_larger_than_the_whole_store_is_answered_uncached(make_client
     from factories import tiny_text_engine
     from service_support import wait_for
 
-    big = tiny_text_engine(tmp_path / "big", layers=8, kv_dtype="float32", max_new_tokens=4)  # 2 KiB of KV a token
+    big = tiny_text_engine(tmp_path / "big", layers=8, kv_dtype="float32", max_new_tokens=4,  # 2 KiB of KV a token
+                           chunk_tokens=0)  # one cache for the whole document (chunks of 512 tokens would fit)
     # the smallest store; no prefix tree (it would serve the second query's document from memory)
     with make_client(engine=big, store_max_bytes=1 << 20, host_cache_bytes=1 << 20, prefix_cache_bytes=0) as c:
         assert c.post("/v1/documents", json={"id": "huge", "text": "word " * 700}).status_code == 202  # ~1.4 MB of KV

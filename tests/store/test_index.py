@@ -266,3 +266,13 @@ def test_swap_and_pop_return_the_record_they_replaced(index):
     stored, replaced = index.swap(rec("d1", version=2))
     assert replaced.cache_key == "ck-2" and stored.version == 2 and stored.created == first.created
     assert index.pop("t1", "d1") == stored and index.pop("t1", "d1") is None
+
+
+def test_a_chunked_documents_record_is_found_by_each_of_its_chunk_keys(index):
+    index.upsert(rec("d1", cache_key="c1 c2 c3"))
+    assert index.get("t1", "d1").cache_keys == ["c1", "c2", "c3"]
+    assert [index.find_by_cache_key(k) for k in ("c1", "c2", "c3")] == [[("t1", "d1")]] * 3
+    index.set_status("t1", "d1", "ready", cache_key="c1 c4 c3")  # an update replaced the middle chunk
+    assert index.find_by_cache_key("c2") == [] and index.find_by_cache_key("c4") == [("t1", "d1")]
+    index.pop("t1", "d1")
+    assert [index.find_by_cache_key(k) for k in ("c1", "c3", "c4")] == [[], [], []]

@@ -1,0 +1,32 @@
+"""A long document through the API: stored as chunk caches, queried as one document, an update replaces
+only the edited paragraph's chunk."""
+
+from __future__ import annotations
+
+import random
+
+from api_helpers import wait_ready
+from service_support import wait_for
+
+WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle orchard tidal basalt".split()
+
+
+def test_a_long_document_is_cached_as_chunks_and_an_update_replaces_one(client):
+    rng = random.Random(0)
+    paras = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 60))) + "." for _ in range(30)]
+    assert client.post("/v1/documents", json={"id": "notes", "text": "\n\n".join(paras)}).status_code == 202
+    keys = wait_ready(client, "notes")["cache_key"].split()
+    assert len(keys) > 2
+    for batched in (True, False):  # the scheduler, and the one-request path (retention below 1)
+        ask = {"question": "Which stone?", "document_ids": ["notes"], "max_new_tokens": 2}
+        r = client.post("/v1/query", json=ask if batched else {**ask, "retention": 0.9})
+        assert r.status_code == 200, r.text
+        assert [(d["id"], d["cache_hit"]) for d in r.json()["documents"]] == [("notes", True)]
+
+    paras[15] += " This paragraph was edited."
+    assert client.post("/v1/documents", json={"id": "notes", "text": "\n\n".join(paras)}).status_code == 202
+    done = wait_for(lambda: (d := client.get("/v1/documents/notes").json())["status"] == "ready" and d["version"] == 2
+                    and d, 30, what="version 2 ready")
+    new = done["cache_key"].split()
+    assert len(set(new) - set(keys)) == 1 and len(set(keys) - set(new)) == 1
+    assert sorted(client.app_state.store.blobs.keys()) == sorted(set(new))

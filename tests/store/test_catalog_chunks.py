@@ -1,0 +1,61 @@
+"""A long document in the catalog: stored as chunk caches, an update encodes and drops only changed chunks,
+delete drops them all, store check sees every chunk."""
+
+from __future__ import annotations
+
+import random
+
+from factories import tiny_text_engine
+from kvlink_rag.settings import Settings
+from store.check import check_store
+from store.factory import open_store
+
+WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle orchard tidal basalt".split()
+
+
+def _text(seed: int = 0, n: int = 24) -> str:
+    rng = random.Random(seed)
+    return "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) + "." for _ in range(n))
+
+
+def _setup(tmp_path):
+    queue: list[tuple[str, str, int]] = []
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
+                    enqueue=lambda *task: queue.append(task))
+    engine = tiny_text_engine(tmp_path, chunk_tokens=128)
+    engine.cache = st.cache.for_tenant("acme")
+    encoded = []
+    encode = engine.encode
+    engine.encode = lambda d: encoded.append(d) or encode(d)
+    return st, engine, queue, encoded
+
+
+def _drain(st, engine, queue):
+    done = [st.catalog.precompute(t, d, v, engine) for t, d, v in queue]
+    queue.clear()
+    return done
+
+
+def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
+    st, engine, queue, encoded = _setup(tmp_path)
+    text = _text()
+    st.catalog.ingest("acme", "notes", text, "Notes")
+    [ready] = _drain(st, engine, queue)
+    keys = ready.cache_keys
+    assert ready.status == "ready" and len(keys) >= 3 and len(encoded) == len(set(keys))
+    assert all(st.blobs.contains(k) for k in keys) and st.index.find_by_cache_key(keys[1]) == [("acme", "notes")]
+    assert ready.num_tokens == sum(int(st.blobs.meta(k)["num_tokens"]) for k in keys)
+
+    paras = text.split("\n\n")
+    paras[12] = "EDITED " + paras[12]
+    encoded.clear()
+    st.catalog.ingest("acme", "notes", "\n\n".join(paras), "Notes")
+    [ready2] = _drain(st, engine, queue)
+    new, gone = set(ready2.cache_keys) - set(keys), set(keys) - set(ready2.cache_keys)
+    assert len(new) == len(gone) == 1 and [("EDITED" in d.text) for d in encoded] == [True]
+    assert not any(st.blobs.contains(k) for k in gone) and all(st.blobs.contains(k) for k in ready2.cache_keys)
+    assert check_store(st).problems == 0
+
+    _, doc = st.catalog.document("acme", "notes")
+    assert engine.warm(doc)  # every chunk a hit
+    assert st.catalog.delete("acme", "notes") and st.blobs.keys() == []
