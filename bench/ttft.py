@@ -96,9 +96,10 @@ def physical_floor(engine: Engine, question: str, docs: list[Document], repeats:
     doc_k, doc_v = rotate_documents(lm, LayeredDocuments.from_documents(kvs), segments, engine.prefix)
     cached = torch.cat([torch.arange(engine.prefix.num_tokens), _positions(segments, ("document",))])
     new = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
-    mask = additive(allowed(segments, engine.anchored, new, torch.cat([cached, new])), lm.dtype)
-    parts = slot_link_embeds(engine.link_tokens.embeds.to(lm.dtype), len(kvs)) if k else []
-    embeds = torch.cat(parts + [lm.embed_tokens(q_ids)])[None]
+    mask = additive(allowed(segments, engine.anchored, new, torch.cat([cached, new])), lm.dtype).to(lm.device)
+    parts = slot_link_embeds(engine.link_tokens.embeds.to(lm.device, lm.dtype), len(kvs)) if k else []
+    embeds = torch.cat(parts + [lm.embed_tokens(q_ids.to(lm.device))])[None]
+    new = new.to(lm.device)
     caches = [build_cache(doc_k, doc_v) for _ in range(repeats + 1)]
 
     def fwd():

@@ -202,11 +202,14 @@ class LayeredDocuments:
 
         if len({d.fingerprint for d in docs}) > 1:
             raise ValueError("documents were encoded with different fingerprints (model, encoding or dtype)")
+        # documents may sit on different devices (read from the store on the host, encoded just now on the
+        # accelerator): each layer is joined on the accelerator if any document is there
+        dev = next((d.keys.device for d in docs if d.keys.device.type != "cpu"), docs[0].keys.device)
         if check_retention(retention) == 1.0:
             if any(isinstance(d, RetainedKV) for d in docs):
                 raise ValueError("a partly retained document cannot be streamed at retention 1")
-            layers = ((torch.cat([d.keys[i] for d in docs], dim=1), torch.cat([d.values[i] for d in docs], dim=1))
-                      for i in range(docs[0].num_layers))
+            layers = ((torch.cat([d.keys[i].to(dev) for d in docs], dim=1),
+                       torch.cat([d.values[i].to(dev) for d in docs], dim=1)) for i in range(docs[0].num_layers))
             return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
         for d in docs:
             if isinstance(d, RetainedKV):
@@ -215,7 +218,7 @@ class LayeredDocuments:
                                                                             method, seed) for d in docs]
 
         def part(d, x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # x: [kv_heads, tokens, head_dim]
-            return x if isinstance(d, RetainedKV) else x[:, p.to(x.device)]
+            return (x if isinstance(d, RetainedKV) else x[:, p.to(x.device)]).to(dev)
 
         # each layer: [kv_heads, sum(kept), head_dim], the kept tokens of every document in slot order
         layers = ((torch.cat([part(d, d.keys[i], p) for d, p in zip(docs, pos)], dim=1),

@@ -13,7 +13,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-import bm25s
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when an index is built: bm25s imports JAX where it is installed, and JAX
+    import bm25s   # takes most of the GPU's memory at start (every CLI process would hold it)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,8 @@ class _TenantIndex:
 
 
 def _tokens(texts: list[str]) -> list[list[str]]:
+    import bm25s
+
     return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
 
 
@@ -105,6 +110,8 @@ class Retrieval:
         tokens = _tokens(corpus) if corpus else []
         retriever = None
         if any(tokens):
+            import bm25s
+
             retriever = bm25s.BM25()
             retriever.index(tokens, show_progress=False)
         return _TenantIndex(ids, retriever, self.clock())

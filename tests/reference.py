@@ -62,7 +62,8 @@ def reference_forward(lm, pieces: list[Piece]):
     embeds = torch.cat([p.embeds if p.embeds is not None else lm.embed_tokens(p.ids) for p in pieces])[None]
     pos = torch.cat([p.positions for p in pieces])
     allowed = reference_mask(pieces)
-    mask = torch.zeros(allowed.shape, dtype=lm.dtype).masked_fill(~allowed, torch.finfo(lm.dtype).min)
+    mask = torch.zeros(allowed.shape, dtype=lm.dtype, device=lm.device).masked_fill(
+        ~allowed.to(lm.device), torch.finfo(lm.dtype).min)
     out = lm.model(inputs_embeds=embeds, position_ids=pos[None], attention_mask=mask[None, None], use_cache=True)
     k, v = cache_tensors(out.cache)
     return out.logits[0].float(), k, v, pos
