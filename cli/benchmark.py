@@ -53,7 +53,9 @@ def bench(
 
         if not torch.cuda.is_available():
             fail("--device cuda: no CUDA device is available on this machine")
-    engine = make_engine(make_settings(device=device))
+    # documents stay whole (chunk_tokens=0): the suites size contexts by document (an 8k context is 10 documents
+    # of ~800 tokens, which chunking would split into ~50 slots, each with its own link tokens and framing)
+    engine = make_engine(make_settings(device=device, chunk_tokens=0))
     with results_only_stdout():
         results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
                             requests=requests, suites=picked)
