@@ -51,7 +51,7 @@ def test_eval_kv_retrieval_past_the_context_is_a_clear_error(env):
 def test_kv_retrieval_drops_the_in_memory_document_caches_after_each_question_and_nq_keeps_them():
     from types import SimpleNamespace
 
-    from cli.quality import _step
+    from cli.eval_options import question_step as _step
 
     steps, shared = [], {"doc": 1}
     engines = {"naive": SimpleNamespace(cache=shared), "linked": SimpleNamespace(cache=shared)}

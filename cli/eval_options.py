@@ -1,0 +1,154 @@
+"""``kvlink-rag eval``'s argument handling: the task (nq, kv-retrieval, long-docs), the mode variants
+(retention, CacheBlend ratios, chunk sizes) and the checks that run before the model loads."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from cli.common import fail
+from kvlink_rag.types import ContextTooLong
+from training.modes import EVAL_POSITIONS, MODES
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
+
+ADAPTED = ("full-adapted", "linked-query-lora")  # the modes that take --adapter
+TaskOpt = Annotated[str, typer.Option(help="nq; kv-retrieval (generated UUID key-value pairs, exact match); "
+                                      "long-docs (the --docs passages joined into ONE document).")]
+PositionsOpt = Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
+                                          "(question i at first/middle/last in turn).")]
+RatiosOpt = Annotated[Optional[str], typer.Option(
+    "--recompute-ratio", help="Comma list of CacheBlend recompute ratios in [0, 1]: naive runs as cacheblend-X, "
+    "a linked mode as <mode>+blend-X (0: the mode itself).")]
+
+
+def task_examples(task: str, data: Path, n: int, docs: int, pairs: int, seed: int) -> tuple[list, object, object, str]:
+    """``(examples, documents builder, metric, title)`` of ``eval --task``: NQ read from ``data`` (for
+    long-docs, each question's passages joined into one document, :func:`training.long_docs.long_documents`),
+    or ``n`` generated key-value retrieval questions (:mod:`training.kv_retrieval`); or exit on a bad value."""
+    if task == "kv-retrieval":
+        from training import kv_retrieval as kv
+
+        try:
+            examples = kv.make_examples(n, docs, pairs, seed)
+        except ValueError as e:
+            fail(str(e))
+        return examples, kv.build_documents, kv.exact_match, f"KV retrieval ({pairs} pairs/document, exact match)"
+    from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
+    from training.long_docs import long_documents
+
+    try:
+        return (load_nq(data), long_documents if task == "long-docs" else build_documents, best_subspan_em,
+                "NQ-open" + (" (passages in one long document)" if task == "long-docs" else ""))
+    except DataFormatError as e:
+        fail(str(e))
+
+
+def question_step(bar, engines: dict[str, Engine], task: str):
+    """``evaluate``'s per-question callback: the bar's step and, for kv-retrieval, the in-memory document
+    caches dropped (every question's documents are fresh UUIDs, never reused; 150 questions of 50 documents
+    would otherwise hold ~25 GB of bfloat16 KV of the default model)."""
+    caches = {id(e.cache): e.cache for e in engines.values() if isinstance(e.cache, dict)} if task != "nq" else {}
+
+    def step() -> None:
+        bar.advance()
+        for cache in caches.values():
+            cache.clear()
+    return step
+
+
+@contextmanager
+def too_long_exits():
+    """Exit with a one-line error when a prompt does not fit the model's context (too many --docs)."""
+    try:
+        yield
+    except ContextTooLong as e:
+        fail(f"{e} (fewer --docs or --max-new-tokens)")
+
+
+def chunk_sizes(task: str, chunk_tokens: str) -> list[int]:
+    """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64); ``[]`` for ``--task nq``; or exit."""
+    if task not in ("nq", "kv-retrieval", "long-docs"):
+        fail(f"unknown task {task!r}; choose nq, kv-retrieval or long-docs")
+    try:
+        sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()] if task == "long-docs" else []
+    except ValueError:
+        fail(f"--chunk-tokens takes comma-separated integers, got {chunk_tokens!r}")
+    if task == "long-docs" and (not sizes or any(0 < s < 64 or s < 0 for s in sizes)):
+        fail(f"--chunk-tokens: each size is 0 (one block) or at least 64 tokens, got {chunk_tokens!r}")
+    return sizes
+
+
+def task_engines(task: str, sizes: list[int], engines: dict) -> tuple[dict, list[str]]:
+    """``(label -> engine, labels)`` of ``--task``: as given, or for long-docs every linked mode once per
+    chunk size in ``sizes`` (:func:`training.long_docs.long_doc_engines`)."""
+    if task != "long-docs":
+        return engines, list(engines)
+    from training.long_docs import long_doc_engines
+
+    engines = long_doc_engines(engines, sizes)
+    return engines, list(engines)
+
+
+def retention_variants(wanted: list[str], retention: str | None, methods: str, explain: bool = False) -> dict:
+    """Mode label -> (mode, :class:`training.eval.Retention` or None): each linked mode at every retention and
+    method (r=1 once), or the modes as they are without ``--retention``; with ``explain`` also each linked mode
+    explained at r=1 (``"<mode> r=1 explain"``); or exit on a bad value."""
+    from kvlink_rag.retention import METHODS, check_retention
+    from training.eval import Retention
+
+    if explain:
+        retention = retention or "1"
+    if retention is None:
+        return {m: (m, None) for m in wanted}
+
+    try:
+        rs = [check_retention(x.strip()) for x in retention.split(",") if x.strip()]
+    except ValueError as e:
+        fail(f"--retention: {e}")
+    ms = [m.strip() for m in methods.split(",") if m.strip()]
+    if not rs or not ms or set(ms) - set(METHODS):
+        fail(f"--retention needs values in (0, 1] and --retention-methods some of {', '.join(METHODS)}")
+    out: dict = {}
+    for m in wanted:
+        if m in ("full", "full-adapted"):
+            out[m] = (m, None)
+            continue
+        for r in rs:
+            for method in (["importance"] if r == 1.0 else ms):
+                label = f"{m} r=1" if r == 1.0 else f"{m} r={r:g} {method}"
+                out[label] = (m, Retention(r, method))
+        if explain:
+            out[f"{m} r=1 explain"] = (m, Retention(1.0, "importance", explain=True))
+    return out
+
+
+def with_blend_ratios(variants: dict, ratios: str | None) -> dict:
+    """``variants`` with each reuse mode at every ``--recompute-ratio`` (:mod:`training.blend_modes`; none: as
+    they are), or exit."""
+    from training.blend_modes import blend_variants, parse_ratios
+
+    if ratios is None:
+        return variants
+    try:
+        return blend_variants(variants, parse_ratios(ratios))
+    except ValueError as e:
+        fail(f"--recompute-ratio: {e}")
+
+
+def eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Path | None) -> tuple[list[str], list[str]]:
+    """The modes and gold positions of ``eval`` (checked, and the artifacts they need given), or exit."""
+    wanted = [m.strip() for m in modes.split(",") if m.strip()]
+    positions = [p.strip() for p in gold_position.split(",") if p.strip()]
+    bad = [m for m in wanted if m not in MODES] + [p for p in positions if p not in EVAL_POSITIONS]
+    if bad or not wanted or not positions:
+        fail(f"unknown mode(s) or position(s) {bad}; modes: {', '.join(MODES)}; positions: {', '.join(EVAL_POSITIONS)}")
+    if "linked" in wanted and links is None:
+        fail("mode 'linked' needs --links FILE (trained link tokens)")
+    if set(ADAPTED) & set(wanted) and adapter is None:
+        fail("modes full-adapted and linked-query-lora need --adapter FILE")
+    return wanted, positions

@@ -1,0 +1,136 @@
+"""``kvlink-rag train-links``: train link tokens and a query-side LoRA on NQ (variants of issue 17:
+``--init``, ``--curriculum``, ``--doc-side``, best-validation artifacts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from cli.common import NQ_DEFAULT, EncOpt, NqOpt, console, fail, make_engine, make_settings, progress_bar, \
+    results_only_stdout
+
+if TYPE_CHECKING:
+    from kvlink_rag.settings import Settings
+
+app = typer.Typer()
+
+
+@app.command("train-links")
+def train_links(
+    data: NqOpt = NQ_DEFAULT,
+    out: Annotated[Path, typer.Option(help="Output safetensors (link tokens + adapter).")] = Path("links.safetensors"),
+    name: Annotated[Optional[str], typer.Option(help="Save as the named adapter $KVLINK_RAG_HOME/links/NAME.safetensors "
+                                                "(instead of --out), selectable per query.")] = None,
+    steps: Annotated[int, typer.Option(help="Optimiser steps (each over --accumulate examples).")] = 150,
+    k: Annotated[int, typer.Option("--k", help="Link tokens per document.")] = 5,
+    docs: Annotated[int, typer.Option("--docs", help="Documents per training example (gold + distractors).")] = 10,
+    lr: Annotated[float, typer.Option(help="LoRA learning rate.")] = 3e-4,
+    link_lr: Annotated[float, typer.Option(help="Link-embedding learning rate.")] = 1e-3,
+    accumulate: Annotated[int, typer.Option(help="Examples per optimiser step (gradient accumulation).")] = 4,
+    adapter: Annotated[str, typer.Option(help="query-lora (link tokens + query-side LoRA) or none.")] = "query-lora",
+    lora: Annotated[bool, typer.Option("--lora", help="Same as --adapter query-lora.")] = False,
+    rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    targets: Annotated[str, typer.Option(help="LoRA target projections, comma-separated.")] = "q_proj,k_proj,v_proj,o_proj",
+    slots: Annotated[int, typer.Option(help="1: link tokens shared by every document slot; S: per-slot "
+                                       "[S, K, hidden] (slot i >= S uses the last).")] = 1,
+    exclude_first: Annotated[int, typer.Option(help="Questions reserved for evaluation (not trained on).")] = 500,
+    val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed of example order, distractors and initialisation (runs are deterministic).")] = 0,
+    encoding: EncOpt = None,
+    init: Annotated[Optional[Path], typer.Option(help="Start from this saved artifact (same K, slots, rank, targets) "
+                                                 "with a fresh optimiser; --steps more steps, on the examples after "
+                                                 "those it was trained on.")] = None,
+    val_every: Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
+                                           "0: never); the best step's artifact is saved as --out.")] = 50,
+    curriculum: Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
+                                                      "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
+    time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
+                                              "rerun to resume); 0: no limit.")] = 0.0,
+    doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
+                                           "the document encodings); an upper bound: such caches depend on the "
+                                           "adapter, so only `eval` takes the artifact.")] = False,
+) -> None:
+    """Train link tokens and a query-side LoRA on NQ; resumable.
+
+    Trains on multi-document QA examples and saves link tokens (and the adapter) as one safetensors file:
+    the best validation step's (the last one's beside it as <out>-last), the curve in <out>.json.
+    """
+    from kvlink_rag.nq import DataFormatError
+    from training.data import split_examples
+
+    out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
+    span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
+    try:
+        split = split_examples(data, exclude_first, val_n)
+    except (DataFormatError, ValueError) as e:
+        fail(str(e))
+    from training.loop import TrainConfig
+
+    cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
+                      lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
+                      slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side)
+    # untrained init; no importance scores: training keeps its document caches in memory at full retention, and
+    # scoring (eager attention per layer) made each step ~3x slower (17 steps in 100 s on an H200)
+    _train(make_settings(k, encoding, shipped_links=False, importance_scores=False), split, cfg, out, val_every,
+           time_limit)
+
+
+def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
+    """``train-links``' output path (``--name`` resolved) and LoRA targets, its arguments checked; or exit."""
+    if adapter not in ("query-lora", "none"):
+        fail(f"unknown adapter {adapter!r}; choose query-lora or none")
+    if name is not None:
+        from kvlink_rag.adapter_registry import adapter_path
+
+        try:
+            out = adapter_path(make_settings().links_dir, name)
+        except ValueError as e:
+            fail(str(e))
+    if min(counts) < 1:
+        fail("--steps, --k, --docs, --accumulate, --slots and --rank must be >= 1")
+    target_list = tuple(x.strip() for x in targets.split(",") if x.strip())
+    if not target_list:
+        fail("--targets needs at least one projection name, e.g. q_proj,v_proj")
+    return out, target_list
+
+
+def _train_variant_checks(init: Path | None, val_every: int, curriculum: str | None, doc_side: bool,
+                          lora: bool) -> tuple[int, int] | None:
+    """``--init``, ``--val-every``, ``--doc-side`` checked and ``--curriculum MIN-MAX`` parsed; or exit."""
+    if init is not None and not init.is_file():
+        fail(f"--init {init}: no such file")
+    if val_every < 0:
+        fail("--val-every must be >= 0")
+    if doc_side and not lora:
+        fail("--doc-side trains the adapter on document tokens; it needs --adapter query-lora")
+    if curriculum is None:
+        return None
+    lo, _, hi = curriculum.partition("-")
+    if not (lo.strip().isdigit() and hi.strip().isdigit()) or not 1 <= int(lo) <= int(hi):
+        fail(f"--curriculum {curriculum!r}: expected MIN-MAX with 1 <= MIN <= MAX, e.g. 1-20")
+    return int(lo), int(hi)
+
+
+def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0) -> None:
+    """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary."""
+    from kvlink_rag.cache import MemoryCache
+    from training.loop import Trainer
+    from training.outputs import save_outputs
+
+    engine = make_engine(settings, cache=MemoryCache())  # training memoises document encodings in memory
+    try:
+        trainer = Trainer(engine, split, cfg, out.with_suffix(".ckpt"))
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
+    with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
+            results_only_stdout():
+        trainer.run(lambda step, loss: bar.update(completed=step, loss=loss), val_every=val_every,
+                    max_seconds=time_limit)
+    s = save_outputs(trainer, split, out, {"encoding": settings.encoding})
+    console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}, best validation step "
+                  f"{s['best_step']} of {s['steps']}), validation accuracy {s['val_accuracy_best']:.3f} on "
+                  f"{s['val_n']} held-out questions; {s['seconds_per_step'] or 0:.2f} s/step on {s['device']}; "
+                  f"curve {out.with_suffix('.json')}")
