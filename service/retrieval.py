@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # imported when an index is built: bm25s imports JAX where it is installed, and JAX
-    import bm25s   # takes most of the GPU's memory at start (every CLI process would hold it)
+if TYPE_CHECKING:
+    import bm25s
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,20 @@ class _TenantIndex:
     built: float
 
 
-def _tokens(texts: list[str]) -> list[list[str]]:
+def _bm25s():
+    """bm25s, imported when an index is first built: it imports JAX where JAX is installed, and JAX takes 75%
+    of a GPU's memory in each process at first use (16 processes ran out of memory on an H200); its top-k
+    selection runs on the CPU either way, so JAX is kept there unless the environment says otherwise."""
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import bm25s
 
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+    return bm25s
+
+
+def _tokens(texts: list[str]) -> list[list[str]]:
+    return _bm25s().tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
 
 
 class Retrieval:
@@ -110,9 +120,7 @@ class Retrieval:
         tokens = _tokens(corpus) if corpus else []
         retriever = None
         if any(tokens):
-            import bm25s
-
-            retriever = bm25s.BM25()
+            retriever = _bm25s().BM25()
             retriever.index(tokens, show_progress=False)
         return _TenantIndex(ids, retriever, self.clock())
 
