@@ -100,6 +100,10 @@ def gold_slot(gold_position: str, n_docs: int, rng: random.Random) -> int:
     return {"first": 0, "middle": n_docs // 2, "last": n_docs - 1}[gold_position]
 
 
+class TooFewDistractors(ValueError):
+    """Not enough passages without the question's answer to serve as distractors."""
+
+
 def build_documents(examples: list[NQExample], index: int, n_docs: int, gold_position: str = "random",
                     seed: int = 0) -> tuple[list[Document], int]:
     """Gold passage of ``examples[index]`` among ``n_docs - 1`` distractors (other questions' gold passages).
@@ -108,7 +112,9 @@ def build_documents(examples: list[NQExample], index: int, n_docs: int, gold_pos
     normalised gold answer. Returns ``(documents, gold_slot)``.
 
     Raises:
-        ValueError: n_docs < 1, index out of range, or too few distractors.
+        ValueError: n_docs < 1, index out of range; TooFewDistractors (a ValueError): fewer passages
+            without the answer than ``n_docs - 1`` (an answer such as "S" is a substring of nearly every
+            passage).
     """
     if n_docs < 1:
         raise ValueError("n_docs must be >= 1")
@@ -127,6 +133,6 @@ def build_documents(examples: list[NQExample], index: int, n_docs: int, gold_pos
         if not any(a in text for a in answers):
             distractors.append(examples[i].gold)
     if len(distractors) < n_docs - 1:
-        raise ValueError(f"only {len(distractors)} distractors without the answer are available")
+        raise TooFewDistractors(f"only {len(distractors)} distractors without the answer are available")
     slot = gold_slot(gold_position, n_docs, rng)
     return distractors[:slot] + [ex.gold] + distractors[slot:], slot

@@ -28,7 +28,7 @@ from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
 from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
-from kvlink_rag.nq import NQExample, build_documents
+from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.prompt import encode_user_text
 
 from .data import Split
@@ -183,12 +183,17 @@ class Trainer:
     def example(self, i: int) -> tuple[NQExample, list]:
         """The ``i``-th training example of the run (deterministic from the seed) and its documents: ``cfg.docs``
         of them, or with a curriculum a count drawn in ``[min, max]`` from a generator seeded by ``seed`` and ``i``."""
-        idx = self.order[i % len(self.order)]
         n_docs = self.cfg.docs
         if self.cfg.curriculum:
             n_docs = random.Random(f"curriculum-{self.cfg.seed}-{i}").randint(*self.cfg.curriculum)
-        docs, _ = build_documents(self.split.train, idx, n_docs, "random", seed=self.cfg.seed + i)
-        return self.split.train[idx], docs
+        for shift in range(len(self.order)):  # a question whose answer is in every passage is skipped
+            idx = self.order[(i + shift) % len(self.order)]
+            try:
+                docs, _ = build_documents(self.split.train, idx, n_docs, "random", seed=self.cfg.seed + i)
+            except TooFewDistractors:
+                continue
+            return self.split.train[idx], docs
+        raise TooFewDistractors(f"no training question has {n_docs - 1} distractors without its answer")
 
     def step(self) -> float:
         """One optimiser step over ``accumulate`` examples; returns the mean loss."""

@@ -97,3 +97,16 @@ def test_checkpoint_written_before_a_new_option_still_resumes(tmp_path):
     del ck["config"]["slots"]  # as written by a release without per-slot link tokens
     torch.save(ck, part.checkpoint_path)
     assert Trainer(tiny_text_engine(tmp_path), _split(), _cfg(), tmp_path / "c").state.step == 3
+
+
+def test_a_question_whose_answer_is_in_every_passage_is_skipped(tmp_path):
+    """NQ dev has "atlantic ocean's shape is similar to which english alphabet" -> "S": every passage holds
+    an "s", so no distractor can be drawn; training skips it for the next question instead of stopping."""
+    split = _split()
+    odd = NQExample("which letter is the shape of the ocean?", ("S",), Document("It looks like an S.", "Ocean"))
+    split = Split(train=[odd] + split.train, val=split.val, data_hash="test")
+    trainer = Trainer(tiny_text_engine(tmp_path), split, _cfg(), tmp_path / "ck")
+    trainer.order = [0, 3, 1, 2]
+    ex, docs = trainer.example(0)
+    assert ex is split.train[3] and len(docs) == 3
+    assert trainer.example(1)[0] is split.train[3]  # the next index in order, as without the skip
