@@ -26,6 +26,12 @@ RatiosOpt = Annotated[Optional[str], typer.Option(
     "a linked mode as <mode>+blend-X (0: the mode itself).")]
 
 
+def new_tokens(task: str, max_new_tokens: int | None) -> int:
+    """``--max-new-tokens``, by default 24 (NQ's short answers) or 100 for kv-retrieval (a UUID is 30-36
+    tokens and full prefill restates the key first, as in lost-in-the-middle)."""
+    return max_new_tokens if max_new_tokens is not None else (100 if task == "kv-retrieval" else 24)
+
+
 def task_examples(task: str, data: Path, n: int, docs: int, pairs: int, seed: int) -> tuple[list, object, object, str]:
     """``(examples, documents builder, metric, title)`` of ``eval --task``: NQ read from ``data`` (for
     long-docs, each question's passages joined into one document, :func:`training.long_docs.long_documents`),
@@ -70,10 +76,14 @@ def too_long_exits():
         fail(f"{e} (fewer --docs or --max-new-tokens)")
 
 
-def chunk_sizes(task: str, chunk_tokens: str) -> list[int]:
-    """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64); ``[]`` for ``--task nq``; or exit."""
+def chunk_sizes(task: str, chunk_tokens: str | None) -> list[int]:
+    """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64; default 0,512); ``[]`` for the other tasks,
+    which take no such option; or exit."""
     if task not in ("nq", "kv-retrieval", "long-docs"):
         fail(f"unknown task {task!r}; choose nq, kv-retrieval or long-docs")
+    if task != "long-docs" and chunk_tokens is not None:
+        fail(f"--chunk-tokens is an option of --task long-docs (task {task} links whole documents)")
+    chunk_tokens = chunk_tokens or "0,512"
     try:
         sizes = [int(x) for x in chunk_tokens.split(",") if x.strip()] if task == "long-docs" else []
     except ValueError:
@@ -135,9 +145,13 @@ def with_blend_ratios(variants: dict, ratios: str | None) -> dict:
     if ratios is None:
         return variants
     try:
-        return blend_variants(variants, parse_ratios(ratios))
+        values = parse_ratios(ratios)
     except ValueError as e:
         fail(f"--recompute-ratio: {e}")
+    blended = blend_variants(variants, values)
+    if blended.keys() == variants.keys() and any(r > 0 for r in values):
+        fail("--recompute-ratio applies to reused caches (naive and linked modes), not to full prefill")
+    return blended
 
 
 def eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Path | None) -> tuple[list[str], list[str]]:

@@ -12,8 +12,9 @@ from rich.table import Table
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, fail, make_engine, make_settings, out,
                         progress_bar, results_only_stdout)
-from cli.eval_options import (ADAPTED, PositionsOpt, RatiosOpt, TaskOpt, chunk_sizes, eval_choices, question_step, retention_variants,
-                              task_engines, task_examples, too_long_exits, with_blend_ratios)
+from cli.eval_options import (ADAPTED, PositionsOpt, RatiosOpt, TaskOpt, chunk_sizes, eval_choices, new_tokens,
+                              question_step, retention_variants, task_engines, task_examples, too_long_exits,
+                              with_blend_ratios)
 from training.modes import MODES
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def eval_cmd(
     adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA, a file or a named adapter (modes full-adapted, linked-query-lora).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
-    max_new_tokens: Annotated[int, typer.Option()] = 24,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Default 24; 100 for kv-retrieval.")] = None,
     int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the distractor draw and the bootstrap.")] = 0, recompute_ratio: RatiosOpt = None,
     retention: Annotated[Optional[str], typer.Option(help="Comma list of retentions (0 < r <= 1) every linked mode "
@@ -67,7 +68,7 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
-    chunk_tokens: Annotated[str, typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block).")] = "0,512",
+    chunk_tokens: Annotated[Optional[str], typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block; default 0,512).")] = None,
 ) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ or key-value retrieval.
 
@@ -75,7 +76,7 @@ def eval_cmd(
     --retention adds KV bytes per document per retention and method; --explain the attribution of the gold passage.
     """
     wanted, positions = eval_choices(modes, gold_position, links, adapter)
-    sizes = chunk_sizes(task, chunk_tokens)
+    sizes, max_new_tokens = chunk_sizes(task, chunk_tokens), new_tokens(task, max_new_tokens)
     variants = with_blend_ratios(retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
     examples, build, metric, title = task_examples(task, data, n, docs, pairs_per_doc, seed)
     from training.eval import evaluate, position_for, summarise

@@ -34,6 +34,9 @@ def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tm
     (["--task", "bogus"], "unknown task 'bogus'"),
     (["--task", "kv-retrieval", "--docs", "0"], "documents (0) and pairs per document (2) must be >= 1"),
     (["--task", "kv-retrieval", "--pairs-per-doc", "0"], "pairs per document (0) must be >= 1"),
+    (["--chunk-tokens", "10"], "--chunk-tokens is an option of --task long-docs"),  # was silently ignored
+    (["--task", "kv-retrieval", "--chunk-tokens", "0,512"], "--chunk-tokens is an option of --task long-docs"),
+    (["--modes", "full", "--recompute-ratio", "0.15"], "not to full prefill"),  # was silently dropped
 ])
 def test_eval_task_errors_are_one_line(args, message, env):
     result = runner.invoke(app, ["eval", *args], env=env)
