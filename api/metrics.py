@@ -80,7 +80,7 @@ class StoreCollector:
         used = GaugeMetricFamily("kvlink_cache_used_bytes", "Bytes held per tier.", labels=["tier"])
         partial = CounterMetricFamily("kvlink_cache_partial_misses", "Lookups a tier missed because it holds the "
                                       "document at a lower retention than asked (also in misses).", labels=["tier"])
-        held = GaugeMetricFamily("kvlink_cache_entries", "Documents held per tier, by the retention held.",
+        held = GaugeMetricFamily("kvlink_cache_entries", "Entries (documents, or chunks of long documents) held per tier, by the retention held.",
                                  labels=["tier", "retention"])
         for t in stats["tiers"]:
             name = t["name"]
