@@ -23,16 +23,21 @@ RetentionOpt = Annotated[Optional[float], typer.Option(
     "important ones at their original positions.")]
 
 
+def _checked(value: float, option: str, check) -> float:
+    """``check(value)``, else a one-line error naming ``option`` and exit (before the model loads)."""
+    try:
+        return check(value)
+    except ValueError as e:
+        fail(f"{option}: {e}")
+
+
 def checked_retention(retention: float | None) -> float | None:
     """``retention`` when in (0, 1] (or None), else a one-line error and exit (before the model loads)."""
-    if retention is None:
+    if retention is None:  # no torch import (kvlink_rag.retention's) for the default
         return None
     from kvlink_rag.retention import check_retention
 
-    try:
-        return check_retention(retention)
-    except ValueError as e:
-        fail(f"--retention: {e}")
+    return _checked(retention, "--retention", check_retention)
 
 
 RecomputeOpt = Annotated[Optional[float], typer.Option(
@@ -46,10 +51,7 @@ def checked_recompute(ratio: float | None) -> float | None:
         return None
     from kvlink_rag.blend import check_recompute_ratio
 
-    try:
-        return check_recompute_ratio(ratio)
-    except ValueError as e:
-        fail(f"--recompute-ratio: {e}")
+    return _checked(ratio, "--recompute-ratio", check_recompute_ratio)
 
 
 def print_attribution(att: Attribution, documents: list[Document]) -> None:

@@ -16,16 +16,22 @@ FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("args", [
-    ["ask", "--doc", "README.md", "--retention", "0", "q?"],
-    ["explain", "--doc", "README.md", "--retention", "1.5", "q?"],
-    ["query", "q?", "--retention", "-1"],
-    ["eval", "--retention", "0.5,2"],
+RETENTION_ERROR = "error: --retention: retention must be in (0, 1]"
+RATIO_ERROR = "error: --recompute-ratio: recompute_ratio must be within [0, 1]"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ask", "--doc", "README.md", "--retention", "0", "q?"], RETENTION_ERROR),
+    (["explain", "--doc", "README.md", "--retention", "1.5", "q?"], RETENTION_ERROR),
+    (["query", "q?", "--retention", "-1"], RETENTION_ERROR),
+    (["eval", "--retention", "0.5,2"], RETENTION_ERROR),
+    (["query", "q?", "--recompute-ratio", "1.5"], RATIO_ERROR),
+    (["eval", "--recompute-ratio", "0.15,-1"], RATIO_ERROR),
 ])
-def test_retention_outside_range_is_a_one_line_error(args, env):
+def test_retention_or_recompute_ratio_outside_range_is_a_one_line_error(args, message, env):
     result = runner.invoke(app, args, env=env)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: --retention: retention must be in (0, 1]")
+    assert result.stderr.startswith(message)
     assert result.stderr.count("\n") == 1 and result.stdout == ""
 
 
@@ -57,12 +63,3 @@ def test_query_explain_on_the_store(tmp_path, env):
     assert abs(sum(shares) + res["prefix_attribution"] - 1) < 1e-4
 
 
-@pytest.mark.parametrize("args", [
-    ["query", "q?", "--recompute-ratio", "1.5"],
-    ["eval", "--recompute-ratio", "0.15,-1"],
-])
-def test_recompute_ratio_outside_range_is_a_one_line_error(args, env):
-    result = runner.invoke(app, args, env=env)
-    assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: --recompute-ratio: recompute_ratio must be within [0, 1]")
-    assert result.stderr.count("\n") == 1 and result.stdout == ""
