@@ -110,3 +110,22 @@ def test_default_engine_uses_the_shipped_trained_link_tokens_and_adapter(tmp_pat
     assert untrained.adapter is None and untrained.link_tokens.metadata.get("trained") is False
     other_k = real_engine(tmp_path, link_k=3)  # the shipped K=5 artifact does not fit K=3
     assert other_k.link_tokens.k == 3 and other_k.adapter is None
+
+
+WARRANTY = Document("Warranty. The Model X kettle comes with a two-year limited warranty. The warranty covers defects "
+                    "in materials and workmanship, including a faulty heating element, a broken thermostat and a "
+                    "leaking base. If your kettle fails within two years of purchase, we repair or replace it free "
+                    "of charge.")
+FAQ = Document("Frequently asked questions. What is not covered? The warranty does not cover limescale build-up, "
+               "damage from dropping the kettle, use with the wrong voltage, cosmetic scratches or commercial use. "
+               "How do I make a claim? Email support with your receipt and a photo of the fault.")
+
+
+def test_linked_answer_over_a_coverage_note_and_an_exclusions_faq_quotes_the_coverage(tmp_path):
+    """Issue 17's newcomer case: "What does the warranty cover?" over a coverage note and an FAQ listing
+    exclusions got the exclusions from linked reuse (and 'Fabric' with the 150-step link tokens); with the
+    shipped ones the answer is taken from what the warranty covers, never from the exclusions."""
+    engine = real_engine(tmp_path)
+    answer = engine.answer("What does the warranty cover?", [WARRANTY, FAQ]).text.strip().lower()
+    assert answer and answer.rstrip(".") in WARRANTY.text.lower()
+    assert not any(x in answer for x in ("limescale", "dropping", "voltage", "scratches", "commercial"))
