@@ -116,6 +116,7 @@ def _train_variant_checks(init: Path | None, val_every: int, curriculum: str | N
 def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0) -> None:
     """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary."""
     from kvlink_rag.cache import MemoryCache
+    from kvlink_rag.types import ContextTooLong
     from training.loop import Trainer
     from training.outputs import save_outputs
 
@@ -127,8 +128,11 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
     last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
     with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
             results_only_stdout():
-        trainer.run(lambda step, loss: bar.update(completed=step, loss=loss), val_every=val_every,
-                    max_seconds=time_limit)
+        try:
+            trainer.run(lambda step, loss: bar.update(completed=step, loss=loss), val_every=val_every,
+                        max_seconds=time_limit)
+        except ContextTooLong as e:  # one drawn example longer than the estimate check_context allowed
+            fail(f"{e} (stopped at step {trainer.state.step}; the last checkpoint resumes)")
     s = save_outputs(trainer, split, out, {"encoding": settings.encoding})
     console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}, best validation step "
                   f"{s['best_step']} of {s['steps']}), validation accuracy {s['val_accuracy_best']:.3f} on "

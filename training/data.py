@@ -9,8 +9,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvlink_rag.nq import NQExample, load_nq
+from kvlink_rag.types import ContextTooLong
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -44,3 +49,28 @@ def split_examples(path: Path, exclude_first: int = 500, val_n: int = 50) -> Spl
         raise ValueError(f"{path} has {len(examples)} questions; after reserving the first {exclude_first} for "
                          f"evaluation and {val_n} for validation too few are left to train on")
     return Split(train=pool[:-val_n], val=pool[-val_n:], data_hash=file_hash(path)[:16])
+
+
+def check_context(engine: Engine, split: Split, max_docs: int, k: int, answer_tokens: int, sample: int = 200) -> int:
+    """Refuse a documents-per-example count whose typical example cannot fit the model's context.
+
+    The estimate (tokens) is the anchor prefix, ``max_docs`` times the mean length of the first ``sample``
+    training passages plus their ``k`` link tokens each, the longest of those questions and
+    ``answer_tokens`` + 1: an example that long would be refused by the linker mid-run
+    (:func:`kvlink_rag.linker.check_link_inputs`), so the run is refused before it starts instead.
+
+    Returns: the estimate (tokens).
+    Raises:
+        ContextTooLong: the estimate exceeds ``engine.lm.max_positions`` (the counts in the message).
+    """
+    exs = split.train[:sample]
+    doc_mean = sum(int(engine.document_ids(ex.gold).numel()) for ex in exs) / max(len(exs), 1)
+    question = max(len(engine.template.question_ids(engine.lm.tokenizer, ex.question)) for ex in exs)
+    prefix = engine.prefix.num_tokens if engine.anchored else 0
+    need = int(prefix + max_docs * (doc_mean + k) + question + answer_tokens + 1)
+    if need > engine.lm.max_positions:
+        raise ContextTooLong(
+            f"an example of {max_docs} documents needs about {need} tokens (prefix {prefix}, {max_docs} x "
+            f"({doc_mean:.0f}-token passage + {k} link tokens), question {question}, answer {answer_tokens + 1}); "
+            f"the model's context holds {engine.lm.max_positions}: use fewer documents per example")
+    return need

@@ -31,7 +31,7 @@ from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
 from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.prompt import encode_user_text
 
-from .data import Split
+from .data import Split, check_context
 
 TRAIN_ADAPTER = "train_links"
 
@@ -120,10 +120,16 @@ class Trainer:
         split: training / validation examples.
         cfg: hyper-parameters.
         out_dir: checkpoint folder (``checkpoint.pt``); an existing checkpoint is resumed.
+
+    Raises:
+        ContextTooLong: a typical example of ``cfg.docs`` (or the curriculum's most) documents would not fit
+            the model's context (:func:`training.data.check_context`).
+        ValueError: the checkpoint in ``out_dir`` was made with other settings.
     """
 
     def __init__(self, engine: Engine, split: Split, cfg: TrainConfig, out_dir: Path):
         self.engine, self.split, self.cfg, self.out_dir = engine, split, cfg, Path(out_dir)
+        check_context(engine, split, cfg.curriculum[1] if cfg.curriculum else cfg.docs, cfg.k, cfg.max_answer_tokens)
         torch.manual_seed(cfg.seed)
         init = initial_link_tokens(engine.lm, cfg.k, slots=cfg.slots)
         self.link_embeds = torch.nn.Parameter(init.embeds.clone().to(engine.lm.device))

@@ -120,3 +120,17 @@ def test_mlp_targets_train_and_load_for_eval(tmp_path):
     art.save(tmp_path / "mlp.safetensors")
     eng = tiny_text_engine(tmp_path).with_link_tokens(load_link_tokens(tmp_path / "mlp.safetensors", engine.lm))
     assert eng.adapter is not None and eng.doc_adapter is None
+
+
+def test_a_curriculum_past_the_context_is_refused_before_training(tmp_path):
+    from kvlink_rag.types import ContextTooLong
+    from training.data import check_context
+
+    engine = tiny_text_engine(tmp_path)
+    three, six = check_context(engine, _split(), 3, 2, 16), check_context(engine, _split(), 6, 2, 16)
+    per_doc = (six - three) / 3  # one document's share of the estimate: a passage and its 2 link tokens
+    assert per_doc >= 1 + 2
+    too_many = int((engine.lm.max_positions - three) / per_doc) + 5
+    with pytest.raises(ContextTooLong, match=f"an example of {too_many} documents needs about .*use fewer documents"):
+        Trainer(engine, _split(), _cfg(curriculum=(1, too_many)), tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()  # refused before anything was written
