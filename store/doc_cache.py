@@ -107,6 +107,7 @@ class StoreCache(DocumentCache):
             self.tiered.put(key, kv, self.tenant)
 
         def retained(key: str, part: RetainedKV, meta: dict) -> None:
+            self.tiered.counters["load"] += 1  # an LMDB hit at retention < 1 too (a prefix read of the record)
             lossy = [t for t in self.tiered.tiers if not t.format.lossless and key not in t]
             ids = self.blobs.get_ids(key) if lossy else None
             for tier in lossy if ids is not None else []:

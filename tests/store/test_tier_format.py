@@ -207,3 +207,18 @@ def test_a_retained_store_read_fills_the_cold_tier_when_it_covers_the_held_reten
         assert (got.values[i].float() - v.float()).abs().max() <= int8_tol(kv.values[i])
     assert torch.equal(cold.entries["d"].kv.token_ids, kv.token_ids)
     list(st.cache.stream(["d"], 0.5, "random").layers)  # other methods fill nothing (not the stored order)
+
+
+def test_store_reads_count_as_lmdb_hits_at_every_retention(tmp_path):
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=0))
+    st.blobs.put("d", scored_kv())
+    for n, r in enumerate((0.4, 0.7, 1.0), start=1):
+        items = st.cache.resolve(["d"], r)
+        assert items == ["d"]  # only LMDB has it (no host tier)
+        list(st.cache.stream(items, r).layers)
+        for _ in range(100):  # counted by the reader thread after the last layer
+            if st.tiered.stats()["counters"].get("load") == n:
+                break
+            time.sleep(0.02)
+        assert st.tiered.stats()["counters"].get("load") == n
+    assert st.cache.resolve(["absent"], 0.4) == [None] and st.tiered.stats()["counters"]["miss"] == 1
