@@ -263,6 +263,7 @@ class ChatIn(BaseModel):
     k: LinkK | None = None
     retention: Retention | None = None
     explain: Explain = False
+    recompute_ratio: RecomputeRatio | None = None
 
     @field_validator("n")
     @classmethod

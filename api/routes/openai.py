@@ -74,8 +74,8 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     turns = [Turn(m.role, m.text()) for m in body.messages]
     plan = await state.gates.run_planning(lambda: queries.plan_chat(
         tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
-        max_new_tokens=body.max_completion_tokens or body.max_tokens, temperature=body.temperature,
-        top_p=body.top_p, seed=body.seed))
+        recompute_ratio=body.recompute_ratio, max_new_tokens=body.max_completion_tokens or body.max_tokens,
+        temperature=body.temperature, top_p=body.top_p, seed=body.seed))
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID
     if body.stream:
         return EventSourceResponse(_stream(state, plan, cid, created, model))

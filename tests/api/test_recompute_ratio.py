@@ -53,3 +53,15 @@ def test_the_recompute_setting_applies_when_a_query_names_none(make_client, fixt
     assert served.status_code == 200, served.text
     assert plan.recompute_ratio == 0.25 and not plan.batched
     assert off.recompute_ratio == 0 and full.recompute_ratio == 0
+
+
+def test_chat_takes_a_recompute_ratio_with_the_same_checks(ready):
+    chat = {"messages": [{"role": "user", "content": ASK["question"]}], "document_ids": ASK["document_ids"]}
+    zero = ready.post("/v1/chat/completions", json={**chat, "recompute_ratio": 0}).json()
+    blended = ready.post("/v1/chat/completions", json={**chat, "recompute_ratio": 0.3})
+    assert blended.status_code == 200, blended.text
+    plain = ready.post("/v1/query", json=ASK).json()
+    assert zero["choices"][0]["message"]["content"] == plain["answer"]
+    assert blended.json()["usage"]["prompt_tokens"] == zero["usage"]["prompt_tokens"]
+    bad = ready.post("/v1/chat/completions", json={**chat, "recompute_ratio": 1.5})
+    assert bad.status_code == 422 and "recompute_ratio" in bad.text
