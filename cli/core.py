@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,7 +14,8 @@ import typer
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
                         make_settings, out, progress_bar, results_only_stdout)
 from cli.documents import ask_inputs
-from cli.explain import RetentionOpt, attribution_dict, checked_retention, print_attribution
+from cli.explain import RecomputeOpt, RetentionOpt, attribution_dict, checked_recompute, checked_retention, \
+    print_attribution
 
 app = typer.Typer()
 model_app = typer.Typer(no_args_is_help=True, help="Model management.")
@@ -47,6 +49,7 @@ def ask(
     retention: RetentionOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="Also print each document's share of the answer's "
                                           "attention and its top passages.")] = False,
+    recompute_ratio: RecomputeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (only JSON on stdout).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print where the time went.")] = False,
 ) -> None:
@@ -55,7 +58,9 @@ def ask(
     Answers with the documents' cached KV re-linked and, unless --no-full, with full prefill too.
     """
     start = time.perf_counter()
-    retention = checked_retention(retention)
+    retention, recompute_ratio = checked_retention(retention), checked_recompute(recompute_ratio)
+    if recompute_ratio and explain:
+        fail("--recompute-ratio and --explain do not combine (explain reads the reused caches' attention)")
     question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
     timings: dict[str, float] = {}
@@ -69,27 +74,26 @@ def ask(
             fail(str(e))
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     with results_only_stdout():
-        linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain)
+        linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain,
+                                          recompute_ratio)
     timings["total_s"] = time.perf_counter() - start
+    ratio = settings.recompute_ratio if recompute_ratio is None else recompute_ratio
     _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose,
-                  attribution_dict(att) if att is not None else None)
+                  attribution_dict(att) if att is not None else None, ratio)
     if att is not None and not as_json:
         print_attribution(att, documents)
 
 
-def _answer(engine, question, documents, compare, sampling, timings, retention=None, explain=False):
-    """Precompute what is not cached, then answer linked at ``retention`` (explained: with its attribution),
-    and with full prefill when ``compare``.
+def _answer(engine, question, documents, compare, sampling, timings, retention=None, explain=False,
+            recompute_ratio=None):
+    """Precompute what is not cached, then answer linked at ``retention`` and ``recompute_ratio`` (explained:
+    with its attribution), and with full prefill when ``compare``.
 
-    Returns ``(linked Answer, full Answer or None, documents cached before this call, Attribution or None)``; adds
-    ``documents_s``, ``answer_s`` and (when ``compare``) ``answer_full_s`` to ``timings``."""
+    Returns ``(linked Answer, full Answer or None, CacheHits, Attribution or None)``; adds ``documents_s``,
+    ``answer_s`` and (when ``compare``) ``answer_full_s`` to ``timings``."""
     try:
         t0 = time.perf_counter()
-        hits, seen = 0, set()
-        for d in documents:  # precompute outside the TTFT; a repeated document counts once
-            key = engine.cache_key(d)
-            hits += engine.warm(d) and key not in seen  # a long document: each of its chunks
-            seen.add(key)
+        hits = _warm(engine, documents)  # precompute outside the TTFT
         t1 = time.perf_counter()
         att = None
         if explain:
@@ -97,7 +101,8 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
 
             linked, att = explain_answer(engine, question, documents, retention=retention, **sampling)
         else:
-            linked = engine.answer(question, documents, retention=retention, **sampling)
+            linked = engine.answer(question, documents, retention=retention, recompute_ratio=recompute_ratio,
+                                   **sampling)
         t2 = time.perf_counter()
         full = engine.answer_full(question, documents, **sampling) if compare else None
     except ValueError as e:
@@ -108,7 +113,32 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
     return linked, full, hits, att
 
 
-def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings, as_json, verbose, attribution=None):
+@dataclass(frozen=True)
+class CacheHits:
+    """What was cached before ``ask`` ran: documents all of whose chunks were (a repeated document counts once),
+    and chunks (a document that is not chunked is one chunk) out of ``chunks``."""
+
+    documents: int
+    chunk_hits: int
+    chunks: int
+
+
+def _warm(engine, documents) -> CacheHits:
+    """Encode and cache what is not cached yet (each chunk of a long document); what was cached before."""
+    docs = chunk_hits = chunks = 0
+    seen: set[str] = set()
+    for d in documents:
+        key, fresh = engine.cache_key(d), [not engine.get_or_encode(c)[1] for c in engine.chunks(d)]
+        if key not in seen:
+            docs += not any(fresh)
+            chunk_hits += fresh.count(False)
+            chunks += len(fresh)
+        seen.add(key)
+    return CacheHits(docs, chunk_hits, chunks)
+
+
+def _print_answer(question, gold, linked, full, hits: CacheHits, n_docs, settings, timings, as_json, verbose,
+                  attribution=None, recompute_ratio: float = 0.0):
     """The ``ask`` result: JSON (``--json``), else lines; ``--verbose`` adds the time breakdown."""
     from kvlink_rag.nq import best_subspan_em
 
@@ -116,7 +146,8 @@ def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings,
         "question": question, "answer": linked.text, "answer_full": full.text if full else None, "gold_answers": gold,
         "match": best_subspan_em(linked.text, gold) if gold else None,
         "match_full": best_subspan_em(full.text, gold) if gold and full else None,
-        "ttft_full_s": full.ttft_s if full else None, "ttft_linked_s": linked.ttft_s, "cache_hits": hits,
+        "ttft_full_s": full.ttft_s if full else None, "ttft_linked_s": linked.ttft_s, "cache_hits": hits.documents,
+        "chunk_cache_hits": hits.chunk_hits, "chunks": hits.chunks, "recompute_ratio": recompute_ratio,
         "documents": n_docs, "context_tokens": linked.context_tokens, "link_k": settings.link_k,
         "encoding": settings.encoding, "timings_linked": linked.timings, "timings": timings,
     }
@@ -134,7 +165,8 @@ def _print_answer(question, gold, linked, full, hits, n_docs, settings, timings,
                   + (f" full={result['match_full']:.0f}" if full else ""))
     speed = (f"TTFT full {full.ttft_s * 1000:.0f} ms, linked {linked.ttft_s * 1000:.0f} ms "
              f"({full.ttft_s / max(linked.ttft_s, 1e-9):.1f}x)" if full else f"TTFT linked {linked.ttft_s * 1000:.0f} ms")
-    out.print(f"{speed}, {hits}/{n_docs} cached before this run, {linked.context_tokens} context tokens")
+    chunked = f" ({hits.chunk_hits}/{hits.chunks} chunks)" if hits.chunks > n_docs else ""
+    out.print(f"{speed}, {hits.documents}/{n_docs} cached before this run{chunked}, {linked.context_tokens} context tokens")
     if verbose:
         out.print("time: " + ", ".join(f"{name[:-2].replace('_', ' ')} {v:.2f} s" for name, v in timings.items()))
 

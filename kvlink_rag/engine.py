@@ -320,11 +320,11 @@ class Engine:
         return run_to_end(self.generate(ctx, params, t0, hits, pieces=False))
 
     def answer(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
-               **sampling) -> Answer:
+               recompute_ratio: float | None = None, **sampling) -> Answer:
         """Answer from reused document caches, re-linked with link tokens (KVLink), keeping ``retention`` of
-        each document's tokens (default the setting)."""
+        each document's tokens and recomputing ``recompute_ratio`` of them (CacheBlend; defaults the settings)."""
         t0 = time.perf_counter()
-        ctx, hits = self.link_context(question, docs, k, retention)
+        ctx, hits = self.link_context(question, docs, k, retention, recompute_ratio=recompute_ratio)
         return self.finish(ctx, self.sampling(**sampling), t0, hits)
 
     def answer_full(self, question: str, docs: list[Document], **sampling) -> Answer:

@@ -276,3 +276,23 @@ def test_the_demo_summary_gives_intervals_and_says_five_questions_are_noise(caps
     assert "full prefill 0.40 [95% CI 0.00-0.80]" in text and "linked 0.20 [95% CI 0.00-0.60]" in text
     assert "speed-up of linked caches over full prefill 4.0x" in text
     assert "5 questions cannot tell the two modes apart" in text and "EVALUATION.md" in text
+
+
+@pytest.mark.e2e
+def test_ask_json_counts_chunk_hits_and_takes_a_recompute_ratio(tmp_path):
+    paragraphs = [f"Paragraph {i} of the field guide says the heron number {i} nests by lake {i} in spring, "
+                  f"where reeds grow tall and the water stays shallow until late summer." for i in range(12)]
+    (tmp_path / "guide.txt").write_text("\n\n".join(paragraphs))
+    (tmp_path / "short.txt").write_text("Herons eat fish and frogs.")
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_MAX_NEW_TOKENS": "4", "KVLINK_RAG_CHUNK_TOKENS": "128"}
+    args = ["ask", "--doc", str(tmp_path / "guide.txt"), "--doc", str(tmp_path / "short.txt"), "--no-full", "--json",
+            "Where does heron number 3 nest?"]
+    first, _ = _run_json(args, **env)
+    assert first["documents"] == 2 and first["chunks"] > 3 and first["chunk_cache_hits"] == 0
+    assert first["cache_hits"] == 0 and first["recompute_ratio"] == 0
+    again, _ = _run_json(args + ["--recompute-ratio", "0.3"], **env)
+    assert again["cache_hits"] == 2 and again["chunk_cache_hits"] == again["chunks"] == first["chunks"]
+    assert again["recompute_ratio"] == 0.3 and again["context_tokens"] == first["context_tokens"]
+    code, output = _run(args + ["--recompute-ratio", "0.3", "--explain"], **env)
+    assert code == 2 and "do not combine" in output

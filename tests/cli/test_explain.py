@@ -26,6 +26,7 @@ RATIO_ERROR = "error: --recompute-ratio: recompute_ratio must be within [0, 1]"
     (["query", "q?", "--retention", "-1"], RETENTION_ERROR),
     (["eval", "--retention", "0.5,2"], RETENTION_ERROR),
     (["query", "q?", "--recompute-ratio", "1.5"], RATIO_ERROR),
+    (["ask", "--doc", "README.md", "--recompute-ratio", "2", "q?"], RATIO_ERROR),
     (["eval", "--recompute-ratio", "0.15,-1"], RATIO_ERROR),
 ])
 def test_retention_or_recompute_ratio_outside_range_is_a_one_line_error(args, message, env):
