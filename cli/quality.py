@@ -50,6 +50,8 @@ def eval_cmd(
     task: TaskOpt = "nq",
     pairs_per_doc: Annotated[int, typer.Option(help="kv-retrieval: key-value pairs per document.")] = 2,
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
+    start: Annotated[int, typer.Option(help="First question evaluated (questions start..n-1): shards a run "
+                                       "across processes; eval-report merges their row files.")] = 0,
     docs: Annotated[int, typer.Option("--docs")] = 10,
     gold_position: PositionsOpt = "random",
     modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(MODES) + ".")] = "full,naive,linked-untrained",
@@ -82,22 +84,24 @@ def eval_cmd(
     from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
+    if not 0 <= start < n:
+        fail(f"--start {start}: must be at least 0 and below --n ({n})")
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8)
     engines, wanted = task_engines(task, sizes, {label: by_mode[mode] for label, (mode, _) in variants.items()})
-    with progress_bar(f"evaluating {n} questions x {len(positions)} positions", n * len(positions)) as bar, \
+    with progress_bar(f"evaluating {n - start} questions x {len(positions)} positions", (n - start) * len(positions)) as bar, \
             results_only_stdout(), too_long_exits():
         rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens,
                         json_out.with_suffix(".rows.jsonl") if json_out is not None else None,
                         question_step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
-                        build, metric)
-    actual = {position_for(p, i) for p in positions for i in range(n)}
-    rows = [r for r in rows if r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
+                        build, metric, start)
+    actual = {position_for(p, i) for p in positions for i in range(start, n)}
+    rows = [r for r in rows if start <= r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
-    print_summary(summary, f"{title}, {n} questions, {docs} {'passages in one document' if sizes else 'documents'}, "
+    print_summary(summary, f"{title}, {n - start} questions{f' ({start}-{n - 1})' if start else ''}, {docs} {'passages in one document' if sizes else 'documents'}, "
                            f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
-        run = dict(n=n, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
+        run = dict(n=n, start=start, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
                    kv_dtype=settings.kv_dtype, seed=seed, data=str(data), links=str(links) if links else None,
                    adapter=str(adapter) if adapter else None, max_new_tokens=max_new_tokens, int8=int8,
                    retention=retention, retention_methods=retention_methods, recompute_ratio=recompute_ratio,

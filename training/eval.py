@@ -170,14 +170,14 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
              retentions: dict[str, Retention] | None = None,
              build: Callable[..., tuple[list[Document], int]] = build_documents,
-             metric: Callable[[str, list[str]], float] = best_subspan_em) -> list[dict]:
-    """Score every mode in ``engines`` (mode -> engine) on the first ``n`` questions at each gold position
+             metric: Callable[[str, list[str]], float] = best_subspan_em, start: int = 0) -> list[dict]:
+    """Score every mode in ``engines`` (mode -> engine) on questions ``start..n-1`` at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
     a linked mode's retention (mode label -> :class:`Retention`, default every token). ``build`` and
     ``metric`` make the task: NQ's by default (:func:`kvlink_rag.nq.build_documents`, best_subspan_em);
     :mod:`training.kv_retrieval`'s ``build_documents`` and ``exact_match`` for key-value retrieval;
     :func:`training.long_docs.long_documents` for one long document per question (a row's ``em`` is the
-    metric's score).
+    metric's score). ``start`` > 0 shards a run across processes (their row files merge: ``eval-report``).
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -190,7 +190,7 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
     sink = open(rows_path, "a") if rows_path is not None else None
     try:
         for layout in gold_positions:
-            for i in range(n):
+            for i in range(start, n):
                 ex, pos = examples[i], position_for(layout, i)
                 docs, slot = build(examples, i, n_docs, pos, seed)
                 for mode, eng in engines.items():

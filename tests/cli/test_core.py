@@ -296,3 +296,10 @@ def test_ask_json_counts_chunk_hits_and_takes_a_recompute_ratio(tmp_path):
     assert again["recompute_ratio"] == 0.3 and again["context_tokens"] == first["context_tokens"]
     code, output = _run(args + ["--recompute-ratio", "0.3", "--explain"], **env)
     assert code == 2 and "do not combine" in output
+
+
+def test_eval_start_outside_the_questions_is_a_one_line_error():
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "5", "--start", "5"])
+    assert code == 2 and "--start 5: must be at least 0 and below --n (5)" in output

@@ -45,6 +45,20 @@ def test_evaluate_writes_one_row_per_question_and_mode_and_resumes(tmp_path):
     assert len(calls) == 4
 
 
+def test_shards_from_start_score_their_questions_and_merge_to_the_whole_run(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    ex = _examples()
+    whole = evaluate({"naive": engine}, ex, 5, 3, ["rotate"], max_new_tokens=2)
+    head = evaluate({"naive": engine}, ex, 2, 3, ["rotate"], max_new_tokens=2, rows_path=tmp_path / "a.rows.jsonl")
+    tail = evaluate({"naive": engine}, ex, 5, 3, ["rotate"], max_new_tokens=2, rows_path=tmp_path / "b.rows.jsonl",
+                    start=2)
+    assert [r["index"] for r in tail] == [2, 3, 4] and [r["gold_position"] for r in tail] == ["last", "first", "middle"]
+    merged = read_rows([tmp_path / "a.rows.jsonl", tmp_path / "b.rows.jsonl"])
+    strip = [{k: v for k, v in r.items() if k != "ttft_s"} for r in merged]
+    assert strip == [{k: v for k, v in r.items() if k != "ttft_s"} for r in head + tail]
+    assert [(r["index"], r["answer"], r["em"]) for r in head + tail] == [(r["index"], r["answer"], r["em"]) for r in whole]
+
+
 def test_full_prefill_and_naive_reuse_of_one_document_agree(tmp_path):
     # one document, K=0: the reused cache is the full prefill's, so answer and NLL match
     engine = tiny_text_engine(tmp_path, link_k=0, kv_dtype="float32")
