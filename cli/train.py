@@ -48,6 +48,10 @@ def train_links(
                                                       "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
     time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
                                               "rerun to resume); 0: no limit.")] = 0.0,
+    doc_cache: Annotated[str, typer.Option(help="memory: document encodings memoised in this process only; store: "
+                                           "kept in the document store under KVLINK_RAG_HOME, so later runs (other "
+                                           "variants, other processes) read them instead of encoding again "
+                                           "(~4 GB for the NQ training passages).")] = "memory",
     doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
                                            "the document encodings); an upper bound: such caches depend on the "
                                            "adapter, so only `eval` takes the artifact.")] = False,
@@ -62,6 +66,8 @@ def train_links(
 
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
     span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
+    if doc_cache not in ("memory", "store"):
+        fail(f"--doc-cache {doc_cache!r}: choose memory or store")
     try:
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
@@ -74,7 +80,7 @@ def train_links(
     # untrained init; no importance scores: training keeps its document caches in memory at full retention, and
     # scoring (eager attention per layer) made each step ~3x slower (17 steps in 100 s on an H200)
     _train(make_settings(k, encoding, shipped_links=False, importance_scores=False), split, cfg, out, val_every,
-           time_limit)
+           time_limit, doc_cache == "store")
 
 
 def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
@@ -113,14 +119,16 @@ def _train_variant_checks(init: Path | None, val_every: int, curriculum: str | N
     return int(lo), int(hi)
 
 
-def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0) -> None:
-    """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary."""
+def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0,
+           stored_docs: bool = False) -> None:
+    """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary;
+    document encodings memoised in memory, or with ``stored_docs`` read from and written to the store (untracked)."""
     from kvlink_rag.cache import MemoryCache
     from kvlink_rag.types import ContextTooLong
     from training.loop import Trainer
     from training.outputs import save_outputs
 
-    engine = make_engine(settings, cache=MemoryCache())  # training memoises document encodings in memory
+    engine = make_engine(settings, adhoc=True) if stored_docs else make_engine(settings, cache=MemoryCache())
     try:
         trainer = Trainer(engine, split, cfg, out.with_suffix(".ckpt"))
     except (ValueError, FileNotFoundError) as e:

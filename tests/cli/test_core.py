@@ -303,3 +303,26 @@ def test_eval_start_outside_the_questions_is_a_one_line_error():
         pytest.skip(f"{NQ_PATH} not present")
     code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "5", "--start", "5"])
     assert code == 2 and "--start 5: must be at least 0 and below --n (5)" in output
+
+
+@pytest.mark.e2e
+def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from kvlink_rag.settings import Settings
+    from store.factory import open_store
+
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
+    tiny = ["train-links", "--nq", str(NQ_PATH), "--steps", "1", "--accumulate", "1", "--docs", "2", "--val-n", "1",
+            "--val-every", "0", "--doc-cache", "store"]
+    stored = []
+    for name in ("a", "b"):  # a second run (another variant: rank 8) reads the first run's encodings
+        code, output = _run(tiny + ["--out", str(tmp_path / f"{name}.safetensors")]
+                            + (["--rank", "8"] if name == "b" else []), **env)
+        assert code == 0, output
+        st = open_store(Settings(home=tmp_path / "home", model="unused"))
+        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
+        st.blobs.close()
+    assert len(stored[0]) >= 2 and stored[1] == stored[0]  # the same example's documents, never written again
+    code, output = _run(tiny[:-1] + ["disk"], **env)
+    assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
