@@ -52,6 +52,8 @@ def eval_cmd(
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
     start: Annotated[int, typer.Option(help="First question evaluated (questions start..n-1): shards a run "
                                        "across processes; eval-report merges their row files.")] = 0,
+    tag: Annotated[str, typer.Option(help="Appended to every mode label as @TAG (e.g. the artifact's name), so "
+                                     "eval-report compares runs of one mode with different artifacts.")] = "",
     docs: Annotated[int, typer.Option("--docs")] = 10,
     gold_position: PositionsOpt = "random",
     modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(MODES) + ".")] = "full,naive,linked-untrained",
@@ -94,14 +96,16 @@ def eval_cmd(
         rows = evaluate(engines, examples, n, docs, positions, seed, max_new_tokens,
                         json_out.with_suffix(".rows.jsonl") if json_out is not None else None,
                         question_step(bar, engines, task), {lab: ret for lab, (_, ret) in variants.items() if ret is not None},
-                        build, metric, start)
+                        build, metric, start, f"@{tag}" if tag else "")
+    if tag:
+        wanted = [f"{m}@{tag}" for m in wanted]
     actual = {position_for(p, i) for p in positions for i in range(start, n)}
     rows = [r for r in rows if start <= r["index"] < n and r["mode"] in wanted and r["gold_position"] in actual]
     summary = summarise(rows, seed)
     print_summary(summary, f"{title}, {n - start} questions{f' ({start}-{n - 1})' if start else ''}, {docs} {'passages in one document' if sizes else 'documents'}, "
                            f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
-        run = dict(n=n, start=start, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
+        run = dict(n=n, start=start, tag=tag or None, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
                    kv_dtype=settings.kv_dtype, seed=seed, data=str(data), links=str(links) if links else None,
                    adapter=str(adapter) if adapter else None, max_new_tokens=max_new_tokens, int8=int8,
                    retention=retention, retention_methods=retention_methods, recompute_ratio=recompute_ratio,

@@ -170,14 +170,17 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
              seed: int = 0, max_new_tokens: int = 24, rows_path: Path | None = None, progress=None,
              retentions: dict[str, Retention] | None = None,
              build: Callable[..., tuple[list[Document], int]] = build_documents,
-             metric: Callable[[str, list[str]], float] = best_subspan_em, start: int = 0) -> list[dict]:
+             metric: Callable[[str, list[str]], float] = best_subspan_em, start: int = 0,
+             tag: str = "") -> list[dict]:
     """Score every mode in ``engines`` (mode -> engine) on questions ``start..n-1`` at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
     a linked mode's retention (mode label -> :class:`Retention`, default every token). ``build`` and
     ``metric`` make the task: NQ's by default (:func:`kvlink_rag.nq.build_documents`, best_subspan_em);
     :mod:`training.kv_retrieval`'s ``build_documents`` and ``exact_match`` for key-value retrieval;
     :func:`training.long_docs.long_documents` for one long document per question (a row's ``em`` is the
-    metric's score). ``start`` > 0 shards a run across processes (their row files merge: ``eval-report``).
+    metric's score). ``start`` > 0 shards a run across processes (their row files merge: ``eval-report``);
+    ``tag`` is appended to each row's mode label (``linked-query-lora@rank32``), so runs of the same mode with
+    other artifacts merge side by side.
 
     Documents are precomputed before timing (as at ingest), so TTFT measures reuse. Rows already in
     ``rows_path`` (same question, position, mode) are kept and skipped. Returns all rows.
@@ -194,14 +197,14 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
                 ex, pos = examples[i], position_for(layout, i)
                 docs, slot = build(examples, i, n_docs, pos, seed)
                 for mode, eng in engines.items():
-                    if (i, pos, mode) in done:
+                    if (i, pos, mode + tag) in done:
                         continue
                     if mode not in FULL_MODES:
                         for d in docs:
                             eng.warm(d)  # each chunk of a chunked document
                     r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,
                                    (retentions or {}).get(mode, Retention()))
-                    row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode,
+                    row = {"index": i, "gold_position": pos, "gold_slot": slot, "mode": mode + tag,
                            "em": metric(r["answer"], ex.answers), **r}
                     rows.append(row)
                     if sink is not None:

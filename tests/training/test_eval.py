@@ -59,6 +59,19 @@ def test_shards_from_start_score_their_questions_and_merge_to_the_whole_run(tmp_
     assert [(r["index"], r["answer"], r["em"]) for r in head + tail] == [(r["index"], r["answer"], r["em"]) for r in whole]
 
 
+def test_a_tag_labels_rows_so_runs_of_one_mode_merge_side_by_side(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    plain = evaluate({"full": engine, "naive": engine}, _examples(), 2, 3, ["first"], max_new_tokens=2)
+    a = evaluate({"full": engine, "naive": engine}, _examples(), 2, 3, ["first"], max_new_tokens=2,
+                 rows_path=tmp_path / "a.rows.jsonl", tag="@a")
+    assert [r["mode"] for r in a] == ["full@a", "naive@a"] * 2
+    assert [(r["answer"], r["nll"]) for r in a] == [(r["answer"], r["nll"]) for r in plain]  # the same modes ran
+    evaluate({"naive": engine}, _examples(), 2, 3, ["first"], max_new_tokens=2, rows_path=tmp_path / "b.rows.jsonl",
+             tag="@b")
+    merged = read_rows([tmp_path / "a.rows.jsonl", tmp_path / "b.rows.jsonl"])
+    assert sorted({r["mode"] for r in merged}) == ["full@a", "naive@a", "naive@b"] and len(merged) == 6
+
+
 def test_full_prefill_and_naive_reuse_of_one_document_agree(tmp_path):
     # one document, K=0: the reused cache is the full prefill's, so answer and NLL match
     engine = tiny_text_engine(tmp_path, link_k=0, kv_dtype="float32")
