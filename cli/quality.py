@@ -52,6 +52,9 @@ def eval_cmd(
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
     start: Annotated[int, typer.Option(help="First question evaluated (questions start..n-1): shards a run "
                                        "across processes; eval-report merges their row files.")] = 0,
+    doc_cache: Annotated[str, typer.Option(help="memory: document caches in this process only; store: in the "
+                                           "store under KVLINK_RAG_HOME, shared by parallel and later runs (nq, "
+                                           "long-docs; not with --int8 or --retention).")] = "memory",
     tag: Annotated[str, typer.Option(help="Appended to every mode label as @TAG (e.g. the artifact's name), so "
                                      "eval-report compares runs of one mode with different artifacts.")] = "",
     docs: Annotated[int, typer.Option("--docs")] = 10,
@@ -88,8 +91,9 @@ def eval_cmd(
     n = min(n, len(examples))
     if not 0 <= start < n:
         fail(f"--start {start}: must be at least 0 and below --n ({n})")
+    _check_doc_cache(doc_cache, task, int8, retention)
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
-    by_mode = _eval_engines(settings, wanted, links, adapter, int8)
+    by_mode = _eval_engines(settings, wanted, links, adapter, int8, doc_cache == "store")
     engines, wanted = task_engines(task, sizes, {label: by_mode[mode] for label, (mode, _) in variants.items()})
     with progress_bar(f"evaluating {n - start} questions x {len(positions)} positions", (n - start) * len(positions)) as bar, \
             results_only_stdout(), too_long_exits():
@@ -146,16 +150,27 @@ def _artifact_path(settings: Settings, path: Path) -> Path:
         fail(str(e))
 
 
+def _check_doc_cache(doc_cache: str, task: str, int8: bool, retention: str | None) -> None:
+    """``--doc-cache`` checked: the store holds r=1 caches of NQ passages (kv-retrieval's are throw-away,
+    --int8 has a store of its own, and retention needs records written with importance scores); or exit."""
+    if doc_cache not in ("memory", "store"):
+        fail(f"--doc-cache {doc_cache!r}: choose memory or store")
+    if doc_cache == "store" and (task == "kv-retrieval" or int8 or retention is not None):
+        fail("--doc-cache store takes whole caches of nq or long-docs passages: not with --task kv-retrieval, "
+             "--int8 or --retention")
+
+
 def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, adapter: Path | None,
-                  int8: bool) -> dict[str, Engine]:
-    """One engine per mode: the base engine (untrained link tokens, documents cached in memory or, with
-    ``int8``, in a throw-away int8 store) and, sharing its model and cache, the trained artifacts'."""
+                  int8: bool, stored_docs: bool = False) -> dict[str, Engine]:
+    """One engine per mode: the base engine (untrained link tokens, documents cached in memory, with
+    ``stored_docs`` in the store under ``settings.home``, or with ``int8`` in a throw-away int8 store) and,
+    sharing its model and cache, the trained artifacts'."""
     from kvlink_rag.cache import MemoryCache
     from kvlink_rag.link_tokens import load_link_tokens
 
     paths = {m: _artifact_path(settings, links if m == "linked" else adapter) for m in wanted
              if m == "linked" or m in ADAPTED}  # names resolved before the model loads
-    base = make_engine(settings, cache=MemoryCache())
+    base = make_engine(settings, adhoc=True) if stored_docs else make_engine(settings, cache=MemoryCache())
     if int8:  # caches are served as the int8 round trip
         import tempfile
 

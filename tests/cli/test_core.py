@@ -326,3 +326,37 @@ def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
     assert len(stored[0]) >= 2 and stored[1] == stored[0]  # the same example's documents, never written again
     code, output = _run(tiny[:-1] + ["disk"], **env)
     assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
+
+
+@pytest.mark.parametrize("extra", [["--task", "kv-retrieval"], ["--int8"], ["--retention", "0.5"], []])
+def test_eval_doc_cache_store_refuses_what_it_cannot_hold(extra):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    flag = ["--doc-cache", "store"] if extra else ["--doc-cache", "disk"]
+    code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "2"] + flag + extra)
+    assert code == 2
+    assert ("not with --task kv-retrieval, --int8 or --retention" if extra else "choose memory or store") in output
+
+
+@pytest.mark.e2e
+def test_eval_with_stored_documents_shares_them_across_runs_and_tags_rows(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from kvlink_rag.settings import Settings
+    from store.factory import open_store
+
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_MAX_NEW_TOKENS": "4"}
+    stored = []
+    for tag in ("a", "b"):
+        code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "3", "--start", "2", "--docs", "2", "--modes", "naive",
+                             "--max-new-tokens", "4", "--doc-cache", "store", "--tag", tag,
+                             "--json", str(tmp_path / f"{tag}.json")], **env)
+        assert code == 0, output
+        st = open_store(Settings(home=tmp_path / "home", model="unused"))
+        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
+        st.blobs.close()
+    assert len(stored[0]) == 2 and stored[1] == stored[0]  # the second run read the first run's caches
+    rows = [json.loads(line) for line in (tmp_path / "b.rows.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["mode"]) for r in rows] == [(2, "naive@b")]
+    assert json.loads((tmp_path / "b.json").read_text())["modes"].keys() == {"naive@b"}
