@@ -195,7 +195,8 @@ def eval_report(
     plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
     markdown: Annotated[Optional[Path], typer.Option(help="Write the table as markdown here.")] = None,
     against: Annotated[Optional[str], typer.Option(help="Also print every mode's paired accuracy difference "
-                                                   "to this mode (and to 95% of it), with 95% intervals.")] = None,
+                                                   "to this mode (and to 95% of it) and answer-NLL difference, "
+                                                   "with 95% intervals.")] = None,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Merge the rows of several eval runs into one table.
@@ -220,6 +221,8 @@ def eval_report(
             for scale in (1.0, 0.95):
                 d, lo, hi = paired_difference(merged, m, against, scale, seed=seed)
                 out.print(f"{m} - {scale:g} x {against}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            d, lo, hi = paired_difference(merged, m, against, seed=seed, field="nll")
+            out.print(f"{m} - {against}, answer NLL: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] nats/token")
     if json_out is not None:
         json_out.write_text(json.dumps({**summary, "settings": {"rows": [str(p) for p in rows]}}, indent=2))
     if plot is not None:

@@ -237,12 +237,13 @@ def summarise(rows: list[dict], seed: int = 0) -> dict:
 
 
 def paired_difference(rows: list[dict], mode: str, baseline: str, scale: float = 1.0, reps: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float] | None:
-    """Mean of ``em(mode) - scale * em(baseline)`` over the questions (index, position) both modes
-    answered, with its 95% percentile-bootstrap interval (questions resampled in pairs); None if they
-    share no question. ``scale=0.95`` tests "at least 95% of the baseline"."""
-    a = {(r["index"], r["gold_position"]): r["em"] for r in rows if r["mode"] == mode}
-    b = {(r["index"], r["gold_position"]): r["em"] for r in rows if r["mode"] == baseline}
+                      seed: int = 0, field: str = "em") -> tuple[float, float, float] | None:
+    """Mean of ``field(mode) - scale * field(baseline)`` (``em``: accuracy; ``nll``: answer NLL, nats/token)
+    over the questions (index, position) both modes answered, with its 95% percentile-bootstrap interval
+    (questions resampled in pairs); None if they share no question. ``scale=0.95`` tests "at least 95% of
+    the baseline"."""
+    a = {(r["index"], r["gold_position"]): r[field] for r in rows if r["mode"] == mode}
+    b = {(r["index"], r["gold_position"]): r[field] for r in rows if r["mode"] == baseline}
     diffs = [a[k] - scale * b[k] for k in sorted(a.keys() & b.keys())]
     if not diffs:
         return None

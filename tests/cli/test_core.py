@@ -115,6 +115,7 @@ def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
     code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
                          "--against", "full"])
     assert code == 0 and "naive - 1 x full: -1.000 [-1.000, -1.000]" in output  # only question 0 is paired
+    assert "naive - full, answer NLL: +0.000 [+0.000, +0.000] nats/token" in output
     code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), "--against", "bogus"])
     assert code == 2 and "--against 'bogus': no rows of that mode" in output
     (tmp_path / "bad.jsonl").write_text("not json\n")

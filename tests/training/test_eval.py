@@ -135,3 +135,7 @@ def test_paired_difference_pairs_questions_and_scales_the_baseline():
     d95, _, _ = paired_difference(rows, "a", "b", scale=0.95)
     assert abs(d95 - (1 - 0.95 * 0.5)) < 1e-12
     assert paired_difference(rows, "a", "missing") is None
+    nll = [_row(i, "first", "a", 1.0, nll=1.0 + i) for i in range(4)] + [_row(i, "first", "b", 1.0, nll=2.0 * (1 + i))
+                                                                          for i in range(4)]
+    d, lo, hi = paired_difference(nll, "a", "b", field="nll")  # per question -(1 + i)
+    assert d == -2.5 and -4.0 <= lo <= d <= hi <= -1.0
