@@ -47,13 +47,19 @@ def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
     Returns:
         ``(steps, examples)`` the artifact had been trained for (the new run's example order starts after
         ``examples``).
+    The run may add LoRA targets to the artifact's (``--targets q_proj,...,down_proj`` from a q/k/v/o
+    artifact): the added projections keep their initialisation (LoRA B = 0), so the run starts from exactly
+    the artifact's function and learns the new targets from there.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError (LinkTokensMismatch included): another model, or another K, slot count, adapter, rank or
-            targets than the run asks for (one line naming both).
+        ValueError (LinkTokensMismatch included): another model, or another K, slot count, adapter or rank than
+            the run asks for, or a target the run lacks (one line naming both).
     """
     lt = load_link_tokens(path, trainer.engine.lm)
     have, want = _shape(lt), _wanted(trainer)
+    if have["targets"] and want["targets"] and set(have["targets"].split(",")) <= set(want["targets"].split(",")):
+        have = {**have, "targets": want["targets"]}  # a subset: the added targets start at B = 0
     if have != want:
         diff = ", ".join(f"{k} {have[k]} (run: {want[k]})" for k in have if have[k] != want[k])
         raise ValueError(f"--init {path} does not fit this run: {diff}; pass the same --k/--slots/--rank/--targets")
@@ -64,7 +70,9 @@ def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
 
         name = trainer.adapter  # the training adapter's name
         result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=name)
-        missing = [k for k in result.missing_keys if f".{name}." in k and ".lora_" in k]
+        held = {t for t in (lt.lora_config or {}).get("targets", [])}  # targets the artifact trained
+        missing = [k for k in result.missing_keys if f".{name}." in k and ".lora_" in k
+                   and any(f".{t}." in k for t in held)]
         if missing or result.unexpected_keys:
             raise ValueError(f"--init {path}: adapter weights do not fit the model (missing {missing[:2]}, "
                              f"unexpected {list(result.unexpected_keys)[:2]})")

@@ -134,3 +134,30 @@ def test_a_curriculum_past_the_context_is_refused_before_training(tmp_path):
     with pytest.raises(ContextTooLong, match=f"an example of {too_many} documents needs about .*use fewer documents"):
         Trainer(engine, _split(), _cfg(curriculum=(1, too_many)), tmp_path / "ck")
     assert not (tmp_path / "ck").exists()  # refused before anything was written
+
+
+def test_init_may_add_lora_targets_which_start_at_zero(tmp_path):
+    from training.loop import example_loss
+    from kvlink_rag.lora import adapter_scope
+
+    first = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=2, targets=("q_proj", "v_proj")), tmp_path / "a")
+    first.run(val_every=0)
+    first.artifact({}).save(tmp_path / "a.safetensors", lora_dtype=torch.float32)
+    ex, docs = first.example(0)
+    with torch.no_grad(), adapter_scope(first.engine.lm, first.adapter):
+        before = float(example_loss(first.engine, first.link_embeds, ex, docs, first.cfg))
+
+    wider = _cfg(steps=1, targets=("q_proj", "v_proj", "up_proj", "down_proj"), init=str(tmp_path / "a.safetensors"))
+    engine = tiny_text_engine(tmp_path)
+    cont = Trainer(engine, _split(), wider, tmp_path / "b")
+    state = lora_state(engine.lm, TRAIN_ADAPTER)
+    added = [n for n in state if ("up_proj" in n or "down_proj" in n) and "lora_B" in n]
+    assert added and all(not state[n].any() for n in added)  # the new targets start at B = 0
+    with torch.no_grad(), adapter_scope(engine.lm, cont.adapter):
+        start = float(example_loss(engine, cont.link_embeds, ex, docs, cont.cfg))
+    assert abs(start - before) < 1e-4  # the same function as the artifact
+    cont.run(val_every=0)
+    assert any(lora_state(engine.lm, TRAIN_ADAPTER)[n].any() for n in added)  # and they learn
+    with pytest.raises(ValueError, match=r"targets q_proj,v_proj \(run: q_proj\)"):
+        Trainer(tiny_text_engine(tmp_path), _split(), _cfg(targets=("q_proj",), init=str(tmp_path / "a.safetensors")),
+                tmp_path / "c")
