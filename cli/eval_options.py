@@ -166,3 +166,12 @@ def eval_choices(modes: str, gold_position: str, links: Path | None, adapter: Pa
     if set(ADAPTED) & set(wanted) and adapter is None:
         fail("modes full-adapted and linked-query-lora need --adapter FILE")
     return wanted, positions
+
+
+StartOpt = Annotated[int, typer.Option(help="First question evaluated (questions start..n-1): shards a run across "
+                                       "processes; eval-report merges their row files.")]
+EvalDocCacheOpt = Annotated[str, typer.Option(help="memory: document caches in this process only; store: in the store "
+                                              "under KVLINK_RAG_HOME, shared by parallel and later runs (nq, "
+                                              "long-docs; not with --int8 or --retention).")]
+TagOpt = Annotated[str, typer.Option(help="Appended to every mode label as @TAG (e.g. the artifact's name), so "
+                                     "eval-report compares runs of one mode with different artifacts.")]

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, fail, make_engine, make_settings, out,
                         progress_bar, results_only_stdout)
-from cli.eval_options import (ADAPTED, PositionsOpt, RatiosOpt, TaskOpt, chunk_sizes, eval_choices, new_tokens,
+from cli.eval_options import (ADAPTED, EvalDocCacheOpt, PositionsOpt, RatiosOpt, StartOpt, TagOpt, TaskOpt,
+                              chunk_sizes, eval_choices, new_tokens,
                               question_step, retention_variants, task_engines, task_examples, too_long_exits,
                               with_blend_ratios)
 from training.modes import MODES
@@ -50,13 +51,7 @@ def eval_cmd(
     task: TaskOpt = "nq",
     pairs_per_doc: Annotated[int, typer.Option(help="kv-retrieval: key-value pairs per document.")] = 2,
     n: Annotated[int, typer.Option(help="Questions to evaluate (the first n).")] = 50,
-    start: Annotated[int, typer.Option(help="First question evaluated (questions start..n-1): shards a run "
-                                       "across processes; eval-report merges their row files.")] = 0,
-    doc_cache: Annotated[str, typer.Option(help="memory: document caches in this process only; store: in the "
-                                           "store under KVLINK_RAG_HOME, shared by parallel and later runs (nq, "
-                                           "long-docs; not with --int8 or --retention).")] = "memory",
-    tag: Annotated[str, typer.Option(help="Appended to every mode label as @TAG (e.g. the artifact's name), so "
-                                     "eval-report compares runs of one mode with different artifacts.")] = "",
+    start: StartOpt = 0, doc_cache: EvalDocCacheOpt = "memory", tag: TagOpt = "",
     docs: Annotated[int, typer.Option("--docs")] = 10,
     gold_position: PositionsOpt = "random",
     modes: Annotated[str, typer.Option(help="Comma list of " + ", ".join(MODES) + ".")] = "full,naive,linked-untrained",
@@ -109,14 +104,20 @@ def eval_cmd(
     print_summary(summary, f"{title}, {n - start} questions{f' ({start}-{n - 1})' if start else ''}, {docs} {'passages in one document' if sizes else 'documents'}, "
                            f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
-        run = dict(n=n, start=start, tag=tag or None, docs=docs, gold_positions=positions, encoding=settings.encoding, link_k=settings.link_k,
-                   kv_dtype=settings.kv_dtype, seed=seed, data=str(data), links=str(links) if links else None,
-                   adapter=str(adapter) if adapter else None, max_new_tokens=max_new_tokens, int8=int8,
-                   retention=retention, retention_methods=retention_methods, recompute_ratio=recompute_ratio,
-                   task=task, metric=metric.__name__, **({"pairs_per_doc": pairs_per_doc} if task == "kv-retrieval"
-                                                         else {"chunk_tokens": chunk_tokens} if task == "long-docs" else {}))
-        json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
+        json_out.write_text(json.dumps({**summary, "settings": _run_settings(locals(), settings, metric)}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
+
+
+def _run_settings(v: dict, settings: Settings, metric) -> dict:
+    """The ``settings`` block of ``eval --json``: the run's options (``v``: eval_cmd's locals)."""
+    task, data, links, adapter, chunk_tokens = v["task"], v["data"], v["links"], v["adapter"], v["chunk_tokens"]
+    return dict(n=v["n"], start=v["start"], tag=v["tag"] or None, docs=v["docs"], gold_positions=v["positions"],
+                encoding=settings.encoding, link_k=settings.link_k, kv_dtype=settings.kv_dtype, seed=v["seed"],
+                data=str(data), links=str(links) if links else None, adapter=str(adapter) if adapter else None,
+                max_new_tokens=v["max_new_tokens"], int8=v["int8"], retention=v["retention"],
+                retention_methods=v["retention_methods"], recompute_ratio=v["recompute_ratio"], task=task,
+                metric=metric.__name__, **({"pairs_per_doc": v["pairs_per_doc"]} if task == "kv-retrieval"
+                                           else {"chunk_tokens": chunk_tokens} if task == "long-docs" else {}))
 
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:

@@ -14,6 +14,11 @@ from cli.common import NQ_DEFAULT, EncOpt, NqOpt, console, fail, make_engine, ma
 if TYPE_CHECKING:
     from kvlink_rag.settings import Settings
 
+TrainDocCacheOpt = Annotated[str, typer.Option(
+    help="memory: document encodings memoised in this process only; store: kept in the document store under "
+    "KVLINK_RAG_HOME, so later runs (other variants, other processes) read them instead of encoding again "
+    "(~4 GB for the NQ training passages).")]
+
 app = typer.Typer()
 
 
@@ -48,10 +53,7 @@ def train_links(
                                                       "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
     time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
                                               "rerun to resume); 0: no limit.")] = 0.0,
-    doc_cache: Annotated[str, typer.Option(help="memory: document encodings memoised in this process only; store: "
-                                           "kept in the document store under KVLINK_RAG_HOME, so later runs (other "
-                                           "variants, other processes) read them instead of encoding again "
-                                           "(~4 GB for the NQ training passages).")] = "memory",
+    doc_cache: TrainDocCacheOpt = "memory",
     doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
                                            "the document encodings); an upper bound: such caches depend on the "
                                            "adapter, so only `eval` takes the artifact.")] = False,
