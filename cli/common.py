@@ -132,6 +132,24 @@ def make_engine(settings: Settings, timings: dict[str, float] | None = None, cac
     return loaded
 
 
+def checked_doc_cache(doc_cache: str) -> bool:
+    """``--doc-cache`` of ``train-links`` and ``eval``: True for ``store``, False for ``memory``; else a one-line
+    error and exit (before the model loads)."""
+    if doc_cache not in ("memory", "store"):
+        fail(f"--doc-cache {doc_cache!r}: choose memory or store")
+    return doc_cache == "store"
+
+
+def doc_cache_engine(settings: Settings, stored_docs: bool) -> Engine:
+    """:func:`make_engine` whose document caches live in this process only (a ``MemoryCache``), or with
+    ``stored_docs`` in the store under ``settings.home``, untracked, shared by parallel and later runs."""
+    if stored_docs:
+        return make_engine(settings, adhoc=True)
+    from kvlink_rag.cache import MemoryCache
+
+    return make_engine(settings, cache=MemoryCache())
+
+
 def _fetch_if_default(settings: Settings) -> float:
     """Fetch the default model with this CLI's progress bar before the engine loads it; seconds spent."""
     if settings.model != DEFAULT_MODEL:

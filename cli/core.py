@@ -77,9 +77,8 @@ def ask(
         linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain,
                                           recompute_ratio)
     timings["total_s"] = time.perf_counter() - start
-    ratio = settings.recompute_ratio if recompute_ratio is None else recompute_ratio
     _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose,
-                  attribution_dict(att) if att is not None else None, ratio)
+                  attribution_dict(att) if att is not None else None, engine.recompute_ratio(recompute_ratio))
     if att is not None and not as_json:
         print_attribution(att, documents)
 

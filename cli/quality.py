@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, fail, make_engine, make_settings, out,
-                        progress_bar, results_only_stdout)
+from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, checked_doc_cache, doc_cache_engine, fail,
+                        make_settings, out, progress_bar, results_only_stdout)
 from cli.eval_options import (ADAPTED, EvalDocCacheOpt, PositionsOpt, RatiosOpt, StartOpt, TagOpt, TaskOpt,
                               chunk_sizes, eval_choices, new_tokens,
                               question_step, retention_variants, task_engines, task_examples, too_long_exits,
@@ -77,6 +77,7 @@ def eval_cmd(
     Accuracy is best_subspan_em (kv-retrieval: exact match) with a 95% bootstrap interval; TTFT is the median.
     --retention adds KV bytes per document per retention and method; --explain the attribution of the gold passage.
     """
+    options = dict(locals())  # the command's arguments, recorded in --json's settings
     wanted, positions = eval_choices(modes, gold_position, links, adapter)
     sizes, max_new_tokens = chunk_sizes(task, chunk_tokens), new_tokens(task, max_new_tokens)
     variants = with_blend_ratios(retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
@@ -84,11 +85,9 @@ def eval_cmd(
     from training.eval import evaluate, position_for, summarise
 
     n = min(n, len(examples))
-    if not 0 <= start < n:
-        fail(f"--start {start}: must be at least 0 and below --n ({n})")
-    _check_doc_cache(doc_cache, task, int8, retention)
+    stored_docs = _check_run(start, n, doc_cache, task, int8, retention)
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
-    by_mode = _eval_engines(settings, wanted, links, adapter, int8, doc_cache == "store")
+    by_mode = _eval_engines(settings, wanted, links, adapter, int8, stored_docs)
     engines, wanted = task_engines(task, sizes, {label: by_mode[mode] for label, (mode, _) in variants.items()})
     with progress_bar(f"evaluating {n - start} questions x {len(positions)} positions", (n - start) * len(positions)) as bar, \
             results_only_stdout(), too_long_exits():
@@ -104,21 +103,24 @@ def eval_cmd(
     print_summary(summary, f"{title}, {n - start} questions{f' ({start}-{n - 1})' if start else ''}, {docs} {'passages in one document' if sizes else 'documents'}, "
                            f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
-        json_out.write_text(json.dumps({**summary, "settings": _run_settings(locals(), settings, metric)}, indent=2))
+        run = _run_settings(options, settings, metric, n=n, gold_positions=positions, max_new_tokens=max_new_tokens)
+        json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
 
 
-def _run_settings(v: dict, settings: Settings, metric) -> dict:
-    """The ``settings`` block of ``eval --json``: the run's options (``v``: eval_cmd's locals)."""
-    task, data, links, adapter, chunk_tokens = v["task"], v["data"], v["links"], v["adapter"], v["chunk_tokens"]
-    return dict(n=v["n"], start=v["start"], tag=v["tag"] or None, docs=v["docs"], gold_positions=v["positions"],
-                encoding=settings.encoding, link_k=settings.link_k, kv_dtype=settings.kv_dtype, seed=v["seed"],
-                data=str(data), links=str(links) if links else None, adapter=str(adapter) if adapter else None,
-                max_new_tokens=v["max_new_tokens"], int8=v["int8"], retention=v["retention"],
-                retention_methods=v["retention_methods"], recompute_ratio=v["recompute_ratio"], task=task,
-                metric=metric.__name__, **({"pairs_per_doc": v["pairs_per_doc"]} if task == "kv-retrieval"
-                                           else {"chunk_tokens": chunk_tokens} if task == "long-docs" else {}))
-
+def _run_settings(args: dict, settings: Settings, metric, **resolved) -> dict:
+    """The ``settings`` block of ``eval --json``: the command's ``args`` (its parameters by name) as run, with
+    the ``resolved`` values (``n`` capped at the questions there are, ``gold_positions``, ``max_new_tokens``)."""
+    a = {**args, **resolved}
+    task = a["task"]
+    extra = ({"pairs_per_doc": a["pairs_per_doc"]} if task == "kv-retrieval"
+             else {"chunk_tokens": a["chunk_tokens"]} if task == "long-docs" else {})
+    return dict(n=a["n"], start=a["start"], tag=a["tag"] or None, docs=a["docs"], gold_positions=a["gold_positions"],
+                encoding=settings.encoding, link_k=settings.link_k, kv_dtype=settings.kv_dtype, seed=a["seed"],
+                data=str(a["data"]), links=str(a["links"]) if a["links"] else None,
+                adapter=str(a["adapter"]) if a["adapter"] else None, max_new_tokens=a["max_new_tokens"],
+                int8=a["int8"], retention=a["retention"], retention_methods=a["retention_methods"],
+                recompute_ratio=a["recompute_ratio"], task=task, metric=metric.__name__, **extra)
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:
     """``--plot``: accuracy by gold position, and with ``--retention`` the retention curve beside it
@@ -151,14 +153,17 @@ def _artifact_path(settings: Settings, path: Path) -> Path:
         fail(str(e))
 
 
-def _check_doc_cache(doc_cache: str, task: str, int8: bool, retention: str | None) -> None:
-    """``--doc-cache`` checked: the store holds r=1 caches of NQ passages (kv-retrieval's are throw-away,
-    --int8 has a store of its own, and retention needs records written with importance scores); or exit."""
-    if doc_cache not in ("memory", "store"):
-        fail(f"--doc-cache {doc_cache!r}: choose memory or store")
-    if doc_cache == "store" and (task == "kv-retrieval" or int8 or retention is not None):
+def _check_run(start: int, n: int, doc_cache: str, task: str, int8: bool, retention: str | None) -> bool:
+    """``--start`` within the ``n`` questions and ``--doc-cache`` checked (True: ``store``, which holds r=1
+    caches of NQ passages: kv-retrieval's are throw-away, --int8 has a store of its own, and retention needs
+    records written with importance scores); or exit."""
+    if not 0 <= start < n:
+        fail(f"--start {start}: must be at least 0 and below --n ({n})")
+    stored = checked_doc_cache(doc_cache)
+    if stored and (task == "kv-retrieval" or int8 or retention is not None):
         fail("--doc-cache store takes whole caches of nq or long-docs passages: not with --task kv-retrieval, "
              "--int8 or --retention")
+    return stored
 
 
 def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, adapter: Path | None,
@@ -166,12 +171,11 @@ def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, ada
     """One engine per mode: the base engine (untrained link tokens, documents cached in memory, with
     ``stored_docs`` in the store under ``settings.home``, or with ``int8`` in a throw-away int8 store) and,
     sharing its model and cache, the trained artifacts'."""
-    from kvlink_rag.cache import MemoryCache
     from kvlink_rag.link_tokens import load_link_tokens
 
     paths = {m: _artifact_path(settings, links if m == "linked" else adapter) for m in wanted
              if m == "linked" or m in ADAPTED}  # names resolved before the model loads
-    base = make_engine(settings, adhoc=True) if stored_docs else make_engine(settings, cache=MemoryCache())
+    base = doc_cache_engine(settings, stored_docs)
     if int8:  # caches are served as the int8 round trip
         import tempfile
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from cli.common import NQ_DEFAULT, EncOpt, NqOpt, console, fail, make_engine, make_settings, progress_bar, \
-    results_only_stdout
+from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, doc_cache_engine, fail, make_settings, \
+    progress_bar, results_only_stdout
 
 if TYPE_CHECKING:
     from kvlink_rag.settings import Settings
@@ -68,8 +68,7 @@ def train_links(
 
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
     span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
-    if doc_cache not in ("memory", "store"):
-        fail(f"--doc-cache {doc_cache!r}: choose memory or store")
+    stored_docs = checked_doc_cache(doc_cache)
     try:
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
@@ -82,7 +81,7 @@ def train_links(
     # untrained init; no importance scores: training keeps its document caches in memory at full retention, and
     # scoring (eager attention per layer) made each step ~3x slower (17 steps in 100 s on an H200)
     _train(make_settings(k, encoding, shipped_links=False, importance_scores=False), split, cfg, out, val_every,
-           time_limit, doc_cache == "store")
+           time_limit, stored_docs)
 
 
 def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
@@ -125,12 +124,11 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
            stored_docs: bool = False) -> None:
     """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary;
     document encodings memoised in memory, or with ``stored_docs`` read from and written to the store (untracked)."""
-    from kvlink_rag.cache import MemoryCache
     from kvlink_rag.types import ContextTooLong
     from training.loop import Trainer
     from training.outputs import save_outputs
 
-    engine = make_engine(settings, adhoc=True) if stored_docs else make_engine(settings, cache=MemoryCache())
+    engine = doc_cache_engine(settings, stored_docs)
     try:
         trainer = Trainer(engine, split, cfg, out.with_suffix(".ckpt"))
     except (ValueError, FileNotFoundError) as e:

@@ -70,7 +70,7 @@ def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
 
         name = trainer.adapter  # the training adapter's name
         result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=name)
-        held = {t for t in (lt.lora_config or {}).get("targets", [])}  # targets the artifact trained
+        held = set((lt.lora_config or {}).get("targets", []))  # targets the artifact trained
         missing = [k for k in result.missing_keys if f".{name}." in k and ".lora_" in k
                    and any(f".{t}." in k for t in held)]
         if missing or result.unexpected_keys:
