@@ -88,7 +88,7 @@ def shared_ttft(engine: Engine, docs: list[Document], question: str, url: str, h
         shared = ttft_linked(engine, question, docs, repeats, before=drop_local)
         st.blobs.drain()  # the local fills of the last shared read (they run in the background)
         items = {k: st.shared.get(k) for k in keys}
-        for k, kv in items.items():  # a fill may lose the race with drop_local's delete under load: local complete
+        for k, kv in items.items():  # once, under full-suite load, a key was missing here (cause not found)
             if st.blobs.local.meta(k) is None:
                 st.blobs.local.put(k, kv)
         bw = {"shared": load_bandwidth(st.shared, items, repeats), "local": load_bandwidth(st.blobs.local, items, repeats)}
