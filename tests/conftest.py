@@ -1,9 +1,11 @@
 """Test set-up: make tests/ importable (factories, reference) and keep torch on few threads."""
 
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-torch.set_num_threads(2)
+# KVLINK_RAG_TORCH_THREADS=1 when the suite runs beside another torch job (two 2-thread jobs oversubscribe 2 cores)
+torch.set_num_threads(int(os.environ.get("KVLINK_RAG_TORCH_THREADS") or 2))
