@@ -51,6 +51,8 @@ def add_lora(lm: LoadedModel, name: str, rank: int = 16, alpha: int = 32,
                              f"unexpected {list(result.unexpected_keys)[:3]}")
     lm.model.to(lm.device)
     lm.adapters.add(name)
+    if lm.runner is not None:
+        lm.runner.forget_adapters()
     for layer in _tuner_layers(lm):
         layer.enable_adapters(False)
 
@@ -73,6 +75,8 @@ def remove_lora(lm: LoadedModel, name: str) -> None:
         warnings.simplefilter("ignore")
         delete_adapter(lm.model, adapter_name=name, prefix="lora_", layer_cls=BaseTunerLayer)
     lm.adapters.discard(name)
+    if lm.runner is not None:
+        lm.runner.forget_adapters()
     for layer in _tuner_layers(lm):
         layer.enable_adapters(False)
 
@@ -86,7 +90,8 @@ def lora_state(lm: LoadedModel, name: str) -> dict[str, torch.Tensor]:
 
 @contextmanager
 def adapter_scope(lm: LoadedModel, name: str | None) -> Iterator[None]:
-    """Within the block, adapter ``name`` is the only one active (``None``: all adapters off).
+    """Within the block, adapter ``name`` is the only one active (``None``: all adapters off); the model
+    runner reads it from ``lm.active_adapter``.
 
     Raises:
         KeyError: ``name`` is not loaded.
@@ -100,6 +105,7 @@ def adapter_scope(lm: LoadedModel, name: str | None) -> Iterator[None]:
         raise KeyError(f"adapter {name!r} is not loaded")
     layers = _tuner_layers(lm)
     saved = [(layer.active_adapters, layer.disable_adapters) for layer in layers]
+    saved_active, lm.active_adapter = lm.active_adapter, name
     for layer in layers:
         if name is None:
             layer.enable_adapters(False)
@@ -109,6 +115,7 @@ def adapter_scope(lm: LoadedModel, name: str | None) -> Iterator[None]:
     try:
         yield
     finally:
+        lm.active_adapter = saved_active
         for layer, (active, disabled) in zip(layers, saved):
             layer.set_adapter(active)
             layer.enable_adapters(not disabled)

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -28,6 +28,13 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # 'dynamic' and 'longrope' rescale with the sequence length, so re-rotated keys would not match.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 SUPPORTED_ATTENTION = ("sdpa", "eager")  # kernels that honour the linker's 4-D additive mask
+
+
+class Runner(Protocol):
+    """The packed-forward model runner attached to a :class:`LoadedModel` (:mod:`kvlink_rag.runtime`)."""
+
+    def forget_adapters(self) -> None:
+        """Drop cached adapter terms (an adapter was added or removed)."""
 
 
 class ModelLoadError(ValueError):
@@ -45,6 +52,9 @@ class LoadedModel:
         device: where the model runs.
         dtype: compute dtype.
         adapters: names of the query-side LoRA adapters injected into ``model``.
+        active_adapter: the adapter :func:`kvlink_rag.lora.adapter_scope` turned on (None: base model).
+        weight_format: the runner's weight format (:data:`kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
+        runner: the model runner, built on first use (:func:`kvlink_rag.runtime.model_runner.get_runner`).
     """
 
     model: torch.nn.Module
@@ -53,6 +63,9 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     adapters: set[str] = field(default_factory=set)
+    active_adapter: str | None = None
+    weight_format: str = "native"
+    runner: Runner | None = field(default=None, repr=False, compare=False)
 
     @property
     def config(self):
@@ -219,4 +232,16 @@ def load_model(settings: Settings) -> LoadedModel:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device)
     fp = model_fingerprint(path, config.to_dict(), tokenizer)
-    return wrap_model(model, tokenizer, fp)
+    lm = wrap_model(model, tokenizer, fp)
+    lm.weight_format = resolve_weight_format(settings.weight_format, device)
+    return lm
+
+
+def resolve_weight_format(name: str, device: torch.device) -> str:
+    """``'auto'`` -> the format measured best for ``device`` (BENCHMARKS.md, 'Weight formats'); int8 and int4
+    are CPU kernels here, so on other devices they fall back to ``native``."""
+    if name == "auto":
+        return "native"
+    if name in ("int8", "int4") and device.type != "cpu":
+        return "native"
+    return name

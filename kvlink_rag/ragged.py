@@ -4,9 +4,9 @@ Continuous batching (Yu et al., 2022, Orca; vLLM, SGLang, nano-vllm) runs one fo
 the new tokens of every running request: a decode token for requests that are generating, the link
 and question tokens for requests just admitted. Here the tokens are packed into one row
 ``[1, T_total]`` (no padding): the linear layers see one matrix of ``T_total`` tokens, and attention,
-the only part that mixes tokens, is replaced for the forward by :func:`ragged_attention`, which splits
-the packed queries by request and attends each request's queries to that request's own keys and
-values: shared read-only chunks (prefix-tree nodes, never copied) followed by the request's own
+the only part that mixes tokens, splits the packed queries by request and attends each request's
+queries to that request's own keys and values (:func:`attend`, called per row by the model runner,
+:mod:`kvlink_rag.runtime.model_runner`): shared read-only chunks (prefix-tree nodes, never copied) followed by the request's own
 tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
 (a decode token sees everything before it).
 
@@ -18,14 +18,9 @@ when the model is float32 — the same arithmetic as SDPA's math kernel up to su
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-
-from .model import LoadedModel
-
-ATTN_NAME = "kvlink_ragged"
 
 
 @dataclass(frozen=True)
@@ -202,64 +197,3 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         out = part if out is None else out + part
         at += t
     return out.view(heads, n, d)
-
-
-def ragged_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     ragged: RaggedBatch | None = None, **kwargs):
-    """transformers attention function for packed batches (registered as :data:`ATTN_NAME`).
-
-    Args:
-        query: ``[1, heads, T, head_dim]``; key, value: ``[1, kv_heads, T, head_dim]`` of the packed new tokens.
-        ragged: the batch layout (required).
-    Returns:
-        ``([1, T, heads, head_dim], None)`` as transformers' attention functions do.
-    Raises:
-        ValueError: called without a ``ragged`` batch.
-    """
-    if ragged is None:
-        raise ValueError("ragged attention needs the batch layout (model(..., ragged=RaggedBatch))")
-    layer = module.layer_idx
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = torch.empty_like(query[0])  # [heads, T, d]
-    for row in ragged.rows:
-        s, e = row.start, row.start + row.length
-        row.seq.write(layer, key[0, :, s:e], value[0, :, s:e])
-        out[:, s:e] = attend(query[0, :, s:e], list(row.seq.layer_kv(layer, row.length)), row.mask, scale)
-    return out.transpose(0, 1)[None], None
-
-
-@contextmanager
-def ragged_scope(lm: LoadedModel) -> Iterator[None]:
-    """Within the block the model's attention is :func:`ragged_attention` (call under the model lock)."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTN_NAME, ragged_attention)
-    cfg = lm.model.config
-    before = cfg._attn_implementation
-    cfg._attn_implementation = ATTN_NAME
-    try:
-        yield
-    finally:
-        cfg._attn_implementation = before
-
-
-@torch.inference_mode()
-def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
-                   ) -> torch.Tensor:
-    """Run one packed forward and return the logits after each row's last new token.
-
-    Args:
-        batch: the rows (in packing order); each row's sequence is extended by its new tokens.
-        embeds: ``[T_total, hidden]`` input embeddings of the packed new tokens (compute dtype).
-        position_ids: ``[T_total]`` int64 position of each new token (RoPE).
-    Returns:
-        ``[rows, vocab]`` float32 logits.
-    """
-    dummy = torch.zeros(1, 1, 1, 1, dtype=embeds.dtype, device=embeds.device)  # 4-D: transformers builds no mask
-    with ragged_scope(lm):
-        out = lm.model.model(inputs_embeds=embeds[None], position_ids=position_ids[None].to(embeds.device),
-                             attention_mask=dummy, use_cache=False, ragged=batch)
-    batch.commit()
-    last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=embeds.device)
-    hidden = out.last_hidden_state[0, last]  # [rows, hidden]
-    return lm.model.lm_head(hidden).float()

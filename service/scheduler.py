@@ -219,7 +219,8 @@ class Scheduler:
         import torch
 
         from kvlink_rag.lora import adapter_scope
-        from kvlink_rag.ragged import RaggedBatch, forward_ragged
+        from kvlink_rag.ragged import RaggedBatch
+        from kvlink_rag.runtime.model_runner import forward_ragged
 
         batch = RaggedBatch()
         for _, rr in members:

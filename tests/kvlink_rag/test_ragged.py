@@ -8,7 +8,8 @@ from transformers import DynamicCache
 
 from factories import random_ids, tiny_model
 from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.ragged import KVChunk, RaggedBatch, SequenceKV, forward_ragged
+from kvlink_rag.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.runtime.model_runner import forward_ragged
 
 
 def reference(lm, prompt: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, tuple]:

@@ -1,0 +1,120 @@
+"""Weight formats of the model runner's linear layers, behind one declared interface.
+
+``Linear`` maps activations ``[tokens, in]`` to ``[tokens, out]`` in the activations' dtype; the weight
+may be held in another format (the model's own dtype, bfloat16, int8 weight-only). Each format is one class; the
+runner never asks which it holds.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+class Linear(Protocol):
+    """``y = x W^T (+ b)``: ``x`` ``[tokens, in]`` -> ``[tokens, out]`` (dtype of ``x``)."""
+
+    out_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class DenseLinear:
+    """A dense weight ``[out, in]`` (float32 or bfloat16) and optional bias ``[out]``.
+
+    With weights in another dtype than the activations, the matmul runs in the weights' dtype and the
+    result is cast back (bfloat16 weights with float32 activations: the residual stream stays float32).
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias
+        self.out_features = int(weight.shape[0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if x.dtype == w.dtype:
+            return F.linear(x, w, self.bias)
+        b = None if self.bias is None else self.bias.to(w.dtype)
+        return F.linear(x.to(w.dtype), w, b).to(x.dtype)
+
+
+class Int8Linear:
+    """int8 weight-only with one float scale per output channel (``torch._weight_int8pack_mm``).
+
+    ``W ~= q * s``, ``q`` int8 ``[out, in]``, ``s`` ``[out]``: symmetric per-channel rounding (as torchao's
+    int8 weight-only). Activations run in bfloat16 (the kernel's CPU dtype) and return in their dtype.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        w = weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [out]
+        self.qweight = torch.clamp(torch.round(w / scale[:, None]), -128, 127).to(torch.int8).contiguous()
+        self.scale = scale.to(torch.bfloat16)
+        self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+        self.out_features = int(weight.shape[0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qweight, self.scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+
+class Int4Linear:
+    """int4 weight-only, asymmetric per group of 32 input columns (``torch._weight_int4pack_mm_for_cpu``).
+
+    ``W ~= q * s + m`` per group, ``q`` in 0..15: the layout of GGUF's Q4_1 (``w = d*q + m`` per block of 32),
+    so the default model's weights, dequantised from Q4_1 at conversion, are re-quantised onto the same
+    grid; the kernel keeps ``s`` and ``m`` in bfloat16 (GGUF keeps float16), so they round. Activations run
+    in bfloat16 (the kernel's fast CPU dtype) and return in their dtype. CPU only.
+
+    Raises:
+        ValueError: the input width is not a multiple of the group size.
+    """
+
+    GROUP = 32
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        n, k = weight.shape
+        g = self.GROUP
+        if k % g:
+            raise ValueError(f"int4 needs the input width ({k}) to be a multiple of {g}")
+        w = weight.detach().float().view(n, k // g, g)
+        lo, hi = w.amin(-1), w.amax(-1)  # [out, groups]
+        scale = ((hi - lo) / 15).clamp(min=1e-12)
+        q = torch.clamp(torch.round((w - lo[..., None]) / scale[..., None]), 0, 15).to(torch.int32).view(n, k)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        # the kernel computes (q - 8) * s + z per group: z = m + 8 s; [groups, out, 2]
+        self.scales_zeros = torch.stack([scale.t(), (lo + 8 * scale).t()], -1).to(torch.bfloat16).contiguous()
+        self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+        self.out_features = int(n)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, self.GROUP, self.scales_zeros)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+
+WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4")
+
+
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Linear:
+    """A :class:`Linear` of ``weight`` ``[out, in]`` in format ``fmt`` (one of :data:`WEIGHT_FORMATS`).
+
+    ``native`` keeps ``weight`` itself in the model's dtype (no copy: the runner shares the model's tensors).
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt == "native":
+        return DenseLinear(weight, bias)
+    if fmt == "bfloat16":
+        return DenseLinear(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
+    if fmt == "int8":
+        return Int8Linear(weight, bias)
+    if fmt == "int4":
+        return Int4Linear(weight, bias)
+    raise ValueError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")

@@ -1,0 +1,143 @@
+"""The model runner: one packed forward over a ragged batch, in plain torch with explicit position ids.
+
+The Llama-family decoder (Llama, Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mistral) as gpt-fast's
+``Transformer`` and nano-vllm's ``model_runner`` write it: per layer RMSNorm, one fused q|k|v
+projection, RoPE from the model's own rotary module at the given position ids, attention of each row
+over its own KV (:func:`kvlink_rag.ragged.attend`, with the row's KVLink mask), the output projection, RMSNorm
+and a fused gate|up SiLU MLP. No transformers module runs on this path; its forward is the reference
+the exactness tests compare against (1e-4 in float32).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..model import LoadedModel
+from ..ragged import RaggedBatch, attend
+from ..rope import rope_cos_sin, rotate_half
+from .lora import LayerLora, LowRank, adapter_terms
+from .weights import LayerWeights, ModelWeights, model_weights
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim as Llama computes it (float32 statistics, weight applied in ``x``'s dtype)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _with_lora(y: torch.Tensor, x: torch.Tensor, terms: list[LowRank]) -> torch.Tensor:
+    for t in terms:
+        t.add_to(y, x)
+    return y
+
+
+class ModelRunner:
+    """Runs packed forwards of one loaded model (see module docstring).
+
+    Args:
+        model: the transformers ``*ForCausalLM`` (its weights are shared, see :mod:`.weights`).
+        fmt: weight format (:data:`~kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
+    """
+
+    def __init__(self, model: torch.nn.Module, fmt: str = "native"):
+        self.model = model
+        self.rotary_emb = model.model.rotary_emb
+        self.weights: ModelWeights = model_weights(model, fmt)
+        self._adapters: dict[str, list[LayerLora]] = {}
+
+    def forget_adapters(self) -> None:
+        """Drop the cached adapter terms (after an adapter was added or removed)."""
+        self._adapters.clear()
+
+    def _terms(self, adapter: str | None) -> list[LayerLora] | None:
+        if adapter is None:
+            return None
+        if adapter not in self._adapters:
+            self._adapters[adapter] = adapter_terms(self.model, adapter)
+        return self._adapters[adapter]
+
+    @torch.inference_mode()
+    def forward(self, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor,
+                adapter: str | None = None) -> torch.Tensor:
+        """One packed forward; returns the logits after each row's last new token.
+
+        Args:
+            batch: the rows in packing order; each row's sequence is extended by its new tokens.
+            embeds: ``[T_total, hidden]`` input embeddings (compute dtype).
+            position_ids: ``[T_total]`` int64 RoPE position of each new token.
+            adapter: the query-side LoRA adapter to apply (None: the base model).
+        Returns:
+            ``[rows, vocab]`` float32 logits.
+        """
+        w, lora = self.weights, self._terms(adapter)
+        h = embeds  # h: [T, hidden]
+        cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
+        for i, layer in enumerate(w.layers):
+            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch)
+        batch.commit()
+        last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
+        x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
+        return w.lm_head(x).float()
+
+    def _layer(self, i: int, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, batch: RaggedBatch) -> torch.Tensor:
+        w = self.weights
+        t, hd = h.shape[0], w.head_dim
+        x = rms_norm(h, layer.input_norm, w.eps)
+        qkv = layer.qkv(x)  # [T, (heads + 2 kv_heads) * head_dim]
+        if lora is not None:
+            _with_lora(qkv, x, lora.qkv)
+        nq, nk = w.heads * hd, w.kv_heads * hd
+        q = qkv[:, :nq].view(t, w.heads, hd)
+        k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
+        v = qkv[:, nq + nk:].view(t, w.kv_heads, hd).transpose(0, 1)  # v: [kv_heads, T, head_dim]
+        if layer.q_norm is not None:
+            q, k = rms_norm(q, layer.q_norm, w.eps), rms_norm(k, layer.k_norm, w.eps)
+        q, k = q.transpose(0, 1), k.transpose(0, 1)  # q: [heads, T, head_dim], k: [kv_heads, T, head_dim]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        out = torch.empty_like(q)
+        scale = hd ** -0.5
+        for row in batch.rows:
+            s, e = row.start, row.start + row.length
+            row.seq.write(i, k[:, s:e], v[:, s:e])
+            out[:, s:e] = attend(q[:, s:e], list(row.seq.layer_kv(i, row.length)), row.mask, scale)
+        attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
+        o = layer.o(attn)
+        if lora is not None:
+            _with_lora(o, attn, lora.o)
+        h = h + o
+        x = rms_norm(h, layer.post_norm, w.eps)
+        gu = layer.gate_up(x)  # [T, 2 * intermediate]
+        if lora is not None:
+            _with_lora(gu, x, lora.gate_up)
+        a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
+        d = layer.down(a)
+        if lora is not None:
+            _with_lora(d, a, lora.down)
+        return h + d
+
+
+def get_runner(lm: LoadedModel) -> ModelRunner:
+    """The runner of ``lm``, built on first use in ``lm.weight_format`` (float32 views of the model's own
+    tensors for ``native``: built in milliseconds, no memory)."""
+    if not isinstance(lm.runner, ModelRunner):
+        lm.runner = ModelRunner(lm.model, lm.weight_format)
+    return lm.runner
+
+
+def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
+                   ) -> torch.Tensor:
+    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.lora.adapter_scope`
+    turned on (``lm.active_adapter``).
+
+    Args:
+        batch: the rows (in packing order); each row's sequence is extended by its new tokens.
+        embeds: ``[T_total, hidden]`` input embeddings of the packed new tokens (compute dtype).
+        position_ids: ``[T_total]`` int64 position of each new token (RoPE).
+    Returns:
+        ``[rows, vocab]`` float32 logits.
+    """
+    return get_runner(lm).forward(batch, embeds, position_ids, lm.active_adapter)

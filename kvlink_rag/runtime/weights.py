@@ -1,0 +1,135 @@
+"""A Llama-family model's weights as plain tensors for the runner (Llama, Qwen2/3, Mistral).
+
+Built from the loaded transformers model (which stays the reference and the home of peft adapters).
+In the model's own dtype (format ``native``) the fused projections (q|k|v and gate|up) are one tensor each, and the model's own
+parameters are re-pointed as row views into them, so nothing is held twice. Other formats
+(:data:`~kvlink_rag.runtime.linear.WEIGHT_FORMATS`) hold converted copies beside the model's float32 ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .linear import Linear, make_linear
+
+QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and keys before RoPE
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer.
+
+    Attributes:
+        input_norm, post_norm: RMSNorm weights ``[hidden]``.
+        qkv: fused projection ``[hidden] -> [(heads + 2 kv_heads) * head_dim]``.
+        o: ``[heads * head_dim] -> [hidden]``.
+        gate_up: fused ``[hidden] -> [2 * intermediate]``.
+        down: ``[intermediate] -> [hidden]``.
+        q_norm, k_norm: per-head RMSNorm weights ``[head_dim]`` (Qwen3), else None.
+    """
+
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    qkv: Linear
+    o: Linear
+    gate_up: Linear
+    down: Linear
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+
+
+@dataclass
+class ModelWeights:
+    """All layers, the final norm and the LM head, with the shapes the forward needs.
+
+    Attributes:
+        heads, kv_heads, head_dim, intermediate: attention and MLP widths.
+        eps: RMSNorm epsilon; fmt: weight format of the linear layers.
+    """
+
+    layers: list[LayerWeights]
+    norm: torch.Tensor
+    lm_head: Linear
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+    fmt: str
+
+
+def base_linear(module: torch.nn.Module) -> torch.nn.Linear:
+    """The plain ``nn.Linear`` under ``module`` (a peft LoRA wrapper's base layer, or the module).
+
+    Raises:
+        TypeError: neither a Linear nor a peft tuner layer.
+    """
+    if isinstance(module, torch.nn.Linear):
+        return module
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if isinstance(module, BaseTunerLayer):
+        return base_linear(module.get_base_layer())
+    raise TypeError(f"{type(module).__name__} is not a linear layer")
+
+
+def _fuse(modules: list[torch.nn.Module], fmt: str) -> Linear:
+    """One :class:`Linear` for ``modules`` stacked on the output dim; in float32 the modules' weights
+    become row views of the fused tensor (format ``native``) (no second copy)."""
+    linears = [base_linear(m) for m in modules]
+    weight = torch.cat([m.weight.detach() for m in linears])  # [sum out, in]
+    has_bias = [m.bias is not None for m in linears]
+    bias = None
+    if any(has_bias):
+        bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
+    if fmt == "native":
+        at = 0
+        for m in linears:
+            n = m.out_features
+            m.weight.data = weight[at: at + n]
+            if m.bias is not None:
+                m.bias.data = bias[at: at + n]
+            at += n
+    return make_linear(weight, bias, fmt)
+
+
+def _one(module: torch.nn.Module, fmt: str) -> Linear:
+    lin = base_linear(module)
+    return make_linear(lin.weight.detach(), None if lin.bias is None else lin.bias.detach(), fmt)
+
+
+def _silu_mlp(config) -> None:
+    act = getattr(config, "hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"hidden_act={act!r} is not supported by the model runner (silu only)")
+
+
+def model_weights(model: torch.nn.Module, fmt: str = "native") -> ModelWeights:
+    """The runner's view of a transformers ``*ForCausalLM`` of the Llama family.
+
+    Args:
+        model: LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM (eval, no grad).
+        fmt: weight format of every linear layer (:data:`~kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
+    Raises:
+        ValueError: an activation other than SiLU, or an unknown format.
+    """
+    cfg = model.config
+    _silu_mlp(cfg)
+    inner = model.model
+    qk_norm = cfg.model_type in QK_NORM_TYPES
+    layers = []
+    for layer in inner.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        q_norm = attn.q_norm.weight.detach() if qk_norm else None
+        k_norm = attn.k_norm.weight.detach() if qk_norm else None
+        layers.append(LayerWeights(
+            input_norm=layer.input_layernorm.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
+            qkv=_fuse([attn.q_proj, attn.k_proj, attn.v_proj], fmt), o=_one(attn.o_proj, fmt),
+            gate_up=_fuse([mlp.gate_proj, mlp.up_proj], fmt), down=_one(mlp.down_proj, fmt),
+            q_norm=q_norm, k_norm=k_norm))
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    return ModelWeights(layers=layers, norm=inner.norm.weight.detach(), lm_head=_one(model.lm_head, fmt),
+                        heads=int(cfg.num_attention_heads), kv_heads=int(cfg.num_key_value_heads), head_dim=head_dim,
+                        intermediate=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), fmt=fmt)

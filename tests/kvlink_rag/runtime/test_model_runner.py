@@ -1,0 +1,104 @@
+"""The model runner against transformers' own forward: every family, RoPE scaling and LoRA adapter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from factories import random_ids, tiny_model
+from kvlink_rag.lora import adapter_scope, add_lora
+from kvlink_rag.ragged import RaggedBatch, SequenceKV
+from kvlink_rag.runtime.model_runner import ModelRunner, forward_ragged, get_runner
+
+FAMILIES = ["llama", "llama3", "llama-linear", "llama-yarn", "qwen2", "qwen3", "mistral"]
+
+
+def _own_forward(lm, ids_list: list[torch.Tensor]) -> torch.Tensor:
+    """Each prompt as one row of a packed forward from an empty KV: ``[rows, vocab]`` logits."""
+    cfg = lm.config
+    batch = RaggedBatch()
+    for ids in ids_list:
+        batch.add(SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.float32), len(ids))
+    embeds = torch.cat([lm.embed_tokens(i) for i in ids_list])
+    positions = torch.cat([torch.arange(len(i)) for i in ids_list])
+    return forward_ragged(lm, batch, embeds, positions)
+
+
+def _reference(lm, ids: torch.Tensor) -> torch.Tensor:
+    return lm.model(input_ids=ids[None], position_ids=torch.arange(len(ids))[None]).logits[0, -1].float()
+
+
+def _randomise_lora(lm, name: str, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in lm.model.named_parameters():
+            if f".{name}." in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.inference_mode()
+def test_packed_rows_equal_transformers_forward_for_every_family(family):
+    lm = tiny_model(family)
+    prompts = [random_ids(n, seed=n) for n in (11, 4, 17)]
+    got = _own_forward(lm, prompts)
+    for g, ids in zip(got, prompts):
+        assert (g - _reference(lm, ids)).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "k_proj", "v_proj", "o_proj"),
+                                     ("q_proj", "v_proj", "gate_proj", "up_proj", "down_proj")])
+@torch.inference_mode()
+def test_an_adapter_on_the_runner_equals_it_on_transformers(targets):
+    lm = tiny_model("qwen3")
+    add_lora(lm, "a", rank=4, alpha=8, targets=targets)
+    _randomise_lora(lm, "a")
+    ids = random_ids(13, seed=3)
+    with adapter_scope(lm, "a"):
+        on_ref, on_got = _reference(lm, ids), _own_forward(lm, [ids])[0]
+    off_got = _own_forward(lm, [ids])[0]
+    assert (on_got - on_ref).abs().max() < 1e-4
+    assert (off_got - _reference(lm, ids)).abs().max() < 1e-4
+    assert (on_got - off_got).abs().max() > 1e-3  # the adapter really changes the forward
+
+
+@torch.inference_mode()
+def test_an_adapter_added_after_the_runner_was_built_is_seen():
+    lm = tiny_model("llama")
+    ids = random_ids(9, seed=1)
+    _own_forward(lm, [ids])  # builds the runner
+    add_lora(lm, "late", rank=4, alpha=8)
+    _randomise_lora(lm, "late", seed=2)
+    with adapter_scope(lm, "late"):
+        assert (_own_forward(lm, [ids])[0] - _reference(lm, ids)).abs().max() < 1e-4
+
+
+def test_native_weights_are_the_models_own_tensors_not_a_copy():
+    lm = tiny_model("llama")
+    runner = get_runner(lm)
+    attn = lm.model.model.layers[0].self_attn
+    fused = runner.weights.layers[0].qkv.weight
+    start, end = fused.data_ptr(), fused.data_ptr() + fused.numel() * fused.element_size()
+    for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+        assert start <= proj.weight.data_ptr() < end
+
+
+@pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25)])
+@torch.inference_mode()
+def test_compressed_weight_formats_stay_close_to_native(fmt, tol):
+    lm = tiny_model("llama", head_dim=64)
+    ids = random_ids(15, seed=4)
+    native = _own_forward(lm, [ids])[0]
+    cfg = lm.config
+    batch = RaggedBatch()
+    batch.add(SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.float32), len(ids))
+    got = ModelRunner(lm.model, fmt).forward(batch, lm.embed_tokens(ids), torch.arange(len(ids)))[0]
+    rel = (got - native).norm() / native.norm()
+    assert 0 < rel < tol  # a different format (not silently native), within its rounding
+
+
+def test_an_unknown_format_and_a_non_silu_model_are_refused():
+    with pytest.raises(ValueError, match="unknown weight format"):
+        ModelRunner(tiny_model("llama").model, "fp8")
+    with pytest.raises(ValueError, match="hidden_act='gelu'"):
+        ModelRunner(tiny_model("llama", hidden_act="gelu").model)
