@@ -38,6 +38,15 @@ def attention_modules(lm: LoadedModel) -> list[torch.nn.Module]:
     return mods
 
 
+_CAPTURING = threading.local()  # .depth: captures open on this thread
+
+
+def capturing() -> bool:
+    """Whether this thread has an attention capture open (its forwards must run through transformers'
+    eager modules, where the hooks are, rather than the model runner)."""
+    return getattr(_CAPTURING, "depth", 0) > 0
+
+
 _SWITCH_LOCK = threading.Lock()
 _SWITCHED: dict[int, list] = {}  # id(config) -> [open captures, kernel to restore]
 
@@ -84,10 +93,12 @@ def capture_attention(lm: LoadedModel, on_weights: WeightsFn) -> Iterator[None]:
         return hook
 
     with _eager(lm.model.config):
+        _CAPTURING.depth = getattr(_CAPTURING, "depth", 0) + 1
         try:
             for i, mod in enumerate(attention_modules(lm)):
                 handles.append(mod.register_forward_hook(hook_for(i)))
             yield
         finally:
+            _CAPTURING.depth -= 1
             for h in handles:
                 h.remove()

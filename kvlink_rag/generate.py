@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .attention import capturing
 from .model import LoadedModel
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
@@ -93,10 +94,13 @@ def full_prefill(lm: LoadedModel, ids: torch.Tensor, new_tokens: int = 1) -> Lin
 def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Iterator[int]:
     """Yield generated token ids, the first from ``ctx.last_logits``, then one decode step each.
 
-    The cache in ``ctx`` is extended in place. Stops at a stop token (not yielded; ``ctx.finish_reason``
-    ``'stop'``), after ``max_new_tokens``, or at the model's context end (``'length'`` for both): prompt
-    plus generated tokens never exceed ``max_position_embeddings``, so no position ``>= max_positions``
-    is ever fed (the last token yielded is not fed at all).
+    Each step is a one-token forward of the model runner (:mod:`kvlink_rag.runtime`) over the context's KV,
+    copied once from ``ctx.cache``; while an attention capture is open on this thread (explain,
+    :func:`kvlink_rag.attention.capturing`) the steps run through transformers instead, extending
+    ``ctx.cache`` in place, so the capture's hooks see them. Stops at a stop token (not yielded;
+    ``ctx.finish_reason`` ``'stop'``), after ``max_new_tokens``, or at the model's context end (``'length'``
+    for both): prompt plus generated tokens never exceed ``max_position_embeddings``, so no position
+    ``>= max_positions`` is ever fed (the last token yielded is not fed at all).
     """
     gen = None
     if params.temperature > 0:
@@ -105,6 +109,7 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
     logits, pos = ctx.last_logits, ctx.next_position
     budget = min(params.max_new_tokens, lm.max_positions - pos)  # tokens that still get a position
     ctx.finish_reason = "length"
+    step_fn = _transformers_step(lm, ctx) if capturing() else _runner_step(lm, ctx, budget)
     for step in range(budget):
         tok = sample_next(logits.cpu(), params, gen)
         if tok in params.stop_token_ids:
@@ -113,10 +118,33 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
         yield tok
         if step + 1 == budget:
             return
+        logits, pos = step_fn(tok, pos), pos + 1
+
+
+def _runner_step(lm: LoadedModel, ctx: LinkedContext, budget: int):
+    """``step(token, position) -> [vocab]`` float32 logits: one packed forward of the runner."""
+    from .ragged import RaggedBatch
+    from .runtime.hf_cache import sequence_from_cache
+    from .runtime.model_runner import forward_ragged
+
+    seq = sequence_from_cache(lm, ctx.cache, budget)
+
+    def step(tok: int, pos: int) -> torch.Tensor:
+        batch = RaggedBatch()
+        batch.add(seq, 1)
+        embeds = lm.embed_tokens(torch.tensor([tok], device=lm.device))
+        return forward_ragged(lm, batch, embeds, torch.tensor([pos], device=lm.device))[0]
+    return step
+
+
+def _transformers_step(lm: LoadedModel, ctx: LinkedContext):
+    """``step(token, position) -> [vocab]`` float32 logits through transformers (``ctx.cache`` extended)."""
+    def step(tok: int, pos: int) -> torch.Tensor:
         out = lm.model(input_ids=torch.tensor([[tok]], device=lm.device),
                        position_ids=torch.tensor([[pos]], device=lm.device),
                        cache=ctx.cache, use_cache=True, logits_to_keep=1)
-        logits, pos = out.logits[0, -1].float(), pos + 1
+        return out.logits[0, -1].float()
+    return step
 
 
 def stream_text(tokenizer, token_ids: Iterator[int]) -> Iterator[str]:

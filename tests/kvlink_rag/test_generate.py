@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
+from kvlink_rag.runtime.model_runner import get_runner
 from kvlink_rag.generate import SamplingParams, decode, full_prefill, sample_next, stream_text
 
 
@@ -62,7 +63,11 @@ def test_decode_stops_at_the_context_end_and_never_feeds_a_position_past_it():
     lm = tiny_model("llama", max_position_embeddings=96)
     fed: list[int] = []
     hook = lm.model.register_forward_pre_hook(lambda m, a, kw: fed.append(int(kw["position_ids"].max())),
-                                              with_kwargs=True)
+                                              with_kwargs=True)  # the prefill (transformers)
+    runner = get_runner(lm)  # the decode steps (the model runner)
+    runner_forward = runner.forward
+    runner.forward = lambda batch, embeds, pos, adapter=None: (fed.append(int(pos.max())),
+                                                                runner_forward(batch, embeds, pos, adapter))[1]
     ctx = full_prefill(lm, random_ids(50, 0))
     toks = list(decode(lm, ctx, SamplingParams(max_new_tokens=100)))
     hook.remove()
