@@ -242,6 +242,6 @@ def resolve_weight_format(name: str, device: torch.device) -> str:
     are CPU kernels here, so on other devices they fall back to ``native``."""
     if name == "auto":
         return "native"
-    if name in ("int8", "int4") and device.type != "cpu":
+    if name in ("int8", "int4", "int4-bf16") and device.type != "cpu":
         return "native"
     return name

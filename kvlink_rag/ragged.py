@@ -10,9 +10,10 @@ queries to that request's own keys and values (:func:`attend`, called per row by
 tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
 (a decode token sees everything before it).
 
-Attention per row is computed as ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]``
-with the scores of all chunks concatenated (small) and the values never concatenated, in float32
-when the model is float32 — the same arithmetic as SDPA's math kernel up to summation order.
+Attention per row is torch's SDPA over the row's keys (the fused kernels), or for a one-token decode over
+several shared chunks ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]`` with the scores
+of all chunks concatenated (small) and the values never concatenated — the same arithmetic up to
+summation order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,11 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
            scale: float) -> torch.Tensor:
     """Attention of one request's queries over its KV pieces (grouped-query aware).
 
+    One piece, or several pieces under more than one query (a prefill), goes to torch's
+    ``scaled_dot_product_attention`` (its fused CPU/CUDA kernels; several pieces are joined first, a copy
+    that a prefill amortises); a one-token decode over several pieces concatenates the scores instead and
+    never copies the KV (:func:`_attend_pieces`).
+
     Args:
         q: ``[heads, n, head_dim]`` queries (after RoPE).
         pieces: ``(k, v)`` ``[kv_heads, tokens_i, head_dim]`` in storage order.
@@ -181,6 +188,20 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     Returns:
         ``[heads, n, head_dim]`` in ``q``'s dtype.
     """
+    if len(pieces) > 1 and q.shape[1] == 1:
+        return _attend_pieces(q, pieces, mask, scale)
+    k = pieces[0][0] if len(pieces) == 1 else torch.cat([k for k, _ in pieces], dim=1)
+    v = pieces[0][1] if len(pieces) == 1 else torch.cat([v for _, v in pieces], dim=1)
+    m = None if mask is None else mask.to(q.dtype)
+    out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=m, scale=scale,
+                                         enable_gqa=q.shape[0] != k.shape[0])
+    return out[0]
+
+
+def _attend_pieces(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
+                   scale: float) -> torch.Tensor:
+    """:func:`attend` as ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]``: the scores of all
+    pieces concatenated (small), the values never (float32 softmax)."""
     heads, n, d = q.shape
     kv = pieces[0][0].shape[0]
     g = heads // kv

@@ -38,10 +38,10 @@ class Settings(BaseSettings):
         "auto", description="Model weights/activations dtype; auto = float32 on CPU, bfloat16 on CUDA."
     )
     kv_dtype: str = Field("bfloat16", description="Dtype of stored document KV caches.")
-    weight_format: Literal["auto", "native", "bfloat16", "int8", "int4"] = Field(
+    weight_format: Literal["auto", "native", "bfloat16", "int8", "int4", "int4-bf16"] = Field(
         "auto", description="Weights of the model runner's linear layers: 'native' (the compute dtype, shared with "
-        "the loaded model), 'bfloat16', 'int8' or 'int4' weight-only (CPU kernels); 'auto' = native (see "
-        "BENCHMARKS.md, 'Weight formats', for the measured trade-off).")
+        "the loaded model), 'bfloat16', 'int8' or 'int4' weight-only (CPU kernels), 'int4-bf16' (int4 for steps of "
+        "up to 16 tokens, bfloat16 above); 'auto' = native (BENCHMARKS.md, 'Weight formats': the measured trade-off).")
     encoding: Literal["anchored", "isolated"] = Field(
         "anchored",
         description="Document encoding context: 'anchored' (after the shared system prompt) or "

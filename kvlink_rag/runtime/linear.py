@@ -98,7 +98,21 @@ class Int4Linear:
         return y.to(x.dtype)
 
 
-WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4")
+class SplitLinear:
+    """Two formats of one weight, chosen per call by the number of tokens: ``small`` (e.g. int4, fastest for
+    decode steps, where reading the weight is the cost) up to ``max_small_tokens``, ``large`` above (e.g.
+    bfloat16 GEMM, fastest for prefill, where the multiply-adds are). A row's numerics then depend on how
+    many tokens its step carries (as in vLLM's batch-size-dependent kernels)."""
+
+    def __init__(self, small: Linear, large: Linear, max_small_tokens: int = 16):
+        self.small, self.large, self.max_small_tokens = small, large, max_small_tokens
+        self.out_features = small.out_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.small if x.shape[0] <= self.max_small_tokens else self.large)(x)
+
+
+WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16")
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Linear:
@@ -117,4 +131,6 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Li
         return Int8Linear(weight, bias)
     if fmt == "int4":
         return Int4Linear(weight, bias)
+    if fmt == "int4-bf16":
+        return SplitLinear(Int4Linear(weight, bias), make_linear(weight, bias, "bfloat16"))
     raise ValueError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")

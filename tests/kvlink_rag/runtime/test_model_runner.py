@@ -83,7 +83,7 @@ def test_native_weights_are_the_models_own_tensors_not_a_copy():
         assert start <= proj.weight.data_ptr() < end
 
 
-@pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25)])
+@pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25), ("int4-bf16", 0.25)])
 @torch.inference_mode()
 def test_compressed_weight_formats_stay_close_to_native(fmt, tol):
     lm = tiny_model("llama", head_dim=64)
