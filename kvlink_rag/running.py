@@ -47,6 +47,7 @@ class RunningRequest:
         self.match: Match | None = None
         self.seq = None
         self.pending: PendingPrefill | None = None
+        self.fed = 0  # tokens of ``pending`` already computed (chunked prefill)
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         self.tree_tokens, self.tree_docs = 0, set()
@@ -69,6 +70,21 @@ class RunningRequest:
     def done(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def pending_left(self) -> int:
+        """Tokens of :attr:`pending` not yet computed (0 when finished)."""
+        return 0 if self.pending is None else self.pending.num_tokens - self.fed
+
+    def next_chunk(self, n: int) -> PendingPrefill:
+        """The next ``n`` (at most :attr:`pending_left`) tokens of :attr:`pending` to compute, with their rows of
+        its mask over every key up to the chunk's last token (chunked prefill: the same attention as one
+        forward of the whole prefill, split across steps). :meth:`step` is called after the last chunk."""
+        p, a = self.pending, self.fed
+        b = min(p.num_tokens, a + n)
+        mask = None if p.mask is None else p.mask[a:b, : p.mask.shape[1] - (p.num_tokens - b)]
+        self.fed = b
+        return PendingPrefill(p.embeds[a:b], p.positions[a:b], mask)
+
     def step(self, logits: torch.Tensor) -> int | None:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
         request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
@@ -81,6 +97,7 @@ class RunningRequest:
         if not self.shared:
             self.shared = True
             self._share_prompt()
+        self.fed = 0
         tok = sample_next(logits, self.params, self.generator)
         if tok in self.params.stop_token_ids:
             self.finish_reason, self.pending = "stop", None

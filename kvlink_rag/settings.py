@@ -144,6 +144,8 @@ class Settings(BaseSettings):
     max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")
     max_waiting_requests: int = Field(256, ge=0, description="Requests queued for the model before new ones get 503.")
     max_prefill_tokens: int = Field(2048, ge=1, description="Prefill tokens admitted into one scheduler step.")
+    max_step_tokens: int = Field(256, ge=16, description="Tokens one scheduler step computes: every decode token, "
+                                 "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
                                     "tree: system prompt, documents in order, earlier chat turns); 0 = no sharing.")

@@ -112,7 +112,7 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
 
     limits = SchedulerLimits(max_running=settings.max_running_requests, max_waiting=settings.max_waiting_requests,
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
-                             max_adapters=settings.max_loaded_adapters)
+                             max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits)
 
 

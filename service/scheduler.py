@@ -27,6 +27,7 @@ from service.gen_request import GenRequest, GenResult, RequestHandle
 log = logging.getLogger(__name__)
 
 BUCKETS = ("short", "medium", "long")
+MIN_CHUNK = 16  # prefill tokens a step computes even when its decode tokens fill the budget (no starvation)
 
 
 class QueueFull(RuntimeError):
@@ -49,6 +50,8 @@ class SchedulerLimits:
         bucket_bounds: prefill lengths (tokens) ending the short and medium buckets.
         max_adapters: distinct adapters among running requests (``KVLINK_RAG_MAX_LOADED_ADAPTERS``: one more
             would unload an adapter in use); a request for another waits until one is free.
+        max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
+            shortest remaining prefill first, in the room left (at least :data:`MIN_CHUNK` tokens).
     """
 
     max_running: int = 16
@@ -57,6 +60,7 @@ class SchedulerLimits:
     max_wait_s: float = 2.0
     bucket_bounds: tuple[int, int] = (64, 256)
     max_adapters: int = 4
+    max_step_tokens: int = 256
 
     def bucket(self, tokens: int) -> str:
         """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""
@@ -204,8 +208,8 @@ class Scheduler:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()
             groups: dict = defaultdict(list)
-            for h, rr in self.running:
-                groups[rr.adapter].append((h, rr))
+            for h, rr, n in self._allot():
+                groups[rr.adapter].append((h, rr, rr.next_chunk(n)))
             rows = 0
             for adapter, members in groups.items():
                 self._forward(adapter, members)
@@ -214,8 +218,25 @@ class Scheduler:
         if self.observe is not None:
             self.observe(rows, waits)
 
+    def _allot(self) -> list[tuple[RequestHandle, object, int]]:
+        """Tokens each running request computes this step (chunked prefill, as vLLM's and Sarathi-Serve's
+        token budget): every decode token, then prefill chunks, shortest remaining first, within
+        ``max_step_tokens`` (at least :data:`MIN_CHUNK` prefill tokens, so decodes never starve a prefill)."""
+        live = [(h, rr) for h, rr in self.running if rr.pending_left > 0]
+        decodes = [(h, rr, 1) for h, rr in live if rr.pending_left == 1]
+        room = max(self.limits.max_step_tokens - len(decodes), MIN_CHUNK)
+        chunks = []
+        for h, rr in sorted((x for x in live if x[1].pending_left > 1), key=lambda x: x[1].pending_left):
+            if room <= 0:
+                break
+            n = min(rr.pending_left, room)
+            chunks.append((h, rr, n))
+            room -= n
+        return decodes + chunks
+
     def _forward(self, adapter, members) -> None:
-        """One packed forward for ``members`` (same adapter); sample, emit, finish."""
+        """One packed forward for ``members`` (same adapter): ``(handle, request, chunk)``; requests whose
+        prefill this chunk completes (and decoding ones) sample, emit and maybe finish."""
         import torch
 
         from kvlink_rag.lora import adapter_scope
@@ -223,28 +244,31 @@ class Scheduler:
         from kvlink_rag.runtime.model_runner import forward_ragged
 
         batch = RaggedBatch()
-        for _, rr in members:
-            batch.add(rr.seq, rr.pending.num_tokens, rr.pending.mask)
-        embeds = torch.cat([rr.pending.embeds for _, rr in members])
-        positions = torch.cat([rr.pending.positions for _, rr in members])
+        for _, rr, chunk in members:
+            batch.add(rr.seq, chunk.num_tokens, chunk.mask)
+        embeds = torch.cat([chunk.embeds for _, _, chunk in members])
+        positions = torch.cat([chunk.positions for _, _, chunk in members])
         t0 = time.perf_counter()
         try:
             with adapter_scope(self.lm, adapter):
                 logits = forward_ragged(self.lm, batch, embeds, positions)  # [rows, vocab]
         except Exception as e:  # noqa: BLE001 - fail this group's requests, keep serving others
-            for h, rr in members:
+            for h, rr, _ in members:
                 self._end(h, rr, error=e)
             return
         dt = time.perf_counter() - t0
-        for (h, rr), lg in zip(members, logits):
+        for (h, rr, _), lg in zip(members, logits):
             first = not rr.shared
+            if first:
+                rr.timings["prefill_s"] = rr.timings.get("prefill_s", 0.0) + dt
+            if rr.pending_left > 0:
+                continue  # more chunks of its prefill to come
             try:
                 tok = rr.step(lg)
             except Exception as e:  # noqa: BLE001 - e.g. sampling failed: this request ends, the batch goes on
                 self._end(h, rr, error=e)
                 continue
             if first:
-                rr.timings["prefill_s"] = dt
                 rr.timings["ttft_s"] = time.perf_counter() - h.request.t0
             if tok is not None:
                 h.put_token(tok)

@@ -202,3 +202,36 @@ def test_requests_over_the_same_documents_compute_their_common_prefix_once(engin
         assert [len(list(h.tokens())) for h in handles] and rows[0] == 3
     finally:
         sched.close()
+
+
+@pytest.mark.parametrize("mode", ["linked", "full"])
+def test_a_prefill_split_into_chunks_generates_what_one_forward_generates(engine, mode):
+    """max_step_tokens 16 splits every prompt (~60-120 tokens) into chunks computed over several steps, next
+    to the other requests' decode tokens; the answers are the one-request path's."""
+    sched = make_scheduler(engine, max_step_tokens=16)
+    try:
+        cases = [(q, DOCS[i: i + 3]) for i, q in enumerate(QUESTIONS)]
+        results = run_all(sched, [request(engine, q, d, mode) for q, d in cases])
+        assert min(res.prompt_tokens for _, res in results) > 16  # every prefill really was chunked
+        for (q, d), (toks, res) in zip(cases, results):
+            single = (engine.answer_full if mode == "full" else engine.answer)(q, d)
+            assert toks == res.token_ids == single.token_ids
+    finally:
+        sched.close()
+
+
+def test_a_long_prefill_shares_its_steps_with_a_short_request(engine):
+    """A short request admitted while a long prefill is under way finishes before the long one: the long
+    prefill runs in chunks beside it instead of stalling it for its whole length."""
+    sched = make_scheduler(engine, max_step_tokens=32)
+    try:
+        long_req = request(engine, " ".join(QUESTIONS * 8), DOCS, "full", max_new_tokens=2)
+        short_req = request(engine, "say kiwi", DOCS[:1], max_new_tokens=2)
+        long_h = sched.submit(long_req)
+        short_h = sched.submit(short_req)
+        for h in (short_h, long_h):
+            list(h.tokens())
+        assert long_h.result.prompt_tokens > 4 * 32  # several chunks
+        assert short_h.result.timings["ttft_s"] < long_h.result.timings["ttft_s"]
+    finally:
+        sched.close()
