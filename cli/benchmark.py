@@ -101,3 +101,38 @@ def bench_edit(
     out.print(markdown(result))
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2))
+
+
+@app.command("bench-engine")
+def bench_engine(
+    formats: Annotated[str, typer.Option(help="Comma list of runner weight formats.")] = "native,bfloat16,int8,int4,int4-bf16",
+    context: Annotated[int, typer.Option(help="Prefill length (tokens).")] = 1300,
+    new: Annotated[int, typer.Option(help="Decode steps (tokens).")] = 24,
+    repeats: Annotated[int, typer.Option(help="Runs per engine (the best is reported).")] = 2,
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+) -> None:
+    """Prefill and decode tokens/s: the model runner in each weight format, transformers' eager forward and
+    llama.cpp's llama-bench (skipped with its reason when not built), side by side in one run."""
+    from kvlink_rag.runtime.linear import WEIGHT_FORMATS
+
+    picked = [f.strip() for f in formats.split(",") if f.strip()]
+    if not picked or set(picked) - set(WEIGHT_FORMATS) or context < 1 or new < 1 or repeats < 1:
+        fail(f"--formats takes a comma list of {', '.join(WEIGHT_FORMATS)}; --context, --new and --repeats >= 1")
+    import torch
+
+    from bench.engine import engine_rows, markdown
+    from bench.llama_cpp import llama_bench
+    from kvlink_rag.convert import GGUF_NAME
+
+    settings = make_settings()
+    from kvlink_rag.cache import MemoryCache
+
+    engine = make_engine(settings, cache=MemoryCache())
+    threads = torch.get_num_threads()
+    with results_only_stdout():
+        rows = engine_rows(engine.lm, picked, context, new, repeats, log=lambda m: console.print(m))
+        console.print("engine: llama.cpp llama-bench")
+        peer = llama_bench(settings.models_dir / "downloads" / GGUF_NAME, threads, context, new)
+    out.print(markdown(rows, peer, context, new, threads))
+    if json_out is not None:
+        json_out.write_text(json.dumps({"rows": rows, "llama_cpp": peer, "threads": threads}, indent=2))

@@ -11,6 +11,8 @@ from transformers import DynamicCache
 
 from .attention import capturing
 from .model import LoadedModel
+from .ragged import SequenceKV
+from .runtime.hf_cache import cache_view, prefill, runs_on_runner
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
@@ -67,7 +69,8 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.G
 
 @torch.no_grad()
 def full_prefill(lm: LoadedModel, ids: torch.Tensor, new_tokens: int = 1) -> LinkedContext:
-    """Ordinary causal prefill of ``[tokens]`` int64 ids at positions ``0..n-1`` (the baseline).
+    """Ordinary causal prefill of ``[tokens]`` int64 ids at positions ``0..n-1`` (the baseline), through the
+    model runner in chunks (through transformers where gradients or an attention capture need it).
 
     Args:
         new_tokens: positions that must stay free after the prompt (1: room for at least one new token).
@@ -83,11 +86,18 @@ def full_prefill(lm: LoadedModel, ids: torch.Tensor, new_tokens: int = 1) -> Lin
                              f"{lm.max_positions} positions")
     t0 = time.perf_counter()
     pos = torch.arange(n)
-    out = lm.model(input_ids=ids.to(lm.device)[None], position_ids=pos.to(lm.device)[None],
-                   cache=DynamicCache(), use_cache=True, logits_to_keep=1)
+    if runs_on_runner():
+        cfg = lm.config
+        seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, n + new_tokens)
+        last = prefill(lm, seq, lm.embed_tokens(ids.to(lm.device)), pos.to(lm.device))
+        cache = cache_view(seq)
+    else:
+        out = lm.model(input_ids=ids.to(lm.device)[None], position_ids=pos.to(lm.device)[None],
+                       cache=DynamicCache(), use_cache=True, logits_to_keep=1)
+        cache, last = out.cache, out.logits[0, -1].float()
     timings = Timings(link_forward_s=time.perf_counter() - t0)
-    return LinkedContext(cache=out.cache, segments=[Segment("question", -1, 0, n)], storage_positions=pos,
-                         next_position=n, last_logits=out.logits[0, -1].float(), timings=timings)
+    return LinkedContext(cache=cache, segments=[Segment("question", -1, 0, n)], storage_positions=pos,
+                         next_position=n, last_logits=last, timings=timings)
 
 
 @torch.no_grad()

@@ -15,7 +15,9 @@ import torch
 from .kvcache import build_cache
 from .mask import additive, allowed
 from .model import LoadedModel
+from .ragged import SequenceKV
 from .rope import apply_rope, rope_cos_sin
+from .runtime.hf_cache import cache_view, prefill, runs_on_runner
 from .types import ContextTooLong, DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings
 
 
@@ -170,6 +172,12 @@ def link(
     t0 = time.perf_counter()
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
     doc_pos = document_positions(segments, docs)
+    if logits_to_keep == 1 and runs_on_runner(link_embeds):
+        cache, last, storage_pos = _runner_new_tokens(lm, doc_k, doc_v, segments, slots, question_ids, anchored,
+                                                      doc_pos, new_tokens)
+        timings.link_forward_s = time.perf_counter() - t0
+        return LinkedContext(cache=cache, segments=segments, storage_positions=storage_pos,
+                             next_position=segments[-1].end, last_logits=last, timings=timings)
     out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep,
                                            doc_pos)
     timings.link_forward_s = time.perf_counter() - t0
@@ -178,6 +186,38 @@ def link(
         next_position=segments[-1].end, last_logits=out.logits[0, -1].float(), timings=timings,
         logits=out.logits[0] if logits_to_keep > 1 else None,
     )
+
+
+def _new_token_inputs(lm: LoadedModel, segments: list[Segment], slot_links: list[torch.Tensor],
+                      question_ids: torch.Tensor, anchored: bool, doc_pos: torch.Tensor):
+    """Embeddings ``[new, hidden]``, positions ``[new]``, the additive KVLink mask ``[1, 1, new, total]`` and
+    storage positions ``[total]`` of the link and question tokens after the cached ones."""
+    p_len = segments[0].length if segments[0].kind == "prefix" else 0
+    cached_pos = torch.cat([torch.arange(p_len), doc_pos])
+    new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
+    storage_pos = torch.cat([cached_pos, new_pos])
+    mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
+    q_embeds = lm.embed_tokens(question_ids.to(lm.device))
+    embeds = torch.cat(slot_links + [q_embeds], dim=0)  # [N*K + q, hidden]
+    return embeds, new_pos, mask, storage_pos
+
+
+def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor], doc_v: list[torch.Tensor],
+                       segments: list[Segment], slot_links: list[torch.Tensor], question_ids: torch.Tensor,
+                       anchored: bool, doc_pos: torch.Tensor, new_tokens: int):
+    """:func:`_forward_new_tokens` through the model runner: the cached KV (per layer ``[kv_heads, tokens,
+    head_dim]``) copied once into a sequence, the new tokens computed after it. Returns the cache (a view of
+    the sequence), the ``[vocab]`` logits after the question and the storage positions."""
+    embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
+    n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
+    cfg = lm.config
+    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device,
+                     n_cached + n_new + max(new_tokens, 1))
+    for i, (k, v) in enumerate(zip(doc_k, doc_v)):
+        seq.write(i, k, v)
+    seq.commit(n_cached)
+    last = prefill(lm, seq, embeds, new_pos.to(lm.device), mask[0, 0])
+    return cache_view(seq), last, storage_pos
 
 
 def _forward_new_tokens(lm: LoadedModel, cache, segments: list[Segment], slot_links: list[torch.Tensor],
@@ -191,15 +231,9 @@ def _forward_new_tokens(lm: LoadedModel, cache, segments: list[Segment], slot_li
     Returns:
         the model output (its ``cache`` extended) and ``[total_tokens]`` int64 storage positions.
     """
-    p_len = segments[0].length if segments[0].kind == "prefix" else 0
-    cached_pos = torch.cat([torch.arange(p_len), doc_pos])
-    new_pos = torch.cat([_positions(segments, ("link",)), _positions(segments, ("question",))])
-    storage_pos = torch.cat([cached_pos, new_pos])
-    mask = additive(allowed(segments, anchored, new_pos, storage_pos), lm.dtype).to(lm.device)
-    q_embeds = lm.embed_tokens(question_ids.to(lm.device))
-    embeds = torch.cat(slot_links + [q_embeds], dim=0)[None]  # [1, N*K + q, hidden]
+    embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
     out = lm.model(
-        inputs_embeds=embeds, position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
+        inputs_embeds=embeds[None], position_ids=new_pos.to(lm.device)[None], attention_mask=mask,
         cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
     )
     return out, storage_pos

@@ -29,3 +29,53 @@ def sequence_from_cache(lm: LoadedModel, cache, extra: int) -> SequenceKV:
         seq.write(i, layer.keys[0], layer.values[0])
     seq.commit(n)
     return seq
+
+
+def cache_view(seq: SequenceKV):
+    """A transformers ``DynamicCache`` whose layers are views of ``seq`` 's committed own tokens (no copy;
+    ``seq`` without shared chunks). Forwards through transformers that extend it allocate their own tensors."""
+    from transformers import DynamicCache
+
+    n = seq.length
+    return DynamicCache(ddp_cache_data=[(seq.keys[i, :, :n][None], seq.values[i, :, :n][None])
+                                        for i in range(seq.keys.shape[0])])
+
+
+def runs_on_runner(*tensors: torch.Tensor | None) -> bool:
+    """Whether a one-request forward may take the runner: no gradient is wanted (inference mode, or grad
+    off and no input requiring it) and no attention capture is open on this thread (explain's hooks are
+    on transformers' modules)."""
+    from ..attention import capturing
+
+    if capturing():
+        return False
+    if torch.is_inference_mode_enabled():
+        return True
+    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
+
+
+PREFILL_CHUNK = 512  # tokens per runner forward of a one-request prefill (bounds the mask: [chunk, keys])
+
+
+@torch.inference_mode()
+def prefill(lm: LoadedModel, seq: SequenceKV, embeds: torch.Tensor, positions: torch.Tensor,
+            mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Compute ``embeds`` after ``seq`` 's tokens with the runner, in chunks of :data:`PREFILL_CHUNK`; returns
+    the ``[vocab]`` float32 logits after the last one.
+
+    Args:
+        embeds: ``[n, hidden]``; positions: ``[n]`` int64.
+        mask: additive ``[n, seq.num_tokens + n]`` (the KVLink mask), or None for causal continuation.
+    """
+    from ..ragged import RaggedBatch
+    from .model_runner import forward_ragged
+
+    n = int(embeds.shape[0])
+    logits = None
+    for a in range(0, n, PREFILL_CHUNK):
+        b = min(n, a + PREFILL_CHUNK)
+        rows = None if mask is None else mask[a:b, : mask.shape[1] - (n - b)]
+        batch = RaggedBatch()
+        batch.add(seq, b - a, rows)
+        logits = forward_ragged(lm, batch, embeds[a:b], positions[a:b])[0]
+    return logits
