@@ -229,6 +229,8 @@ class QueryOut(BaseModel):
     timings: Timings
     context_tokens: int
     completion_tokens: int
+    cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
+                               "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
     finish_reason: Literal["stop", "length"]
     prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 

@@ -166,3 +166,12 @@ def test_chat_retrieves_only_the_right_document_and_answers_a_greeting_without_d
         assert hello.model_extra["kvlink"]["documents"] == []
         r = http.post("/v1/query", json={"question": "Hello, who are you?"})
         assert r.status_code == 404 and r.json()["error"]["code"] == "no_matching_documents"  # /v1/query needs some
+
+
+def test_mode_full_reuses_an_earlier_full_requests_kv_and_says_so(server):
+    ask = {"question": QUESTION, **VOLCANO, "max_new_tokens": 2, "mode": "full"}
+    first = server.http.post("/v1/query", json=ask).json()
+    again = server.http.post("/v1/query", json=ask).json()
+    assert first["cached_tokens"] == 0 and first["documents"][0]["cache_hit"] is False
+    assert again["cached_tokens"] == again["context_tokens"] - 1  # all but the last prompt token, from the tree
+    assert again["answer"] == first["answer"]
