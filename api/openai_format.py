@@ -5,6 +5,7 @@ chunk has usage)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 
@@ -34,8 +35,23 @@ def extras(r: QueryResult) -> dict:
     return out
 
 
+def n_usage(results: list[QueryResult]) -> dict:
+    """Usage of ``n`` choices of one prompt: the prompt once, the completions summed, ``cached_tokens`` of
+    the prompt as the choices found it (most: the others read the first one's prefill from the prefix tree)."""
+    u = usage(results[0])
+    done = sum(len(r.token_ids) for r in results)
+    u.update(completion_tokens=done, total_tokens=u["prompt_tokens"] + done,
+             prompt_tokens_details={"cached_tokens": max(r.cached_tokens for r in results)})
+    return u
+
+
+async def answers(state, plans: list) -> list[QueryResult]:
+    """The finished results of ``plans`` (one per choice), run at once (the scheduler batches them)."""
+    return list(await asyncio.gather(*(state.gates.run_model(state.queries.answer, p) for p in plans)))
+
+
 class ChunkStream:
-    """The chunks of one streamed answer.
+    """The chunks of one streamed request (one or more choices, interleaved as generated).
 
     Args:
         head: ``{id, object, created, model}`` of every chunk.
@@ -54,20 +70,66 @@ class ChunkStream:
             body.setdefault("usage", None)
         return {"data": json.dumps(body)}
 
-    async def events(self, state, plan, first: list[dict] | None = None) -> AsyncIterator[dict]:
-        """Chunks of :meth:`QueryService.stream` (run once the model is free), ``first`` chunk choices
-        before them; a failure sends an error object; always ends with ``[DONE]``."""
+    def _indexed(self, index: int, text: str | None, finish: str | None) -> dict:
+        return {**self.choice(text, finish), "index": index}
+
+    async def events(self, state, plans: list, first: Choice | None = None) -> AsyncIterator[dict]:
+        """Chunks of :meth:`QueryService.stream` of each plan (choice ``i`` is ``plans[i]``; run once the
+        model is free), ``first`` chunks' choices before them; a failure sends an error object; always ends
+        with ``[DONE]``."""
+        results: list = [None] * len(plans)
         try:
             if first:
-                yield self.chunk(first)
-            async with state.gates.model_slot():
-                async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
-                    if kind == "token":
-                        yield self.chunk([self.choice(value, None)])
-                        continue
-                    yield self.chunk([self.choice(None, value.finish_reason)], kvlink=extras(value))
-                    if self.include_usage:
-                        yield self.chunk([], usage=usage(value))
+                yield self.chunk([{**first(None, None), "index": i} for i in range(len(plans))])
+            async for i, kind, value in _merged(state, plans):
+                if kind == "token":
+                    yield self.chunk([self._indexed(i, value, None)])
+                    continue
+                results[i] = value
+                yield self.chunk([self._indexed(i, None, value.finish_reason)], kvlink=extras(value))
+            if self.include_usage:
+                yield self.chunk([], usage=n_usage(results))
         except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
             yield {"data": json.dumps(stream_error_body(e, self.where))}
         yield {"data": "[DONE]"}
+
+
+async def _one(state, plan) -> AsyncIterator[tuple[str, object]]:
+    async with state.gates.model_slot():
+        async for item in iterate_in_thread(lambda: state.queries.stream(plan)):
+            yield item
+
+
+async def _merged(state, plans: list) -> AsyncIterator[tuple[int, str, object]]:
+    """``(choice index, kind, value)`` of every plan's stream, as they come; the first failure is raised
+    (the other streams are cancelled, which cancels their requests)."""
+    if len(plans) == 1:
+        async for kind, value in _one(state, plans[0]):
+            yield 0, kind, value
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, plan) -> None:
+        try:
+            async for kind, value in _one(state, plan):
+                await queue.put((i, kind, value))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            await queue.put((i, "error", e))
+        finally:
+            queue.put_nowait((i, "end", None))
+
+    tasks = [asyncio.create_task(pump(i, plan)) for i, plan in enumerate(plans)]
+    try:
+        ended = 0
+        while ended < len(plans):
+            i, kind, value = await queue.get()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                ended += 1
+                continue
+            yield i, kind, value
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -257,7 +257,7 @@ class StreamOptions(BaseModel):
 class ChatIn(OpenAIFields):
     """``/v1/chat/completions``: the last user message is the question; documents by ``document_ids``
     or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service does not
-    implement (``tools``, ``response_format``, ``logprobs``, ``n`` > 1, penalties...) are refused with a 422
+    implement (``tools``, ``response_format``, ``logprobs``, penalties...) are refused with a 422
     naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
     model_config = ConfigDict(extra="allow")
@@ -270,6 +270,8 @@ class ChatIn(OpenAIFields):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     seed: Seed | None = None
+    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES); choice i samples "
+                          "with seed + i; they share the prompt's KV through the prefix tree.")
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     k: LinkK | None = None

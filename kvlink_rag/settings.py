@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     retrieval_min_score: float = Field(0.0, ge=0, description="Retrieved documents are kept only when their BM25 score is at least this (0: any positive score).")
     max_query_documents: int = Field(20, ge=1, description="Most document ids one query may name.")
     max_new_tokens_limit: int = Field(512, ge=1, description="Largest max_new_tokens a request may ask for.")
+    max_choices: int = Field(8, ge=1, description="Largest n (choices) of a chat or completion request.")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

@@ -7,6 +7,7 @@ before loading it). All timings are seconds from the start of planning (request 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -143,3 +144,24 @@ def check_generation(settings: Settings, sampling: dict) -> dict:
         raise ServiceError(422, "min_tokens_out_of_range", f"min_tokens must be within 0..{limit} (max_tokens or "
                            f"KVLINK_RAG_MAX_NEW_TOKENS); got {low}")
     return sampling
+
+
+def choice_plans(settings: Settings, plan: QueryPlan, n: int | None) -> list[QueryPlan]:
+    """``n`` plans of one request (OpenAI's ``n`` choices): ``plan`` and copies sampling with seeds
+    ``seed + i`` (mod 2^64; ``seed`` 0 when not given), so sampled choices differ and each is reproducible.
+    Their prompts are the same, so the scheduler computes it once and the others read it from the prefix
+    tree (requests over the same documents are admitted a step apart for that).
+
+    Raises:
+        ServiceError: 422 ``n_out_of_range`` outside 1..``KVLINK_RAG_MAX_CHOICES``.
+    """
+    n = 1 if n is None else n
+    if not 1 <= n <= settings.max_choices:
+        raise ServiceError(422, "n_out_of_range", f"n must be within 1..{settings.max_choices} "
+                           f"(KVLINK_RAG_MAX_CHOICES), got {n}")
+    plans = [plan]
+    for i in range(1, n):
+        p = copy.copy(plan)
+        p.sampling = {**plan.sampling, "seed": (plan.sampling.get("seed", 0) + i) % 2**64}
+        plans.append(p)
+    return plans

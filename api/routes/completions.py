@@ -3,7 +3,8 @@
 No documents, no chat template, no system prompt (:mod:`service.completions`); ``max_tokens``,
 ``temperature``, ``top_p``, ``seed``, ``stop``, vLLM's ``ignore_eos`` and ``min_tokens``, ``stream`` with
 ``stream_options.include_usage``. A batch of prompts is refused (one prompt per request), and so are the
-OpenAI fields without an implementation (``echo``, ``suffix``, ``best_of``, ``logprobs``, ``n`` > 1...).
+OpenAI fields without an implementation (``echo``, ``suffix``, ``best_of``, ``logprobs``...); ``n``
+choices sample with seeds ``seed + i``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.generation_fields import OpenAIFields
-from api.openai_format import MODEL_ID, ChunkStream, usage
+from api.openai_format import MODEL_ID, ChunkStream, answers, n_usage
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from kvlink_rag.stop_strings import cut
+from service.query_plan import choice_plans
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 MAX_PROMPT_IDS = 1 << 20
@@ -38,6 +40,7 @@ class CompletionIn(OpenAIFields):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     seed: Seed | None = None
+    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES), seeds seed + i.")
 
     @field_validator("prompt")
     @classmethod
@@ -63,12 +66,15 @@ async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep
     sampling = dict(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     seed=body.seed, **body.generation())
     plan = await state.gates.run_planning(lambda: plan_completion(queries, tenant, body.prompt, **sampling))
+    plans = choice_plans(state.settings, plan, body.n)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": body.model or MODEL_ID}
     if body.stream:
         stream = ChunkStream(head, _choice, bool(body.stream_options and body.stream_options.include_usage),
                              "/v1/completions")
-        return EventSourceResponse(stream.events(state, plan))
-    r = await state.gates.run_model(queries.answer, plan)
-    text = cut(queries.engine.lm.tokenizer.decode(r.token_ids, skip_special_tokens=True), plan.sampling.get("stop", ()))
-    return {**head, "choices": [_choice(text, r.finish_reason)], "usage": usage(r)}  # not stripped: raw text
+        return EventSourceResponse(stream.events(state, plans))
+    results = await answers(state, plans)
+    tok, stops = queries.engine.lm.tokenizer, plan.sampling.get("stop", ())
+    choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i}
+               for i, r in enumerate(results)]  # not stripped: the raw text
+    return {**head, "choices": choices, "usage": n_usage(results)}

@@ -22,14 +22,19 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.openai_format import MODEL_ID, ChunkStream, extras, usage
+from api.openai_format import MODEL_ID, ChunkStream, answers, extras, n_usage
 from api.schemas import ChatIn
+from service.query_plan import choice_plans
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
 def _delta(text: str | None, finish: str | None) -> dict:
     return {"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}
+
+
+def _role(text: str | None, finish: str | None) -> dict:
+    return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
 
 
 @router.post("/chat/completions")
@@ -41,18 +46,18 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     plan = await state.gates.run_planning(lambda: queries.plan_chat(
         tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
         recompute_ratio=body.recompute_ratio, **body.sampling()))
+    plans = choice_plans(state.settings, plan, body.n)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body.model or MODEL_ID}
     if body.stream:
         stream = ChunkStream(head, _delta, bool(body.stream_options and body.stream_options.include_usage),
                              "/v1/chat/completions")
-        first = [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
-        return EventSourceResponse(stream.events(state, plan, first))
-    r = await state.gates.run_model(queries.answer, plan)
+        return EventSourceResponse(stream.events(state, plans, _role))
+    results = await answers(state, plans)
     return {**head, "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
-                         "finish_reason": r.finish_reason, "logprobs": None}],
-            "usage": usage(r), "kvlink": extras(r)}
+            "choices": [{"index": i, "message": {"role": "assistant", "content": r.answer},
+                         "finish_reason": r.finish_reason, "logprobs": None} for i, r in enumerate(results)],
+            "usage": n_usage(results), "kvlink": extras(results[0])}
 
 
 @router.get("/models")

@@ -117,7 +117,7 @@ def test_legacy_completions_continue_a_raw_prompt(server):
 def test_fields_that_change_the_answer_are_refused_by_name_and_unknown_ones_ignored(server, caplog):
     client = server.client
     refused = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tool_choice": "auto",
-               "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2, "n": 2,
+               "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2,
                "presence_penalty": 0.5, "logit_bias": {"1": 5}}
     for field, value in refused.items():
         with pytest.raises(openai.UnprocessableEntityError, match=f"{field} is not supported"):
@@ -175,3 +175,24 @@ def test_mode_full_reuses_an_earlier_full_requests_kv_and_says_so(server):
     assert first["cached_tokens"] == 0 and first["documents"][0]["cache_hit"] is False
     assert again["cached_tokens"] == again["context_tokens"] - 1  # all but the last prompt token, from the tree
     assert again["answer"] == first["answer"]
+
+
+def test_n_choices_sample_with_successive_seeds_and_share_the_prompt(server):
+    client = server.client
+    kw = dict(temperature=1.0, seed=5, extra_body={"document_ids": ["paris"], "ignore_eos": True}, max_tokens=6,
+              messages=[{"role": "user", "content": "Which river flows through Paris?"}], model="kvlink-rag")
+    three = client.chat.completions.create(n=3, **kw)
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    alone = [client.chat.completions.create(**{**kw, "seed": 5 + i}).choices[0].message.content for i in range(3)]
+    assert [c.message.content for c in three.choices] == alone and len(set(alone)) > 1
+    assert three.usage.completion_tokens == 18
+    assert three.usage.prompt_tokens_details.cached_tokens == three.usage.prompt_tokens - 1  # read from the tree
+    chunks = list(client.chat.completions.create(n=2, stream=True, stream_options={"include_usage": True}, **kw))
+    texts = ["".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+             for i in range(2)]
+    assert [t.strip() for t in texts] == alone[:2] and chunks[-1].usage.completion_tokens == 12
+    done = client.completions.create(model="kvlink-rag", prompt="Paris is", n=2, max_tokens=4, temperature=1.0,
+                                     seed=1, extra_body={"ignore_eos": True})
+    assert [c.index for c in done.choices] == [0, 1] and done.usage.completion_tokens == 8
+    with pytest.raises(openai.UnprocessableEntityError, match="KVLINK_RAG_MAX_CHOICES"):
+        client.chat.completions.create(n=9, **kw)
