@@ -62,6 +62,10 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
 
 @router.get("/models")
 async def models(state: StateDep, tenant: TenantDep) -> dict:
-    """The one served model (OpenAI ``models.list``)."""
+    """The one served model (OpenAI ``models.list``); ``root`` is the served checkpoint's folder (as vLLM's),
+    which also holds its tokenizer: a client that needs one (guidellm's ``--processor``) can load it from there;
+    ``max_model_len`` is the model's context."""
+    lm = state.engine.lm
+    root = getattr(lm.tokenizer, "name_or_path", "") or state.settings.model
     return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": int(state.started),
-                                        "owned_by": "kvlink-rag", "root": state.settings.model}]}
+                                        "owned_by": "kvlink-rag", "root": root, "max_model_len": lm.max_positions}]}
