@@ -151,6 +151,11 @@ RecomputeRatio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, descrip
                                         "document tokens (0..1; default KVLINK_RAG_RECOMPUTE_RATIO, 0 = off) "
                                         "recomputed in the joined context, those whose reused KV deviates most. "
                                         "Linked answers only, not with explain; answered one at a time.")]
+MinRelativeScore = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, description="Retrieved documents are kept "
+                                         "only with a BM25 score of at least this fraction of the best one's "
+                                         "(default KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE; 0 keeps the whole top_k).")]
+MinScore = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Retrieved documents are kept only with a BM25 "
+                                  "score of at least this (default KVLINK_RAG_RETRIEVAL_MIN_SCORE).")]
 Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
                                 "tokens' attention (documents[].attribution) and its top passages (character "
                                 "offsets). Linked answers only; costs the eager attention kernel.")]
@@ -197,6 +202,8 @@ class QueryIn(Sampling):
     retention: Retention | None = None
     explain: Explain = False
     recompute_ratio: RecomputeRatio | None = None
+    min_relative_score: MinRelativeScore | None = None
+    min_score: MinScore | None = None
 
 
 class UsedDocument(BaseModel):
@@ -278,6 +285,8 @@ class ChatIn(OpenAIFields):
     retention: Retention | None = None
     explain: Explain = False
     recompute_ratio: RecomputeRatio | None = None
+    min_relative_score: MinRelativeScore | None = None
+    min_score: MinScore | None = None
 
     def sampling(self) -> dict:
         """Keywords of ``QueryService.plan_chat``: sampling, ``stop``, ``ignore_eos``, ``min_tokens``."""

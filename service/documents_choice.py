@@ -66,10 +66,12 @@ class DocumentChoice:
             raise ServiceError(404, "document_not_found", f"unknown document id(s): {', '.join(missing)}")
         return found
 
-    def retrieve(self, tenant: str, question: str, top_k: int, required: bool = True) -> list[QueryDoc]:
+    def retrieve(self, tenant: str, question: str, top_k: int, required: bool = True,
+                 cutoff: tuple[float | None, float | None] = (None, None)) -> list[QueryDoc]:
         """The ``top_k`` BM25 matches of ``question`` that can be served (corrupt or deleted ones skipped) and
         pass the score cut-off (``KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE`` of the best, at least
-        ``KVLINK_RAG_RETRIEVAL_MIN_SCORE``); without ``required`` none is an empty list (a plain chat).
+        ``KVLINK_RAG_RETRIEVAL_MIN_SCORE``; ``cutoff`` overrides them: ``(relative, floor)``, None keeps a
+        setting); without ``required`` none is an empty list (a plain chat).
 
         Raises:
             ServiceError: 422 ``top_k`` out of range, 404 nothing matches (with ``required``).
@@ -81,9 +83,10 @@ class DocumentChoice:
         from service.retrieval import above_cutoff
 
         docs = []
-        s = self.settings
-        hits = above_cutoff(self.retrieval.search(tenant, question, top_k), s.retrieval_min_relative_score,
-                            s.retrieval_min_score)
+        s, (relative, floor) = self.settings, cutoff
+        relative = s.retrieval_min_relative_score if relative is None else relative
+        hits = above_cutoff(self.retrieval.search(tenant, question, top_k), relative,
+                            s.retrieval_min_score if floor is None else floor)
         for doc_id, score in hits:
             d = self.load(tenant, doc_id, strict=False)  # None: deleted since the index was built, or corrupt
             if d is not None:

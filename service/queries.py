@@ -68,11 +68,12 @@ class QueryService:
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
              k: int | None = None, adapter: str | None = None, mode: str = "linked", retention: float | None = None,
              explain: bool = False, recompute_ratio: float | None = None, required: bool = True,
-             **sampling) -> QueryPlan:
+             cutoff: tuple[float | None, float | None] = (None, None), **sampling) -> QueryPlan:
         """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`; ``retention`` (0 < r <= 1,
         default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution;
         ``recompute_ratio`` (0..1, default the setting) the fraction of document tokens CacheBlend recomputes.
-        Without ``required``, a question that retrieves no document is planned without documents (a plain
+        ``cutoff`` is ``(min_relative_score, min_score)`` of retrieval (None: the settings). Without
+        ``required``, a question that retrieves no document is planned without documents (a plain
         prompt: mode ``full`` with adapter ``none`` unless one is named; prefix and text shared through the
         prefix tree).
 
@@ -89,7 +90,7 @@ class QueryService:
         check_explained(mode, retention, explain)
         check_recompute(mode, recompute_ratio, explain)
         self._check_links(k, adapter)
-        docs = choose_documents(self.choice, tenant, question, document_ids, top_k, required)
+        docs = choose_documents(self.choice, tenant, question, document_ids, top_k, required, cutoff)
         if not docs:  # a plain prompt: nothing to link, explain or retain; the base model (no link-token LoRA)
             mode, explain, retention, recompute_ratio, adapter = "full", False, 1.0, 0.0, adapter or "none"
         plan = QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,

@@ -90,10 +90,12 @@ def check_request(settings: Settings, question: str, document_ids: list[str] | N
 
 
 def choose_documents(choice: DocumentChoice, tenant: str, question: str, document_ids: list[str] | None = None,
-                     top_k: int | None = None, required: bool = True) -> list[QueryDoc]:
+                     top_k: int | None = None, required: bool = True,
+                     cutoff: tuple[float | None, float | None] = (None, None)) -> list[QueryDoc]:
     """The documents ``document_ids``, else the ``top_k`` (default ``KVLINK_RAG_DEFAULT_TOP_K``) BM25 matches
     of ``question`` above the score cut-off; no engine needed (a front end can check them before the model
-    loads). Without ``required``, retrieving nothing gives ``[]`` (a chat without documents).
+    loads). Without ``required``, retrieving nothing gives ``[]`` (a chat without documents); ``cutoff``:
+    ``(min_relative_score, min_score)``, None for the settings.
 
     Raises:
         ServiceError: as :meth:`DocumentChoice.by_ids` / :meth:`DocumentChoice.retrieve` (422 out of range,
@@ -101,7 +103,8 @@ def choose_documents(choice: DocumentChoice, tenant: str, question: str, documen
     """
     if document_ids is not None:
         return choice.by_ids(tenant, document_ids)
-    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k, required)
+    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k, required,
+                           cutoff)
 
 
 def check_recompute(mode: str, recompute_ratio: float | None, explain: bool) -> None:

@@ -54,7 +54,8 @@ async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: St
     """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents."""
     plan = await state.gates.run_planning(lambda: queries.plan(
         tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter, body.mode,
-        retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio, **body.sampling()))
+        retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio,
+        cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
     if body.stream:
         return EventSourceResponse(sse_events(state, plan))
     return query_out(await state.gates.run_model(queries.answer, plan))

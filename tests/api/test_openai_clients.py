@@ -166,6 +166,16 @@ def test_chat_retrieves_only_the_right_document_and_answers_a_greeting_without_d
         assert hello.model_extra["kvlink"]["documents"] == []
         r = http.post("/v1/query", json={"question": "Hello, who are you?"})
         assert r.status_code == 404 and r.json()["error"]["code"] == "no_matching_documents"  # /v1/query needs some
+        question = "Is return shipping free for a defective item?"  # its second match: the FAQ (the handbook
+        ask = {"question": question, "top_k": 3, "max_new_tokens": 1}  # beside another would not fit 2048 positions)
+        everything = http.post("/v1/query", json={**ask, "min_relative_score": 0}).json()  # 0: the whole top_k
+        assert [d["id"] for d in everything["documents"]] == ["returns-policy", "storage-faq"]
+        chat = client.chat.completions.create(model="kvlink-rag", max_tokens=1, extra_body={"min_relative_score": 0},
+                                              messages=[{"role": "user", "content": question}])
+        assert [d["id"] for d in chat.model_extra["kvlink"]["documents"]] == ["returns-policy", "storage-faq"]
+        assert http.post("/v1/query", json={**ask, "min_score": 100}).json()["error"]["code"] == "no_matching_documents"
+        r = http.post("/v1/query", json={**ask, "min_relative_score": 1.5})
+        assert r.status_code == 422 and "body.min_relative_score" in r.json()["error"]["message"]
 
 
 def test_mode_full_reuses_an_earlier_full_requests_kv_and_says_so(server):
