@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.metrics import Metrics, RequestTimer
-from api.routes import adapters, documents, health, openai, playground, query
+from api.routes import adapters, completions, documents, health, openai, playground, query, tokens
 from api.state import ServiceState
 from kvlink_rag.settings import Settings, get_settings
 
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.state.service = None
     errors.install(app)
     app.add_middleware(RequestTimer, metrics=metrics)
-    for module in (documents, query, adapters, openai, health):
+    for module in (documents, query, adapters, openai, completions, tokens, health):
         app.include_router(module.router)
     if settings.playground:  # the web page at / (KVLINK_RAG_PLAYGROUND)
         app.include_router(playground.router)

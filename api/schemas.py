@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from api.generation_fields import GenerationFields, OpenAIFields
 
 DOC_ID_MAX_BYTES = 200
 DOC_ID_FORBIDDEN = "/\\?#%"
@@ -149,6 +151,11 @@ RecomputeRatio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, descrip
                                         "document tokens (0..1; default KVLINK_RAG_RECOMPUTE_RATIO, 0 = off) "
                                         "recomputed in the joined context, those whose reused KV deviates most. "
                                         "Linked answers only, not with explain; answered one at a time.")]
+MinRelativeScore = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, description="Retrieved documents are kept "
+                                         "only with a BM25 score of at least this fraction of the best one's "
+                                         "(default KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE; 0 keeps the whole top_k).")]
+MinScore = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Retrieved documents are kept only with a BM25 "
+                                  "score of at least this (default KVLINK_RAG_RETRIEVAL_MIN_SCORE).")]
 Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
                                 "tokens' attention (documents[].attribution) and its top passages (character "
                                 "offsets). Linked answers only; costs the eager attention kernel.")]
@@ -160,11 +167,16 @@ class Passage(BaseModel):
     share: float = Field(..., description="Share of the document's attention mass in this span.")
 
 
-class Sampling(BaseModel):
+class Sampling(GenerationFields):
     max_new_tokens: MaxNewTokens | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
     seed: Seed | None = None
+
+    def sampling(self) -> dict:
+        """Keywords of ``QueryService.plan``: the sampling fields, ``stop``, ``ignore_eos``, ``min_tokens``."""
+        return dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                    seed=self.seed, **self.generation())
 
 
 class QueryIn(Sampling):
@@ -190,6 +202,8 @@ class QueryIn(Sampling):
     retention: Retention | None = None
     explain: Explain = False
     recompute_ratio: RecomputeRatio | None = None
+    min_relative_score: MinRelativeScore | None = None
+    min_score: MinScore | None = None
 
 
 class UsedDocument(BaseModel):
@@ -222,6 +236,8 @@ class QueryOut(BaseModel):
     timings: Timings
     context_tokens: int
     completion_tokens: int
+    cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
+                               "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
     finish_reason: Literal["stop", "length"]
     prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 
@@ -241,48 +257,38 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class ChatIn(BaseModel):
+class StreamOptions(BaseModel):
+    include_usage: bool = Field(False, description="A last chunk with empty choices carries the usage.")
+
+
+class ChatIn(OpenAIFields):
     """``/v1/chat/completions``: the last user message is the question; documents by ``document_ids``
-    or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service cannot
-    honour are refused (``n`` > 1, ``stop``, ``logprobs``); others (penalties, ``user``...) are ignored."""
+    or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service does not
+    implement (``tools``, ``response_format``, ``logprobs``, penalties...) are refused with a 422
+    naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
     model_config = ConfigDict(extra="allow")
     model: str | None = Field(None, max_length=200)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     max_tokens: MaxNewTokens | None = None
     max_completion_tokens: MaxNewTokens | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
     seed: Seed | None = None
-    n: int | None = Field(None, ge=1, description="Only 1: one choice per request.")
-    stop: Any = Field(None, description="Not supported (answers end at the model's end-of-turn token or max_tokens).")
-    logprobs: bool | None = Field(None, description="Not supported.")
+    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES); choice i samples "
+                          "with seed + i; they share the prompt's KV through the prefix tree.")
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     k: LinkK | None = None
     retention: Retention | None = None
     explain: Explain = False
     recompute_ratio: RecomputeRatio | None = None
+    min_relative_score: MinRelativeScore | None = None
+    min_score: MinScore | None = None
 
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError(f"n={v} is not supported: the service returns one choice per request (n=1)")
-        return v
-
-    @field_validator("stop")
-    @classmethod
-    def _no_stop(cls, v: Any) -> Any:
-        if v not in (None, [], ""):
-            raise ValueError("stop sequences are not supported: answers end at the model's end-of-turn token "
-                             "or after max_tokens")
-        return None
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("logprobs are not supported")
-        return v
+    def sampling(self) -> dict:
+        """Keywords of ``QueryService.plan_chat``: sampling, ``stop``, ``ignore_eos``, ``min_tokens``."""
+        return dict(max_new_tokens=self.max_completion_tokens or self.max_tokens, temperature=self.temperature,
+                    top_p=self.top_p, seed=self.seed, **self.generation())

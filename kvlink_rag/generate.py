@@ -13,6 +13,7 @@ from .attention import capturing
 from .model import LoadedModel
 from .ragged import SequenceKV
 from .runtime.hf_cache import cache_view, prefill, runs_on_runner
+from .stop_strings import StopStrings
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
@@ -28,6 +29,8 @@ class SamplingParams:
         top_p: nucleus sampling mass in (0, 1] (Holtzman et al., 2020).
         seed: seed of the sampling generator (None: nondeterministic).
         stop_token_ids: generation ends after any of these (not included in the text).
+        min_tokens: the stop tokens cannot be sampled before this many tokens were generated (vLLM's).
+        stop: stop strings (:mod:`kvlink_rag.stop_strings`): generation ends with the token completing one.
     """
 
     max_new_tokens: int = 32
@@ -35,6 +38,8 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = 0
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -54,8 +59,13 @@ def stop_token_ids(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """Pick the next token id from ``[vocab]`` float logits (greedy when temperature is 0)."""
+def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+                generated: int = 0) -> int:
+    """Pick the next token id from ``[vocab]`` float logits (greedy when temperature is 0); while fewer than
+    ``params.min_tokens`` tokens were ``generated``, the stop tokens are excluded."""
+    if generated < params.min_tokens and params.stop_token_ids:
+        logits = logits.clone()
+        logits[list(params.stop_token_ids)] = float("-inf")
     if params.temperature == 0:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
@@ -108,9 +118,10 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
     copied once from ``ctx.cache``; while an attention capture is open on this thread (explain,
     :func:`kvlink_rag.attention.capturing`) the steps run through transformers instead, extending
     ``ctx.cache`` in place, so the capture's hooks see them. Stops at a stop token (not yielded;
-    ``ctx.finish_reason`` ``'stop'``), after ``max_new_tokens``, or at the model's context end (``'length'``
-    for both): prompt plus generated tokens never exceed ``max_position_embeddings``, so no position
-    ``>= max_positions`` is ever fed (the last token yielded is not fed at all).
+    ``ctx.finish_reason`` ``'stop'``; also after the token completing a stop string), after
+    ``max_new_tokens``, or at the model's context end (``'length'`` for both): prompt plus generated tokens
+    never exceed ``max_position_embeddings``, so no position ``>= max_positions`` is ever fed (the last token
+    yielded is not fed at all).
     """
     gen = None
     if params.temperature > 0:
@@ -120,12 +131,16 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
     budget = min(params.max_new_tokens, lm.max_positions - pos)  # tokens that still get a position
     ctx.finish_reason = "length"
     step_fn = _transformers_step(lm, ctx) if capturing() else _runner_step(lm, ctx, budget)
+    stops = StopStrings.of(lm.tokenizer, params.stop)
     for step in range(budget):
-        tok = sample_next(logits.cpu(), params, gen)
+        tok = sample_next(logits.cpu(), params, gen, step)
         if tok in params.stop_token_ids:
             ctx.finish_reason = "stop"
             return
         yield tok
+        if stops is not None and stops.push(tok):
+            ctx.finish_reason = "stop"
+            return
         if step + 1 == budget:
             return
         logits, pos = step_fn(tok, pos), pos + 1

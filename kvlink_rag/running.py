@@ -17,6 +17,7 @@ import torch
 
 from .engine import Engine
 from .generate import SamplingParams, sample_next
+from .stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
@@ -60,6 +61,7 @@ class RunningRequest:
             self.generator = torch.Generator(device="cpu")
             self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
         self.budget = min(params.max_new_tokens, engine.lm.max_positions - layout.next_position)
+        self.stops = StopStrings.of(engine.lm.tokenizer, params.stop)  # None without stop strings
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}
 
     @property
@@ -98,12 +100,14 @@ class RunningRequest:
             self.shared = True
             self._share_prompt()
         self.fed = 0
-        tok = sample_next(logits, self.params, self.generator)
+        tok = sample_next(logits, self.params, self.generator, len(self.tokens))
         if tok in self.params.stop_token_ids:
             self.finish_reason, self.pending = "stop", None
             return None
         self.tokens.append(tok)
-        if len(self.tokens) >= self.budget:
+        if self.stops is not None and self.stops.push(tok):
+            self.finish_reason, self.pending = "stop", None
+        elif len(self.tokens) >= self.budget:
             self.finish_reason, self.pending = "length", None
         else:
             self.pending = prepare_tokens(self.engine.lm, [tok], self.layout.next_position)
@@ -173,6 +177,8 @@ def context_key(eng: Engine, mode: str, k: int) -> tuple:
 
 
 def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k: int) -> RequestLayout:
+    if mode == "plain":  # a raw prompt (legacy completions): the ids alone, no system prompt
+        return full_layout(list(text_ids))
     prefix_ids = eng.prefix.token_ids.tolist()
     if mode == "full":
         ids = prefix_ids + [t for d in docs for t in eng.document_ids(d).tolist()] + list(text_ids)
@@ -184,7 +190,8 @@ def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k
 
 def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
           mode: str = "linked", k: int | None = None) -> RunningRequest:
-    """Lay out, match in ``tree`` and prepare a request (call under the model lock).
+    """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
+    ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents).
 
     Raises:
         ValueError: linked mode without documents, empty text.
@@ -195,7 +202,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     if mode == "linked" and not docs:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
     docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.chunking)
-    k_used = 0 if eng.link_tokens is None or mode == "full" else (eng.link_tokens.k if k is None else k)
+    k_used = 0 if eng.link_tokens is None or mode != "linked" else (eng.link_tokens.k if k is None else k)
     lay = _layout(eng, docs, text_ids, mode, k_used)
     if lay.num_tokens + 1 > eng.lm.max_positions:
         raise ContextTooLong(_too_long(lay, eng.lm.max_positions))

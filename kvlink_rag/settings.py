@@ -128,8 +128,13 @@ class Settings(BaseSettings):
     max_question_chars: int = Field(2_000, ge=1, description="Longest question (characters).")
     max_top_k: int = Field(20, ge=1, description="Largest top_k of a query (retrieved documents).")
     default_top_k: int = Field(3, ge=1, description="top_k of a query that names neither documents nor top_k.")
+    retrieval_min_relative_score: float = Field(
+        0.5, ge=0, le=1, description="Retrieved documents (no document_ids) are kept only when their BM25 score is "
+        "at least this fraction of the best one's (0 keeps the whole top_k).")
+    retrieval_min_score: float = Field(0.0, ge=0, description="Retrieved documents are kept only when their BM25 score is at least this (0: any positive score).")
     max_query_documents: int = Field(20, ge=1, description="Most document ids one query may name.")
     max_new_tokens_limit: int = Field(512, ge=1, description="Largest max_new_tokens a request may ask for.")
+    max_choices: int = Field(8, ge=1, description="Largest n (choices) of a chat or completion request.")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

@@ -66,23 +66,33 @@ class DocumentChoice:
             raise ServiceError(404, "document_not_found", f"unknown document id(s): {', '.join(missing)}")
         return found
 
-    def retrieve(self, tenant: str, question: str, top_k: int) -> list[QueryDoc]:
-        """The ``top_k`` BM25 matches of ``question`` that can be served (corrupt or deleted ones skipped).
+    def retrieve(self, tenant: str, question: str, top_k: int, required: bool = True,
+                 cutoff: tuple[float | None, float | None] = (None, None)) -> list[QueryDoc]:
+        """The ``top_k`` BM25 matches of ``question`` that can be served (corrupt or deleted ones skipped) and
+        pass the score cut-off (``KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE`` of the best, at least
+        ``KVLINK_RAG_RETRIEVAL_MIN_SCORE``; ``cutoff`` overrides them: ``(relative, floor)``, None keeps a
+        setting); without ``required`` none is an empty list (a plain chat).
 
         Raises:
-            ServiceError: 422 ``top_k`` out of range, 404 nothing matches.
+            ServiceError: 422 ``top_k`` out of range, 404 nothing matches (with ``required``).
             redis.exceptions.ConnectionError: the BM25 index needed the Redis index and it is down.
         """
         if not 1 <= top_k <= self.settings.max_top_k:
             raise ServiceError(422, "top_k_out_of_range", f"top_k must be within 1..{self.settings.max_top_k} "
                                f"(KVLINK_RAG_MAX_TOP_K), got {top_k}")
+        from service.retrieval import above_cutoff
+
         docs = []
-        for doc_id, score in self.retrieval.search(tenant, question, top_k):
+        s, (relative, floor) = self.settings, cutoff
+        relative = s.retrieval_min_relative_score if relative is None else relative
+        hits = above_cutoff(self.retrieval.search(tenant, question, top_k), relative,
+                            s.retrieval_min_score if floor is None else floor)
+        for doc_id, score in hits:
             d = self.load(tenant, doc_id, strict=False)  # None: deleted since the index was built, or corrupt
             if d is not None:
                 d.score = score
                 docs.append(d)
-        if not docs:
+        if not docs and required:
             if self.store.index.count(tenant) == 0:
                 raise ServiceError(404, "no_documents", "this tenant has no documents yet; ingest some first "
                                    "(POST /v1/documents, or kvlink-rag ingest)")

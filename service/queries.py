@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
-from service.query_plan import MODES, QueryPlan, QueryResult, check_recompute, check_request, choose_documents
+from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
+                                choose_documents)
 from service.explained import check_explained, explained_scope, explanation
 from store.recording_cache import RecordingCache
 
@@ -66,10 +67,15 @@ class QueryService:
     # -- validation and document choice --------------------------------------------------------------
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
              k: int | None = None, adapter: str | None = None, mode: str = "linked", retention: float | None = None,
-             explain: bool = False, recompute_ratio: float | None = None, **sampling) -> QueryPlan:
+             explain: bool = False, recompute_ratio: float | None = None, required: bool = True,
+             cutoff: tuple[float | None, float | None] = (None, None), **sampling) -> QueryPlan:
         """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`; ``retention`` (0 < r <= 1,
         default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution;
         ``recompute_ratio`` (0..1, default the setting) the fraction of document tokens CacheBlend recomputes.
+        ``cutoff`` is ``(min_relative_score, min_score)`` of retrieval (None: the settings). Without
+        ``required``, a question that retrieves no document is planned without documents (a plain
+        prompt: mode ``full`` with adapter ``none`` unless one is named; prefix and text shared through the
+        prefix tree).
 
         Raises:
             ServiceError: 422 over a limit, contradictory fields, unknown mode, retention outside (0, 1] or
@@ -80,10 +86,13 @@ class QueryService:
         if mode not in MODES:
             raise ServiceError(422, "invalid_mode", f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
+        sampling = check_generation(self.settings, sampling)
         check_explained(mode, retention, explain)
         check_recompute(mode, recompute_ratio, explain)
         self._check_links(k, adapter)
-        docs = choose_documents(self.choice, tenant, question, document_ids, top_k)
+        docs = choose_documents(self.choice, tenant, question, document_ids, top_k, required, cutoff)
+        if not docs:  # a plain prompt: nothing to link, explain or retain; the base model (no link-token LoRA)
+            mode, explain, retention, recompute_ratio, adapter = "full", False, 1.0, 0.0, adapter or "none"
         plan = QueryPlan(tenant, question, docs, time.perf_counter() - t0, t0, k, adapter,
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
         plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
@@ -97,7 +106,8 @@ class QueryService:
     def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,
                   k: int | None = None, adapter: str | None = None, mode: str = "linked", **sampling) -> QueryPlan:
         """:meth:`plan` for a conversation (``turns``: :class:`kvlink_rag.conversation.Turn`, in order): the
-        last user message picks the documents (BM25), the whole conversation follows them in the prompt.
+        last user message picks the documents (BM25), the whole conversation follows them in the prompt; when
+        it retrieves none (no documents, none above the cut-off) the chat is a plain one without documents.
 
         Raises:
             ServiceError: 422 ``invalid_messages`` (no user message, unknown role, turns out of order, a
@@ -115,7 +125,7 @@ class QueryService:
             if len(t.text) > limit:
                 raise ServiceError(422, "message_too_long", f"messages[{i}] ({t.role}) has {len(t.text)} characters; "
                                    f"the limit is {limit}")
-        plan = self.plan(tenant, talk[-1].text, document_ids, top_k, k, adapter, mode, **sampling)
+        plan = self.plan(tenant, talk[-1].text, document_ids, top_k, k, adapter, mode, required=False, **sampling)
         if len(talk) > 1 or len(talk) < len(turns):
             eng = self.engine
             plan.text_ids = conversation_ids(eng.template, eng.lm.tokenizer, turns).tolist()
@@ -160,7 +170,7 @@ class QueryService:
                 adapter was removed or replaced by a foreign one since planning. Anything else is an
                 internal error.
         """
-        for _, result in self._generate(plan, pieces=False):  # one item: ("done", result)
+        for _, result in self._events(plan, pieces=False):  # one item: ("done", result)
             pass
         return result
 
@@ -170,7 +180,15 @@ class QueryService:
         Holds the model lock while generating; closing the generator early releases it. Raises as
         :meth:`answer` (before the first token).
         """
-        return self._generate(plan, pieces=True)
+        return self._events(plan, pieces=True)
+
+    def _events(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
+        """:meth:`_generate`, its text cut at the plan's stop strings (:mod:`service.stopped`)."""
+        from service.stopped import stopped_events
+
+        stops = plan.sampling.get("stop")
+        events = self._generate(plan, pieces)
+        return stopped_events(events, stops, self.engine.lm.tokenizer) if stops else events
 
     def _generate(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
         """Link (or fully prefill) the plan's documents and run :meth:`Engine.generate` under the model lock:
@@ -182,8 +200,8 @@ class QueryService:
             yield from self._scheduled(plan, pieces)
             return
         if plan.text_ids is not None:
-            raise ServiceError(422, "conversation_unsupported", "multi-turn conversations need the batching "
-                               "scheduler (KVLINK_RAG_SCHEDULER=true)")
+            raise ServiceError(422, "conversation_unsupported", "multi-turn conversations and completions need "
+                               "the batching scheduler (KVLINK_RAG_SCHEDULER=true)")
         with self.model_lock:
             t_call = time.perf_counter()
             eng = self._request_engine(plan)

@@ -7,6 +7,7 @@ before loading it). All timings are seconds from the start of planning (request 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,9 +90,12 @@ def check_request(settings: Settings, question: str, document_ids: list[str] | N
 
 
 def choose_documents(choice: DocumentChoice, tenant: str, question: str, document_ids: list[str] | None = None,
-                     top_k: int | None = None) -> list[QueryDoc]:
+                     top_k: int | None = None, required: bool = True,
+                     cutoff: tuple[float | None, float | None] = (None, None)) -> list[QueryDoc]:
     """The documents ``document_ids``, else the ``top_k`` (default ``KVLINK_RAG_DEFAULT_TOP_K``) BM25 matches
-    of ``question``; no engine needed (a front end can check them before the model loads).
+    of ``question`` above the score cut-off; no engine needed (a front end can check them before the model
+    loads). Without ``required``, retrieving nothing gives ``[]`` (a chat without documents); ``cutoff``:
+    ``(min_relative_score, min_score)``, None for the settings.
 
     Raises:
         ServiceError: as :meth:`DocumentChoice.by_ids` / :meth:`DocumentChoice.retrieve` (422 out of range,
@@ -99,7 +103,8 @@ def choose_documents(choice: DocumentChoice, tenant: str, question: str, documen
     """
     if document_ids is not None:
         return choice.by_ids(tenant, document_ids)
-    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k)
+    return choice.retrieve(tenant, question, choice.settings.default_top_k if top_k is None else top_k, required,
+                           cutoff)
 
 
 def check_recompute(mode: str, recompute_ratio: float | None, explain: bool) -> None:
@@ -120,3 +125,46 @@ def check_recompute(mode: str, recompute_ratio: float | None, explain: bool) -> 
     if recompute_ratio > 0 and (mode == "full" or explain):
         raise ServiceError(422, "recompute_unsupported", "recompute_ratio applies to linked answers without "
                            "explain (mode 'linked'), not to the full-prefill comparison or explained answers")
+
+
+def check_generation(settings: Settings, sampling: dict) -> dict:
+    """``sampling`` with ``stop`` as a tuple of strings, once ``stop`` and ``min_tokens`` are valid
+    (``min_tokens`` at most the request's ``max_new_tokens``, else the setting).
+
+    Raises:
+        ServiceError: 422 ``invalid_stop`` / ``min_tokens_out_of_range``.
+    """
+    from kvlink_rag.stop_strings import normalize_stop
+
+    sampling = dict(sampling)
+    try:
+        sampling["stop"] = normalize_stop(sampling.get("stop")) or None
+    except ValueError as e:
+        raise ServiceError(422, "invalid_stop", str(e)) from None
+    limit = sampling.get("max_new_tokens") or settings.max_new_tokens
+    low = sampling.get("min_tokens")
+    if low is not None and not 0 <= low <= limit:
+        raise ServiceError(422, "min_tokens_out_of_range", f"min_tokens must be within 0..{limit} (max_tokens or "
+                           f"KVLINK_RAG_MAX_NEW_TOKENS); got {low}")
+    return sampling
+
+
+def choice_plans(settings: Settings, plan: QueryPlan, n: int | None) -> list[QueryPlan]:
+    """``n`` plans of one request (OpenAI's ``n`` choices): ``plan`` and copies sampling with seeds
+    ``seed + i`` (mod 2^64; ``seed`` 0 when not given), so sampled choices differ and each is reproducible.
+    Their prompts are the same, so the scheduler computes it once and the others read it from the prefix
+    tree (requests over the same documents are admitted a step apart for that).
+
+    Raises:
+        ServiceError: 422 ``n_out_of_range`` outside 1..``KVLINK_RAG_MAX_CHOICES``.
+    """
+    n = 1 if n is None else n
+    if not 1 <= n <= settings.max_choices:
+        raise ServiceError(422, "n_out_of_range", f"n must be within 1..{settings.max_choices} "
+                           f"(KVLINK_RAG_MAX_CHOICES), got {n}")
+    plans = [plan]
+    for i in range(1, n):
+        p = copy.copy(plan)
+        p.sampling = {**plan.sampling, "seed": (plan.sampling.get("seed", 0) + i) % 2**64}
+        plans.append(p)
+    return plans

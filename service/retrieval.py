@@ -40,8 +40,32 @@ def _bm25s():
     return bm25s
 
 
+# Words of conversation rather than content, dropped beside bm25s's English stopwords (which keep "who" and
+# "you"): with them "Hello, who are you?" matched a storage FAQ ("you") and was answered from it.
+CONVERSATIONAL = ("hello", "hi", "hey", "thanks", "thank", "please", "who", "whom", "what", "which", "where", "when",
+                  "why", "how", "you", "your", "yours", "i", "me", "my", "mine", "we", "us", "our", "he", "she",
+                  "him", "her", "his", "its", "them", "do", "does", "did", "can", "could", "would", "should", "am",
+                  "have", "has", "had", "were", "been", "tell")
+
+
+def _stopwords() -> list[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return sorted(set(STOPWORDS_EN) | set(CONVERSATIONAL))
+
+
 def _tokens(texts: list[str]) -> list[list[str]]:
-    return _bm25s().tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+    return _bm25s().tokenize(texts, stopwords=_stopwords(), return_ids=False, show_progress=False)
+
+
+def above_cutoff(hits: list[tuple[str, float]], relative: float, floor: float) -> list[tuple[str, float]]:
+    """``hits`` (``[(doc_id, score)]``, best first) whose score is at least ``relative`` times the best score
+    and at least ``floor``: documents a question barely touches (a long handbook sharing a few words with
+    it) are not linked beside the one it is about."""
+    if not hits:
+        return []
+    bar = max(floor, relative * max(s for _, s in hits))
+    return [(d, s) for d, s in hits if s >= bar]
 
 
 class Retrieval:

@@ -1,4 +1,4 @@
-"""``/healthz`` (the process is up), ``/readyz`` (model loaded, store open, Redis reachable when
+"""``/healthz`` (the process is up), ``/health`` (vLLM's: the model serves), ``/readyz`` (model loaded, store open, Redis reachable when
 configured; 503 otherwise) and ``/metrics`` (Prometheus text format).
 
 All three are ``async`` and never wait for the model or for Starlette's thread pool: liveness answers on
@@ -26,6 +26,15 @@ METRICS_TIMEOUT_S = 10.0
 async def healthz() -> dict:
     """Liveness: 200 while the process serves HTTP."""
     return {"status": "ok"}
+
+
+@router.get("/health", responses={503: {"description": "the model is not loaded"}})
+async def health(request: Request) -> Response:
+    """vLLM's health check (guidellm and other vLLM clients ask it first): 200 with an empty body once the
+    model is loaded and queries are served, else 503."""
+    state = request.app.state.service
+    ok = state is not None and state.engine is not None and state.queries is not None
+    return Response(status_code=200) if ok else error_response(503, "not_ready", "the model is not loaded yet")
 
 
 def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:

@@ -2,18 +2,19 @@
 
 The whole message list (system, user, assistant, in order) is the conversation, framed by the model's
 chat template after the documents (:mod:`kvlink_rag.conversation`); the last user message picks them
-(BM25) unless ``document_ids`` names them. Earlier turns' KV is found in the scheduler's prefix tree, so a
-new turn prefills only its new message; ``usage.prompt_tokens_details.cached_tokens`` counts the prompt
-tokens not computed for the request. Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
-``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The response carries the usual
-fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is ``chat.completion.chunk``
-events ending with ``data: [DONE]``; a failure once the stream has started sends an error object
-(``{"error": {...}}``, which the openai client raises) and then ``data: [DONE]``.
+(BM25, above the score cut-off) unless ``document_ids`` names them; when it retrieves none (no documents,
+or none relevant: a greeting) the chat is a plain one without documents. Earlier turns' KV is found in the
+scheduler's prefix tree, so a new turn prefills only its new message; ``usage.prompt_tokens_details.cached_tokens``
+counts the prompt tokens not computed for the request. Documents: ``document_ids`` or ``top_k`` as extra
+body fields (the openai client's ``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The
+response carries the usual fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is
+``chat.completion.chunk`` events ending with ``data: [DONE]`` (:mod:`api.openai_format`); a failure once
+the stream has started sends an error object (``{"error": {...}}``, which the openai client raises) and
+then ``data: [DONE]``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
@@ -21,49 +22,19 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.errors import stream_error_body
+from api.openai_format import MODEL_ID, ChunkStream, answers, extras, n_usage
 from api.schemas import ChatIn
-from api.streaming import iterate_in_thread
-from service.queries import QueryResult
+from service.query_plan import choice_plans
 
 router = APIRouter(prefix="/v1", tags=["openai"])
-MODEL_ID = "kvlink-rag"
 
 
-def _usage(r: QueryResult) -> dict:
-    """OpenAI's usage; ``prompt_tokens_details.cached_tokens``: prompt tokens not computed for this request
-    (shared prefix tree, the prefix KV, stored document caches)."""
-    return {"prompt_tokens": r.context_tokens, "completion_tokens": len(r.token_ids),
-            "total_tokens": r.context_tokens + len(r.token_ids),
-            "prompt_tokens_details": {"cached_tokens": r.cached_tokens}}
+def _delta(text: str | None, finish: str | None) -> dict:
+    return {"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}
 
 
-def _extras(r: QueryResult) -> dict:
-    extras = {"documents": r.documents(), "timings": r.timings}
-    if r.attribution is not None:  # explain: documents carry attribution and passages
-        extras["prefix_attribution"] = r.attribution["prefix"]
-    return extras
-
-
-def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None = None, **extra) -> str:
-    return json.dumps({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
-
-
-async def _stream(state, plan, cid: str, created: int, model: str):
-    """Chunks of :meth:`QueryService.stream` (run once the model is free), always ending ``[DONE]``."""
-    try:
-        yield {"data": _chunk(cid, created, model, {"role": "assistant", "content": ""})}
-        async with state.gates.model_slot():
-            async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
-                if kind == "token":
-                    yield {"data": _chunk(cid, created, model, {"content": value})}
-                else:
-                    yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
-                                          kvlink=_extras(value))}
-    except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
-        yield {"data": json.dumps(stream_error_body(e, "/v1/chat/completions"))}
-    yield {"data": "[DONE]"}
+def _role(text: str | None, finish: str | None) -> dict:
+    return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
 
 
 @router.post("/chat/completions")
@@ -74,20 +45,27 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     turns = [Turn(m.role, m.text()) for m in body.messages]
     plan = await state.gates.run_planning(lambda: queries.plan_chat(
         tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
-        recompute_ratio=body.recompute_ratio, max_new_tokens=body.max_completion_tokens or body.max_tokens,
-        temperature=body.temperature, top_p=body.top_p, seed=body.seed))
-    cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID
+        recompute_ratio=body.recompute_ratio, cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
+    plans = choice_plans(state.settings, plan, body.n)
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body.model or MODEL_ID}
     if body.stream:
-        return EventSourceResponse(_stream(state, plan, cid, created, model))
-    r = await state.gates.run_model(queries.answer, plan)
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
-                         "finish_reason": r.finish_reason, "logprobs": None}],
-            "usage": _usage(r), "kvlink": _extras(r)}
+        stream = ChunkStream(head, _delta, bool(body.stream_options and body.stream_options.include_usage),
+                             "/v1/chat/completions")
+        return EventSourceResponse(stream.events(state, plans, _role))
+    results = await answers(state, plans)
+    return {**head, "object": "chat.completion",
+            "choices": [{"index": i, "message": {"role": "assistant", "content": r.answer},
+                         "finish_reason": r.finish_reason, "logprobs": None} for i, r in enumerate(results)],
+            "usage": n_usage(results), "kvlink": extras(results[0])}
 
 
 @router.get("/models")
 async def models(state: StateDep, tenant: TenantDep) -> dict:
-    """The one served model (OpenAI ``models.list``)."""
+    """The one served model (OpenAI ``models.list``); ``root`` is the served checkpoint's folder (as vLLM's),
+    which also holds its tokenizer: a client that needs one (guidellm's ``--processor``) can load it from there;
+    ``max_model_len`` is the model's context."""
+    lm = state.engine.lm
+    root = getattr(lm.tokenizer, "name_or_path", "") or state.settings.model
     return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": int(state.started),
-                                        "owned_by": "kvlink-rag", "root": state.settings.model}]}
+                                        "owned_by": "kvlink-rag", "root": root, "max_model_len": lm.max_positions}]}

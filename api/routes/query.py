@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1", tags=["query"])
 def query_out(r: QueryResult) -> dict:
     """The response body of a finished query."""
     return QueryOut(answer=r.answer, documents=r.documents(), timings=r.timings, context_tokens=r.context_tokens,
-                    completion_tokens=len(r.token_ids), finish_reason=r.finish_reason,
+                    completion_tokens=len(r.token_ids), cached_tokens=r.cached_tokens, finish_reason=r.finish_reason,
                     prefix_attribution=r.attribution["prefix"] if r.attribution else None).model_dump()
 
 
@@ -54,7 +54,8 @@ async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: St
     """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents."""
     plan = await state.gates.run_planning(lambda: queries.plan(
         tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter, body.mode,
-        retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio, max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed))
+        retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio,
+        cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
     if body.stream:
         return EventSourceResponse(sse_events(state, plan))
     return query_out(await state.gates.run_model(queries.answer, plan))

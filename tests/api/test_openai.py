@@ -80,8 +80,8 @@ def test_chat_fields_are_range_checked_and_a_failing_stream_ends_with_an_error_t
     for stream in (False, True):
         assert "body.seed: Input should be less than or equal to 18446744073709551615" in refused(seed=2**64,
                                                                                                   stream=stream)
-    assert "n=2 is not supported" in refused(n=2)
-    assert "stop sequences are not supported" in refused(stop=["\n"])
+    assert "body.n: Input should be greater than or equal to 1" in refused(n=0)
+    assert "stop strings must not be empty" in refused(stop=["\n", ""])
     assert "body.max_tokens" in refused(max_tokens=0)
     assert "body.messages" in refused(messages=[{"role": "user", "content": "x"}] * 1025)
     assert "invalid document id" in refused(document_ids=[".."])

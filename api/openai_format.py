@@ -1,0 +1,135 @@
+"""OpenAI wire format shared by ``/v1/chat/completions`` and ``/v1/completions``: usage, the ``kvlink``
+extras and the server-sent-event stream of chunks (``stream_options.include_usage`` as the spec says: then
+every chunk has ``usage: null`` and one last chunk with ``choices: []`` carries the usage; without it no
+chunk has usage)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+from api.errors import stream_error_body
+from api.streaming import iterate_in_thread
+from service.queries import QueryResult
+
+MODEL_ID = "kvlink-rag"
+
+Choice = Callable[[str | None, str | None], dict]
+"""``choice(text piece or None, finish_reason or None)`` -> one element of a chunk's ``choices``."""
+
+
+def usage(r: QueryResult) -> dict:
+    """OpenAI's usage; ``prompt_tokens_details.cached_tokens``: prompt tokens not computed for this request
+    (shared prefix tree, the prefix KV, stored document caches)."""
+    return {"prompt_tokens": r.context_tokens, "completion_tokens": len(r.token_ids),
+            "total_tokens": r.context_tokens + len(r.token_ids),
+            "prompt_tokens_details": {"cached_tokens": r.cached_tokens}}
+
+
+def extras(r: QueryResult) -> dict:
+    """The ``kvlink`` field: documents used (with explain, attribution) and stage timings."""
+    out = {"documents": r.documents(), "timings": r.timings}
+    if r.attribution is not None:  # explain: documents carry attribution and passages
+        out["prefix_attribution"] = r.attribution["prefix"]
+    return out
+
+
+def n_usage(results: list[QueryResult]) -> dict:
+    """Usage of ``n`` choices of one prompt: the prompt once, the completions summed, ``cached_tokens`` of
+    the prompt as the choices found it (most: the others read the first one's prefill from the prefix tree)."""
+    u = usage(results[0])
+    done = sum(len(r.token_ids) for r in results)
+    u.update(completion_tokens=done, total_tokens=u["prompt_tokens"] + done,
+             prompt_tokens_details={"cached_tokens": max(r.cached_tokens for r in results)})
+    return u
+
+
+async def answers(state, plans: list) -> list[QueryResult]:
+    """The finished results of ``plans`` (one per choice), run at once (the scheduler batches them)."""
+    return list(await asyncio.gather(*(state.gates.run_model(state.queries.answer, p) for p in plans)))
+
+
+class ChunkStream:
+    """The chunks of one streamed request (one or more choices, interleaved as generated).
+
+    Args:
+        head: ``{id, object, created, model}`` of every chunk.
+        choice: builds a chunk's choice (see :data:`Choice`).
+        include_usage: ``stream_options.include_usage``.
+        where: the route (for logged errors).
+    """
+
+    def __init__(self, head: dict, choice: Choice, include_usage: bool, where: str):
+        self.head, self.choice, self.include_usage, self.where = head, choice, include_usage, where
+
+    def chunk(self, choices: list[dict], **extra) -> dict:
+        """One SSE event (``usage: null`` on every chunk when usage is asked for)."""
+        body = {**self.head, "choices": choices, **extra}
+        if self.include_usage:
+            body.setdefault("usage", None)
+        return {"data": json.dumps(body)}
+
+    def _indexed(self, index: int, text: str | None, finish: str | None) -> dict:
+        return {**self.choice(text, finish), "index": index}
+
+    async def events(self, state, plans: list, first: Choice | None = None) -> AsyncIterator[dict]:
+        """Chunks of :meth:`QueryService.stream` of each plan (choice ``i`` is ``plans[i]``; run once the
+        model is free), ``first`` chunks' choices before them; a failure sends an error object; always ends
+        with ``[DONE]``."""
+        results: list = [None] * len(plans)
+        try:
+            if first:
+                yield self.chunk([{**first(None, None), "index": i} for i in range(len(plans))])
+            async for i, kind, value in _merged(state, plans):
+                if kind == "token":
+                    yield self.chunk([self._indexed(i, value, None)])
+                    continue
+                results[i] = value
+                yield self.chunk([self._indexed(i, None, value.finish_reason)], kvlink=extras(value))
+            if self.include_usage:
+                yield self.chunk([], usage=n_usage(results))
+        except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
+            yield {"data": json.dumps(stream_error_body(e, self.where))}
+        yield {"data": "[DONE]"}
+
+
+async def _one(state, plan) -> AsyncIterator[tuple[str, object]]:
+    async with state.gates.model_slot():
+        async for item in iterate_in_thread(lambda: state.queries.stream(plan)):
+            yield item
+
+
+async def _merged(state, plans: list) -> AsyncIterator[tuple[int, str, object]]:
+    """``(choice index, kind, value)`` of every plan's stream, as they come; the first failure is raised
+    (the other streams are cancelled, which cancels their requests)."""
+    if len(plans) == 1:
+        async for kind, value in _one(state, plans[0]):
+            yield 0, kind, value
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, plan) -> None:
+        try:
+            async for kind, value in _one(state, plan):
+                await queue.put((i, kind, value))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            await queue.put((i, "error", e))
+        finally:
+            queue.put_nowait((i, "end", None))
+
+    tasks = [asyncio.create_task(pump(i, plan)) for i, plan in enumerate(plans)]
+    try:
+        ended = 0
+        while ended < len(plans):
+            i, kind, value = await queue.get()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                ended += 1
+                continue
+            yield i, kind, value
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,80 @@
+"""OpenAI's legacy ``POST /v1/completions``: a raw prompt (a string, or token ids) continued by the model.
+
+No documents, no chat template, no system prompt (:mod:`service.completions`); ``max_tokens``,
+``temperature``, ``top_p``, ``seed``, ``stop``, vLLM's ``ignore_eos`` and ``min_tokens``, ``stream`` with
+``stream_options.include_usage``. A batch of prompts is refused (one prompt per request), and so are the
+OpenAI fields without an implementation (``echo``, ``suffix``, ``best_of``, ``logprobs``...); ``n``
+choices sample with seeds ``seed + i``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter
+from pydantic import ConfigDict, Field, field_validator
+from sse_starlette import EventSourceResponse
+
+from api.deps import QueriesDep, StateDep, TenantDep
+from api.generation_fields import OpenAIFields
+from api.openai_format import MODEL_ID, ChunkStream, answers, n_usage
+from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
+from kvlink_rag.stop_strings import cut
+from service.query_plan import choice_plans
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+MAX_PROMPT_IDS = 1 << 20
+
+
+class CompletionIn(OpenAIFields):
+    """``/v1/completions``: one prompt (a string, a list of one string, token ids or a list of one list of
+    token ids) and the sampling fields; unknown fields are ignored with a warning (vLLM's rule)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = Field(None, max_length=200)
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(..., description="One prompt per request.")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: MaxNewTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES), seeds seed + i.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v):
+        if isinstance(v, list) and v and isinstance(v[0], (str, list)):
+            if len(v) != 1:
+                raise ValueError(f"a batch of {len(v)} prompts is not supported: send one prompt per request")
+            v = v[0]
+        if isinstance(v, list) and len(v) > MAX_PROMPT_IDS:
+            raise ValueError(f"at most {MAX_PROMPT_IDS} token ids")
+        return v
+
+
+def _choice(text: str | None, finish: str | None) -> dict:
+    return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+
+@router.post("/completions")
+async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
+    """Complete ``prompt`` with the served model (OpenAI's legacy completions wire format)."""
+    from service.completions import plan_completion
+
+    sampling = dict(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                    seed=body.seed, **body.generation())
+    plan = await state.gates.run_planning(lambda: plan_completion(queries, tenant, body.prompt, **sampling))
+    plans = choice_plans(state.settings, plan, body.n)
+    head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": body.model or MODEL_ID}
+    if body.stream:
+        stream = ChunkStream(head, _choice, bool(body.stream_options and body.stream_options.include_usage),
+                             "/v1/completions")
+        return EventSourceResponse(stream.events(state, plans))
+    results = await answers(state, plans)
+    tok, stops = queries.engine.lm.tokenizer, plan.sampling.get("stop", ())
+    choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i}
+               for i, r in enumerate(results)]  # not stripped: the raw text
+    return {**head, "choices": choices, "usage": n_usage(results)}

@@ -1,0 +1,88 @@
+"""vLLM's operational endpoints beside the OpenAI ones: ``GET /version``, ``POST /tokenize`` and
+``POST /detokenize`` (clients such as guidellm count tokens with them), using the served model's
+tokenizer. ``/tokenize`` takes ``prompt`` (tokenised as ``/v1/completions`` does) or ``messages`` (the
+chat's framing of a conversation without documents, as a plain chat is prompted)."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import QueriesDep, StateDep, TenantDep
+from api.schemas import MAX_CHAT_MESSAGES, ChatMessage
+
+router = APIRouter(tags=["tokens"])
+MAX_TOKEN_IDS = 1 << 20
+
+
+class TokenizeIn(BaseModel):
+    """One of ``prompt`` or ``messages``."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = Field(None, max_length=200)
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_CHAT_MESSAGES)
+    add_special_tokens: bool = True
+
+
+class DetokenizeIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = Field(None, max_length=200)
+    tokens: list[int] = Field(..., max_length=MAX_TOKEN_IDS)
+
+
+@router.get("/version")
+async def server_version() -> dict:
+    """``{"version"}`` of the installed kvlink-rag."""
+    try:
+        return {"version": version("kvlink-rag")}
+    except PackageNotFoundError:
+        return {"version": "unknown"}
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeIn, tenant: TenantDep, queries: QueriesDep, state: StateDep) -> dict:
+    """``{count, max_model_len, tokens}`` of ``prompt`` or ``messages``.
+
+    Raises:
+        ServiceError: 422 neither or both given, a bad conversation or a prompt over its limit.
+    """
+    from service.completions import prompt_ids
+    from service.errors import ServiceError
+
+    if (body.prompt is None) == (body.messages is None):
+        raise ServiceError(422, "invalid_request", "give either prompt or messages")
+    if body.prompt is not None:
+        ids = prompt_ids(queries, body.prompt)
+    else:
+        ids = _conversation_ids(queries, [(m.role, m.text()) for m in body.messages])
+    return {"count": len(ids), "max_model_len": queries.engine.lm.max_positions, "tokens": ids}
+
+
+def _conversation_ids(queries, messages: list[tuple[str, str]]) -> list[int]:
+    """The prompt ids of a plain chat over ``messages``: the system prompt, then the conversation."""
+    from kvlink_rag.conversation import InvalidConversation, Turn, check_turns, conversation_ids
+    from service.errors import ServiceError
+
+    eng = queries.engine
+    turns = [Turn(r, t) for r, t in messages]
+    try:
+        check_turns(turns)
+    except InvalidConversation as e:
+        raise ServiceError(422, "invalid_messages", str(e)) from None
+    return eng.prefix.token_ids.tolist() + conversation_ids(eng.template, eng.lm.tokenizer, turns).tolist()
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeIn, tenant: TenantDep, queries: QueriesDep) -> dict:
+    """``{"prompt"}``: the text of ``tokens``.
+
+    Raises:
+        ServiceError: 422 an id outside the vocabulary.
+    """
+    from service.completions import prompt_ids
+
+    ids = prompt_ids(queries, body.tokens) if body.tokens else []
+    return {"prompt": queries.engine.lm.tokenizer.decode(ids)}
