@@ -175,17 +175,15 @@ def link(
     if logits_to_keep == 1 and runs_on_runner(link_embeds):
         cache, last, storage_pos = _runner_new_tokens(lm, doc_k, doc_v, segments, slots, question_ids, anchored,
                                                       doc_pos, new_tokens)
-        timings.link_forward_s = time.perf_counter() - t0
-        return LinkedContext(cache=cache, segments=segments, storage_positions=storage_pos,
-                             next_position=segments[-1].end, last_logits=last, timings=timings)
-    out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep,
-                                           doc_pos)
+        logits = None
+    else:
+        out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep,
+                                               doc_pos)
+        cache, last = out.cache, out.logits[0, -1].float()
+        logits = out.logits[0] if logits_to_keep > 1 else None
     timings.link_forward_s = time.perf_counter() - t0
-    return LinkedContext(
-        cache=out.cache, segments=segments, storage_positions=storage_pos,
-        next_position=segments[-1].end, last_logits=out.logits[0, -1].float(), timings=timings,
-        logits=out.logits[0] if logits_to_keep > 1 else None,
-    )
+    return LinkedContext(cache=cache, segments=segments, storage_positions=storage_pos,
+                         next_position=segments[-1].end, last_logits=last, timings=timings, logits=logits)
 
 
 def _new_token_inputs(lm: LoadedModel, segments: list[Segment], slot_links: list[torch.Tensor],
