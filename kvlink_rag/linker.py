@@ -165,7 +165,6 @@ def link(
 
     t0 = time.perf_counter()
     doc_k, doc_v = rotate_documents(lm, docs, segments, prefix)
-    cache = build_cache(doc_k, doc_v)
     timings.load_s = docs.wait_s
     timings.rope_s = time.perf_counter() - t0 - docs.wait_s
 
@@ -177,8 +176,8 @@ def link(
                                                       doc_pos, new_tokens)
         logits = None
     else:
-        out, storage_pos = _forward_new_tokens(lm, cache, segments, slots, question_ids, anchored, logits_to_keep,
-                                               doc_pos)
+        out, storage_pos = _forward_new_tokens(lm, build_cache(doc_k, doc_v), segments, slots, question_ids,
+                                               anchored, logits_to_keep, doc_pos)
         cache, last = out.cache, out.logits[0, -1].float()
         logits = out.logits[0] if logits_to_keep > 1 else None
     timings.link_forward_s = time.perf_counter() - t0
