@@ -12,6 +12,7 @@ from transformers import DynamicCache
 from .model import LoadedModel
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
+GREEDY_BELOW = 1e-5  # temperatures below this decode greedily (vLLM's _SAMPLING_EPS)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
 
 
@@ -21,16 +22,20 @@ class SamplingParams:
 
     Attributes:
         max_new_tokens: generation budget in tokens (>= 1).
-        temperature: 0 for greedy; otherwise logits are divided by it before sampling.
-        top_p: nucleus sampling mass in (0, 1] (Holtzman et al., 2020).
-        seed: seed of the sampling generator (None: nondeterministic).
+        temperature: 0 for greedy; otherwise logits are divided by it before sampling. Below
+            :data:`GREEDY_BELOW` (1e-5, vLLM's threshold) decoding is greedy too: dividing float32 logits
+            by a smaller temperature overflows (a temperature of 1e-300 is 0 in float32).
+        top_p: nucleus sampling mass in (0, 1] (Holtzman et al., 2020); the most likely token is always in
+            the nucleus, so a ``top_p`` below its probability (even below float32 resolution) samples it.
+        seed: seed of the sampling generator (None, the default: nondeterministic, a fresh seed per request,
+            as OpenAI's API and vLLM do); used only when sampling (temperature >= 1e-5).
         stop_token_ids: generation ends after any of these (not included in the text).
     """
 
     max_new_tokens: int = 32
     temperature: float = 0.0
     top_p: float = 1.0
-    seed: int | None = 0
+    seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
@@ -40,6 +45,24 @@ class SamplingParams:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether decoding is greedy (temperature below :data:`GREEDY_BELOW`): no generator, no seed used."""
+        return self.temperature < GREEDY_BELOW
+
+
+def sampling_generator(params: SamplingParams) -> torch.Generator | None:
+    """The CPU generator sampling draws from: seeded with ``params.seed``, freshly seeded without one,
+    None when decoding is greedy."""
+    if params.greedy:
+        return None
+    gen = torch.Generator(device="cpu")
+    if params.seed is not None:
+        gen.manual_seed(params.seed)
+    else:
+        gen.seed()
+    return gen
 
 
 def stop_token_ids(tokenizer) -> tuple[int, ...]:
@@ -52,13 +75,15 @@ def stop_token_ids(tokenizer) -> tuple[int, ...]:
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """Pick the next token id from ``[vocab]`` float logits (greedy when temperature is 0)."""
-    if params.temperature == 0:
+    """Pick the next token id from ``[vocab]`` float logits (greedy when ``params.greedy``); the nucleus of
+    ``top_p`` always holds the most likely token."""
+    if params.greedy:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_p, idx = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < params.top_p
+        keep[0] = True
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter_(0, idx, sorted_p)
     return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
@@ -98,10 +123,7 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
     plus generated tokens never exceed ``max_position_embeddings``, so no position ``>= max_positions``
     is ever fed (the last token yielded is not fed at all).
     """
-    gen = None
-    if params.temperature > 0:
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(params.seed) if params.seed is not None else gen.seed()
+    gen = sampling_generator(params)
     logits, pos = ctx.last_logits, ctx.next_position
     budget = min(params.max_new_tokens, lm.max_positions - pos)  # tokens that still get a position
     ctx.finish_reason = "length"
