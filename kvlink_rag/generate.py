@@ -141,15 +141,27 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
         logits, pos = out.logits[0, -1].float(), pos + 1
 
 
+def whole_text(tokenizer, ids: list[int]) -> str:
+    """The text of ``ids`` up to the last whole character: the one decoding rule of streamed pieces and of
+    the final answer. A character whose bytes the ids end inside (decoded as trailing U+FFFD: generation
+    stopped mid-character, or the stream has not seen its last byte yet) is left out."""
+    return tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
+
+
+def answer_text(tokenizer, ids: list[int]) -> str:
+    """The final answer of generated ``ids``: :func:`whole_text`, stripped; equals the joined pieces of
+    :func:`stream_text`, stripped."""
+    return whole_text(tokenizer, ids).strip()
+
+
 def stream_text(tokenizer, token_ids: Iterator[int]) -> Iterator[str]:
-    """Turn a token-id stream into text pieces (decodes the running sequence so multi-byte chars stay whole)."""
+    """Turn a token-id stream into text pieces: each piece is what :func:`whole_text` of the ids so far adds
+    (multi-byte characters stay whole; one cut off by the end of generation is never sent)."""
     ids: list[int] = []
     emitted = ""
     for tok in token_ids:
         ids.append(tok)
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
-            continue
+        text = whole_text(tokenizer, ids)
         if len(text) > len(emitted):
             yield text[len(emitted):]
             emitted = text

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from factories import random_ids, tiny_model
-from kvlink_rag.generate import SamplingParams, decode, full_prefill, sample_next, sampling_generator, stream_text
+from factories import random_ids, real_tokenizer, tiny_model
+from kvlink_rag.generate import (SamplingParams, answer_text, decode, full_prefill, sample_next, sampling_generator,
+                                 stream_text, whole_text)
 
 
 def test_greedy_is_argmax_and_top_p_keeps_the_nucleus():
@@ -121,3 +122,22 @@ def test_without_a_seed_sampling_is_nondeterministic_and_with_one_repeatable():
     assert sampling_generator(SamplingParams(temperature=0.5)).initial_seed() != sampling_generator(
         SamplingParams(temperature=0.5)).initial_seed()
     assert sampling_generator(SamplingParams(temperature=1e-6, seed=3)) is None  # greedy: no generator
+
+
+@pytest.mark.parametrize("text", ["日本語の絵文字😀テスト", "é中🎉ü", "answer: 東京タワー 🗼"])
+def test_stream_and_answer_agree_wherever_generation_stops_inside_a_character(text):
+    tok = real_tokenizer()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    for n in range(1, len(ids) + 1):  # every cut: inside a character's bytes or between characters
+        streamed = "".join(stream_text(tok, iter(ids[:n])))
+        assert streamed.strip() == answer_text(tok, ids[:n]) == whole_text(tok, ids[:n]).strip()
+        assert "\ufffd" not in streamed and text.startswith(streamed)
+    assert answer_text(tok, ids) == text.strip()
+
+
+def test_a_character_cut_off_by_the_end_of_generation_is_left_out_of_both():
+    tok = real_tokenizer()
+    ids = tok("日本語", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids[:4]) == "日本\ufffd"  # generation stopped after the first byte(s) of 語
+    assert answer_text(tok, ids[:4]) == "".join(stream_text(tok, iter(ids[:4]))) == "日本"
+    assert answer_text(tok, ids[:1]) == "" and list(stream_text(tok, iter(ids[:1]))) == []
