@@ -7,8 +7,10 @@ new turn prefills only its new message; ``usage.prompt_tokens_details.cached_tok
 tokens not computed for the request. Documents: ``document_ids`` or ``top_k`` as extra body fields (the openai client's
 ``extra_body``); neither means ``top_k = KVLINK_RAG_DEFAULT_TOP_K``. The response carries the usual
 fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is ``chat.completion.chunk``
-events ending with ``data: [DONE]``; a failure once the stream has started sends an error object
-(``{"error": {...}}``, which the openai client raises) and then ``data: [DONE]``.
+events ending with ``data: [DONE]``, starting once the first token is there: a refusal before it (a full
+queue: 503 with ``Retry-After``; a conversation longer than the context: 422) is an HTTP error response,
+as without ``stream``. A failure once the stream has started sends an error object (``{"error": {...}}``,
+which the openai client raises) and then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from sse_starlette import EventSourceResponse
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import stream_error_body
 from api.schemas import ChatIn
-from api.streaming import iterate_in_thread
+from api.streaming import query_stream, started
 from service.queries import QueryResult
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -50,18 +52,17 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None =
                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
 
 
-async def _stream(state, plan, cid: str, created: int, model: str):
-    """Chunks of :meth:`QueryService.stream` (run once the model is free), always ending ``[DONE]``."""
+async def _stream(items, cid: str, created: int, model: str):
+    """Chunks of started :func:`api.streaming.query_stream`, always ending ``[DONE]``."""
     try:
         yield {"data": _chunk(cid, created, model, {"role": "assistant", "content": ""})}
-        async with state.gates.model_slot():
-            async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
-                if kind == "token":
-                    yield {"data": _chunk(cid, created, model, {"content": value})}
-                else:
-                    yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
-                                          kvlink=_extras(value))}
-    except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
+        async for kind, value in items:
+            if kind == "token":
+                yield {"data": _chunk(cid, created, model, {"content": value})}
+            else:
+                yield {"data": _chunk(cid, created, model, {}, value.finish_reason, usage=_usage(value),
+                                      kvlink=_extras(value))}
+    except Exception as e:  # noqa: BLE001 - every failure once the stream started ends it with an error chunk
         yield {"data": json.dumps(stream_error_body(e, "/v1/chat/completions"))}
     yield {"data": "[DONE]"}
 
@@ -77,8 +78,8 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
         recompute_ratio=body.recompute_ratio, max_new_tokens=body.max_completion_tokens or body.max_tokens,
         temperature=body.temperature, top_p=body.top_p, seed=body.seed))
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model or MODEL_ID
-    if body.stream:
-        return EventSourceResponse(_stream(state, plan, cid, created, model))
+    if body.stream:  # starts with the first token: a refusal before it is an HTTP status
+        return EventSourceResponse(_stream(await started(query_stream(state, plan)), cid, created, model))
     r = await state.gates.run_model(queries.answer, plan)
     return {"id": cid, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
