@@ -1,15 +1,27 @@
-"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes."""
+"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes.
+
+Every request body is a :class:`RequestBody`: strict types as in OpenAI's API (``"stream": "yes"`` or
+``"top_k": "3"`` is a 422 naming the field, never coerced; a JSON integer still counts as a number, so
+``"temperature": 1`` is accepted) and every string in it, nested ones and dict keys too, valid Unicode
+(a lone surrogate such as ``"\\ud800"``, which no tokenizer, store or JSON response can encode, is a 422
+naming where it is).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
+
+from kvlink_rag.encodable import find_unencodable
 
 DOC_ID_MAX_BYTES = 200
 DOC_ID_FORBIDDEN = "/\\?#%"
 DOC_ID_RULE = (f"1-{DOC_ID_MAX_BYTES} bytes (UTF-8), none of / \\ ? # % or control characters, and not '.' or '..' "
                "(every id must be addressable as /v1/documents/{id} by an ordinary HTTP client)")
+INVALID_UNICODE = "invalid_unicode"  # the pydantic error type of text no encoder accepts (api.errors names its field)
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0..2^64-1
 MAX_NEW_TOKENS_CAP = 1 << 20  # the configured KVLINK_RAG_MAX_NEW_TOKENS_LIMIT is checked in QueryService.plan
 MAX_LIST_OFFSET = 10**9
@@ -36,30 +48,48 @@ def check_doc_id(value: str) -> str:
 DocId = Annotated[str, AfterValidator(check_doc_id)]
 """A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
 
+
+class RequestBody(BaseModel):
+    """Base of every request body: strict types, unknown fields refused (a subclass may allow them), and
+    every string in the JSON object (values of known and extra fields, nested lists and dicts, their keys)
+    UTF-8 encodable and every number finite (:func:`kvlink_rag.encodable.find_unencodable`), checked
+    before the fields so the message says what is wrong and where."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _encodable(cls, data: Any) -> Any:
+        if isinstance(data, dict):  # the JSON object as parsed, before any field is validated
+            for name, value in data.items():
+                found = find_unencodable(value, str(name))
+                if found:
+                    raise PydanticCustomError(INVALID_UNICODE, "{where}: {problem}",
+                                              {"where": found[0], "problem": found[1]})
+        return data
+
+
 # -- documents ---------------------------------------------------------------------------------------
 
 
-class DocumentIn(BaseModel):
+class DocumentIn(RequestBody):
     """One document to ingest; ``id`` is generated (32 hex digits) when omitted."""
 
-    model_config = ConfigDict(extra="forbid")
     id: DocId | None = Field(None, description=f"Document id: {DOC_ID_RULE}.")
     text: str = Field(..., min_length=1, description="Document text (characters; limit KVLINK_RAG_MAX_DOCUMENT_CHARS).")
     title: str = Field("", max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class DocumentBatch(BaseModel):
+class DocumentBatch(RequestBody):
     """Several documents in one request (limit KVLINK_RAG_MAX_BATCH_DOCUMENTS)."""
 
-    model_config = ConfigDict(extra="forbid")
     documents: list[DocumentIn] = Field(..., min_length=1)
 
 
-class DocumentUpdate(BaseModel):
+class DocumentUpdate(RequestBody):
     """New text (and optionally title/metadata) of an existing document."""
 
-    model_config = ConfigDict(extra="forbid")
     text: str = Field(..., min_length=1)
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
@@ -132,9 +162,13 @@ class Deleted(BaseModel):
 
 MaxNewTokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP, description="At most "
                                     "KVLINK_RAG_MAX_NEW_TOKENS_LIMIT (checked when the query is planned).")]
-Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1.")]
+Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False, description="0..5; 0 and anything "
+                                     "below 1e-5 decode greedily (as vLLM: a smaller one overflows float32 logits).")]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False, description="Nucleus mass (0, 1]; the most "
+                              "likely token is always kept, so a tiny top_p samples it alone.")]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1: the same seed and request "
+                            "give the same answer; without one sampling (temperature >= 1e-5) is "
+                            "nondeterministic, as in OpenAI's API and vLLM. Greedy answers never depend on it.")]
 TopK = Annotated[int, Field(ge=1, description="At most KVLINK_RAG_MAX_TOP_K (checked when the query is planned).")]
 LinkK = Annotated[int, Field(ge=0, le=1024, description="Link tokens per document (0 = naive reuse); at most the "
                              "loaded K (checked when the query is planned).")]
@@ -160,7 +194,7 @@ class Passage(BaseModel):
     share: float = Field(..., description="Share of the document's attention mass in this span.")
 
 
-class Sampling(BaseModel):
+class Sampling(RequestBody):
     max_new_tokens: MaxNewTokens | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
@@ -174,7 +208,6 @@ class QueryIn(Sampling):
     settings (question length, top_k, max_new_tokens, number of ids, k) are checked by ``QueryService.plan``.
     """
 
-    model_config = ConfigDict(extra="forbid")
     question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.")
     document_ids: DocIds | None = None
     top_k: TopK | None = None
@@ -229,24 +262,32 @@ class QueryOut(BaseModel):
 # -- OpenAI-compatible chat --------------------------------------------------------------------------
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ContentPart(RequestBody):
+    """One part of a message's ``content`` list; only ``text`` parts are read (others, images, are ignored)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: str = Field(..., max_length=64)
+    text: str | None = None
+
+
+class ChatMessage(RequestBody):
+    model_config = ConfigDict(strict=True, extra="allow")
     role: str = Field(..., max_length=64)
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
         """The text of the message (text parts joined)."""
         if isinstance(self.content, list):
-            return "".join(p.get("text", "") for p in self.content if p.get("type") == "text")
+            return "".join(p.text or "" for p in self.content if p.type == "text")
         return self.content or ""
 
 
-class ChatIn(BaseModel):
+class ChatIn(RequestBody):
     """``/v1/chat/completions``: the last user message is the question; documents by ``document_ids``
     or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service cannot
     honour are refused (``n`` > 1, ``stop``, ``logprobs``); others (penalties, ``user``...) are ignored."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow")
     model: str | None = Field(None, max_length=200)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False
