@@ -132,10 +132,14 @@ def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.
 def _unencodable(records: dict, texts: dict) -> list[tuple[str, str]]:
     """``(tenant, doc_id)`` of intact records or texts whose title, metadata or text no encoder accepts."""
     bad = {key for key, rec in records.items()
-           if not is_corrupt(rec) and find_unencodable([rec.title, rec.metadata])}
+           if not is_corrupt(rec) and _any_unencodable(rec.title, rec.metadata)}
     bad |= {key for key, entry in texts.items() if isinstance(entry, dict)
-            and find_unencodable([entry.get("text"), entry.get("title"), entry.get("metadata")])}
+            and _any_unencodable(entry.get("text"), entry.get("title"), entry.get("metadata"))}
     return sorted(bad)
+
+
+def _any_unencodable(*values) -> bool:
+    return any(find_unencodable(v) for v in values)
 
 
 def _repair_unencodable(store, t: str, d: str, entry) -> None:

@@ -83,8 +83,9 @@ def document_out(rec, text: str | None = None) -> DocumentOut:
     """The API view of a ``store.index.DocumentRecord``. Text no JSON response can carry (lone surrogates, NaN
     in metadata: stored before the API refused them) is shown sanitised (U+FFFD, null), so one such record
     never fails a listing; ``kvlink-rag store check --repair`` rewrites it."""
-    shown = sanitised({"id": rec.doc_id, "title": rec.title, "metadata": rec.metadata, "text": text})
-    if find_unencodable([rec.doc_id, rec.title, rec.metadata, text]):
+    fields = {"id": rec.doc_id, "title": rec.title, "metadata": rec.metadata, "text": text}
+    shown = {name: sanitised(value) for name, value in fields.items()}
+    if any(find_unencodable(value) for value in fields.values()):
         log.warning("document %r of tenant %r holds text that is not valid Unicode; shown sanitised (run "
                     "`kvlink-rag store check --repair`)", shown["id"], sanitised(rec.tenant))
     return DocumentOut(id=shown["id"], title=shown["title"], status=rec.status, version=rec.version,

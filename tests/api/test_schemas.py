@@ -15,6 +15,14 @@ CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?
 BAD = "\ud800"  # a lone surrogate: Python's json reads the escape "\ud800" without complaint
 
 
+def nested(levels: int) -> dict:
+    """``{"a": {"a": ... 1}}``: ``levels`` dicts, one inside the other."""
+    value: object = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
 def post(client, path: str, body: dict, method: str = "POST"):
     """Send ``body`` as JSON with escapes (``json.dumps``), as a client sending ``\\ud800`` would."""
     return client.request(method, path, content=json.dumps(body), headers={"content-type": "application/json"})
@@ -54,9 +62,12 @@ def test_text_that_is_not_valid_unicode_is_refused_in_every_field_of_the_documen
     for field in ("text", "title"):
         assert f"body.{field}: lone surrogate" in refused(c, "/v1/documents/paris", {"text": "t", field: BAD}, "PUT")
     assert "body.metadata.k" in refused(c, "/v1/documents/paris", {"text": "t", "metadata": {"k": BAD}}, "PUT")
+    assert "nested deeper than 32 levels" in refused(c, "/v1/documents", {**doc, "metadata": nested(33)})
     listing = c.get("/v1/documents")
     assert listing.status_code == 200 and [d["id"] for d in listing.json()["documents"]] == ["paris"]
     assert c.get("/v1/documents/paris").json()["version"] == 1  # nothing was stored or changed
+    assert post(c, "/v1/documents", {**doc, "metadata": nested(32)}).status_code == 202  # as deep as allowed
+    assert c.get("/v1/documents").status_code == 200 and c.get("/v1/documents/m").json()["metadata"] == nested(32)
 
 
 def test_text_that_is_not_valid_unicode_is_refused_in_queries_and_every_chat_message(paris):
