@@ -38,11 +38,12 @@ def test_started_raises_what_fails_before_the_first_item_and_passes_the_rest_thr
     assert closed == [0, None, 2]
 
 
-def test_a_chat_stream_past_the_context_is_a_422_before_it_starts(make_client, tmp_path):
+@pytest.mark.parametrize("scheduler", [True, False])
+def test_a_chat_stream_past_the_context_is_a_422_before_it_starts(make_client, tmp_path, scheduler):
     from factories import tiny_text_engine
 
     small = tiny_text_engine(tmp_path / "small", max_positions=96, max_new_tokens=4)
-    with make_client(engine=small) as c:
+    with make_client(engine=small, scheduler=scheduler) as c:
         for doc_id in ("a", "b"):  # 33 tokens each: one fits, both with the prefix and link tokens do not
             assert c.post("/v1/documents", json={"id": doc_id, "text": "word " * 30}).status_code == 202
             wait_ready(c, doc_id)
@@ -66,11 +67,19 @@ def forced_answer(monkeypatch):
         calls[0] += 1
         return ids[(calls[0] - 1) % len(ids)]
 
-    monkeypatch.setattr("kvlink_rag.running.sample_next", sample)
+    monkeypatch.setattr("kvlink_rag.running.sample_next", sample)  # the batching scheduler
+    monkeypatch.setattr("kvlink_rag.generate.sample_next", sample)  # the one-request path
     return calls
 
 
-def test_stream_and_answer_agree_when_generation_ends_inside_a_character(client, fixture_docs, forced_answer):
+@pytest.mark.parametrize("scheduler", [True, False])
+def test_stream_and_answer_agree_when_generation_ends_inside_a_character(make_client, fixture_docs, forced_answer,
+                                                                         scheduler):
+    with make_client(scheduler=scheduler) as c:
+        _agree(c, fixture_docs, forced_answer)
+
+
+def _agree(client, fixture_docs, forced_answer) -> None:
     client.post("/v1/documents", json=fixture_docs[1])
     wait_ready(client, "paris")
     for n in range(1, 13):  # 5 of these 12 lengths end inside a character's bytes
