@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.schemas import INVALID_UNICODE
+from api.request_body import INVALID_UNICODE
 from service.errors import ServiceError, redis_errors
 
 log = logging.getLogger(__name__)

@@ -1,27 +1,18 @@
-"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes.
-
-Every request body is a :class:`RequestBody`: strict types as in OpenAI's API (``"stream": "yes"`` or
-``"top_k": "3"`` is a 422 naming the field, never coerced; a JSON integer still counts as a number, so
-``"temperature": 1`` is accepted) and every string in it, nested ones and dict keys too, valid Unicode
-(a lone surrogate such as ``"\\ud800"``, which no tokenizer, store or JSON response can encode, is a 422
-naming where it is).
-"""
+"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes; request
+bodies are strict and encodable (:class:`api.request_body.RequestBody`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
-                      model_validator)
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from kvlink_rag.encodable import find_unencodable
+from api.request_body import RequestBody
 
 DOC_ID_MAX_BYTES = 200
 DOC_ID_FORBIDDEN = "/\\?#%"
 DOC_ID_RULE = (f"1-{DOC_ID_MAX_BYTES} bytes (UTF-8), none of / \\ ? # % or control characters, and not '.' or '..' "
                "(every id must be addressable as /v1/documents/{id} by an ordinary HTTP client)")
-INVALID_UNICODE = "invalid_unicode"  # the pydantic error type of text no encoder accepts (api.errors names its field)
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0..2^64-1
 MAX_NEW_TOKENS_CAP = 1 << 20  # the configured KVLINK_RAG_MAX_NEW_TOKENS_LIMIT is checked in QueryService.plan
 MAX_LIST_OFFSET = 10**9
@@ -47,26 +38,6 @@ def check_doc_id(value: str) -> str:
 
 DocId = Annotated[str, AfterValidator(check_doc_id)]
 """A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
-
-
-class RequestBody(BaseModel):
-    """Base of every request body: strict types, unknown fields refused (a subclass may allow them), and
-    every string in the JSON object (values of known and extra fields, nested lists and dicts, their keys)
-    UTF-8 encodable and every number finite (:func:`kvlink_rag.encodable.find_unencodable`), checked
-    before the fields so the message says what is wrong and where."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _encodable(cls, data: Any) -> Any:
-        if isinstance(data, dict):  # the JSON object as parsed, before any field is validated
-            for name, value in data.items():
-                found = find_unencodable(value, str(name))
-                if found:
-                    raise PydanticCustomError(INVALID_UNICODE, "{where}: {problem}",
-                                              {"where": found[0], "problem": found[1]})
-        return data
 
 
 # -- documents ---------------------------------------------------------------------------------------
