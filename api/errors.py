@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.request_body import INVALID_UNICODE
 from service.errors import ServiceError, redis_errors
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ UNION_TAGS = ("document", "batch")  # the tags of the ingest body's union (api.s
 
 def describe_validation(errors) -> str:
     """One line per problem: ``body.question: Field required``; malformed JSON says so. Locations name
-    the request's own fields (``body.id``, not the union tag ``body.document.id``)."""
+    the request's own fields (``body.id``, not the union tag ``body.document.id``), text that is not valid
+    Unicode the field holding it (``body.messages.0.content[1].text``)."""
     parts = []
     for e in errors:
         if e.get("type") == "json_invalid":
@@ -51,8 +53,12 @@ def describe_validation(errors) -> str:
         raw = list(e.get("loc", ()))
         if len(raw) > 1 and raw[0] == "body" and raw[1] in UNION_TAGS:
             del raw[1]
+        message = e.get("msg", "invalid")
+        if e.get("type") == INVALID_UNICODE:  # found inside the body: its path names the field
+            raw.append(e["ctx"]["where"])
+            message = e["ctx"]["problem"]
         loc = ".".join(str(x) for x in raw)
-        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+        parts.append(f"{loc}: {message}")
     return "; ".join(parts) or "invalid request"
 
 

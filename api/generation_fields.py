@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from api.request_body import RequestBody
 from kvlink_rag.stop_strings import MAX_STOP_CHARS, MAX_STOP_STRINGS, normalize_stop
 
 log = logging.getLogger(__name__)
@@ -17,8 +18,9 @@ MinTokens = Annotated[int, Field(ge=0, le=1 << 20, description="vLLM's: end-of-t
                                  "before this many tokens (at most max_tokens).")]
 
 
-class GenerationFields(BaseModel):
-    """``stop``, ``ignore_eos``, ``min_tokens``; :meth:`generation` gives them as sampling keywords."""
+class GenerationFields(RequestBody):
+    """``stop``, ``ignore_eos``, ``min_tokens`` (on :class:`~api.request_body.RequestBody`: strict types,
+    encodable text); :meth:`generation` gives them as sampling keywords."""
 
     stop: str | list[str] | None = Field(None, description=f"Stop string(s) (at most {MAX_STOP_STRINGS}, "
                                          f"{MAX_STOP_CHARS} characters each): the answer ends before the first "

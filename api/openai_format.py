@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 from api.errors import stream_error_body
-from api.streaming import iterate_in_thread
+from api.streaming import query_stream
 from service.queries import QueryResult
 
 MODEL_ID = "kvlink-rag"
@@ -73,15 +73,16 @@ class ChunkStream:
     def _indexed(self, index: int, text: str | None, finish: str | None) -> dict:
         return {**self.choice(text, finish), "index": index}
 
-    async def events(self, state, plans: list, first: Choice | None = None) -> AsyncIterator[dict]:
-        """Chunks of :meth:`QueryService.stream` of each plan (choice ``i`` is ``plans[i]``; run once the
-        model is free), ``first`` chunks' choices before them; a failure sends an error object; always ends
-        with ``[DONE]``."""
-        results: list = [None] * len(plans)
+    async def events(self, items: AsyncIterator[tuple[int, str, object]], n: int, first: Choice | None = None
+                     ) -> AsyncIterator[dict]:
+        """Chunks of ``items`` (:func:`merged`, already :func:`api.streaming.started`, so a refusal before the
+        first token was an HTTP status) of ``n`` choices, ``first`` chunks' choices before them; a failure
+        sends an error object; always ends with ``[DONE]``."""
+        results: list = [None] * n
         try:
             if first:
-                yield self.chunk([{**first(None, None), "index": i} for i in range(len(plans))])
-            async for i, kind, value in _merged(state, plans):
+                yield self.chunk([{**first(None, None), "index": i} for i in range(n)])
+            async for i, kind, value in items:
                 if kind == "token":
                     yield self.chunk([self._indexed(i, value, None)])
                     continue
@@ -94,24 +95,18 @@ class ChunkStream:
         yield {"data": "[DONE]"}
 
 
-async def _one(state, plan) -> AsyncIterator[tuple[str, object]]:
-    async with state.gates.model_slot():
-        async for item in iterate_in_thread(lambda: state.queries.stream(plan)):
-            yield item
-
-
-async def _merged(state, plans: list) -> AsyncIterator[tuple[int, str, object]]:
-    """``(choice index, kind, value)`` of every plan's stream, as they come; the first failure is raised
-    (the other streams are cancelled, which cancels their requests)."""
+async def merged(state, plans: list) -> AsyncIterator[tuple[int, str, object]]:
+    """``(choice index, kind, value)`` of every plan's stream (:func:`api.streaming.query_stream`), as they come;
+    the first failure is raised (the other streams are cancelled, which cancels their requests)."""
     if len(plans) == 1:
-        async for kind, value in _one(state, plans[0]):
+        async for kind, value in query_stream(state, plans[0]):
             yield 0, kind, value
         return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(i: int, plan) -> None:
         try:
-            async for kind, value in _one(state, plan):
+            async for kind, value in query_stream(state, plan):
                 await queue.put((i, kind, value))
         except Exception as e:  # noqa: BLE001 - handed to the consumer
             await queue.put((i, "error", e))

@@ -1,4 +1,5 @@
-"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes."""
+"""Request and response bodies (pydantic). Limits that depend on settings are checked in the routes; request
+bodies are strict and encodable (:class:`api.request_body.RequestBody`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from api.generation_fields import GenerationFields, OpenAIFields
+
+from api.request_body import RequestBody
 
 DOC_ID_MAX_BYTES = 200
 DOC_ID_FORBIDDEN = "/\\?#%"
@@ -38,30 +41,28 @@ def check_doc_id(value: str) -> str:
 DocId = Annotated[str, AfterValidator(check_doc_id)]
 """A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
 
+
 # -- documents ---------------------------------------------------------------------------------------
 
 
-class DocumentIn(BaseModel):
+class DocumentIn(RequestBody):
     """One document to ingest; ``id`` is generated (32 hex digits) when omitted."""
 
-    model_config = ConfigDict(extra="forbid")
     id: DocId | None = Field(None, description=f"Document id: {DOC_ID_RULE}.")
     text: str = Field(..., min_length=1, description="Document text (characters; limit KVLINK_RAG_MAX_DOCUMENT_CHARS).")
     title: str = Field("", max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class DocumentBatch(BaseModel):
+class DocumentBatch(RequestBody):
     """Several documents in one request (limit KVLINK_RAG_MAX_BATCH_DOCUMENTS)."""
 
-    model_config = ConfigDict(extra="forbid")
     documents: list[DocumentIn] = Field(..., min_length=1)
 
 
-class DocumentUpdate(BaseModel):
+class DocumentUpdate(RequestBody):
     """New text (and optionally title/metadata) of an existing document."""
 
-    model_config = ConfigDict(extra="forbid")
     text: str = Field(..., min_length=1)
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
@@ -134,9 +135,13 @@ class Deleted(BaseModel):
 
 MaxNewTokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP, description="At most "
                                     "KVLINK_RAG_MAX_NEW_TOKENS_LIMIT (checked when the query is planned).")]
-Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1.")]
+Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False, description="0..5; 0 and anything "
+                                     "below 1e-5 decode greedily (as vLLM: a smaller one overflows float32 logits).")]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False, description="Nucleus mass (0, 1]; the most "
+                              "likely token is always kept, so a tiny top_p samples it alone.")]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1: the same seed and request "
+                            "give the same answer; without one sampling (temperature >= 1e-5) is "
+                            "nondeterministic, as in OpenAI's API and vLLM. Greedy answers never depend on it.")]
 TopK = Annotated[int, Field(ge=1, description="At most KVLINK_RAG_MAX_TOP_K (checked when the query is planned).")]
 LinkK = Annotated[int, Field(ge=0, le=1024, description="Link tokens per document (0 = naive reuse); at most the "
                              "loaded K (checked when the query is planned).")]
@@ -186,7 +191,6 @@ class QueryIn(Sampling):
     settings (question length, top_k, max_new_tokens, number of ids, k) are checked by ``QueryService.plan``.
     """
 
-    model_config = ConfigDict(extra="forbid")
     question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.")
     document_ids: DocIds | None = None
     top_k: TopK | None = None
@@ -245,19 +249,27 @@ class QueryOut(BaseModel):
 # -- OpenAI-compatible chat --------------------------------------------------------------------------
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ContentPart(RequestBody):
+    """One part of a message's ``content`` list; only ``text`` parts are read (others, images, are ignored)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: str = Field(..., max_length=64)
+    text: str | None = None
+
+
+class ChatMessage(RequestBody):
+    model_config = ConfigDict(strict=True, extra="allow")
     role: str = Field(..., max_length=64)
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
         """The text of the message (text parts joined)."""
         if isinstance(self.content, list):
-            return "".join(p.get("text", "") for p in self.content if p.get("type") == "text")
+            return "".join(p.text or "" for p in self.content if p.type == "text")
         return self.content or ""
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(RequestBody):
     include_usage: bool = Field(False, description="A last chunk with empty choices carries the usage.")
 
 
@@ -267,7 +279,7 @@ class ChatIn(OpenAIFields):
     implement (``tools``, ``response_format``, ``logprobs``, penalties...) are refused with a 422
     naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow")
     model: str | None = Field(None, max_length=200)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False

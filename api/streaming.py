@@ -70,3 +70,35 @@ async def iterate_in_thread(make: Callable[[], Generator]) -> AsyncIterator:
         stop.set()
         with anyio.CancelScope(shield=True):  # the thread stops before its next item (and releases its locks)
             await ended.wait()
+
+
+async def started(items: AsyncIterator) -> AsyncIterator:
+    """``items`` once its first item is there: what fails before it (a full queue, a prompt too long for the
+    context) raises here, while the caller can still answer with an HTTP status, not inside a started
+    stream. The iterator returned yields that first item, then the rest; closing it closes ``items``."""
+    try:
+        first = await items.__anext__()
+    except StopAsyncIteration:
+        first = _END
+    except BaseException:
+        await items.aclose()
+        raise
+
+    async def rest() -> AsyncIterator:
+        try:
+            if first is not _END:
+                yield first
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()
+
+    return rest()
+
+
+async def query_stream(state, plan) -> AsyncIterator:
+    """``("token", piece)`` ... ``("done", QueryResult)`` of ``state.queries.stream(plan)``, run in its own
+    thread once the model is free (``state.gates.model_slot``); its failures raise here."""
+    async with state.gates.model_slot():
+        async for item in iterate_in_thread(lambda: state.queries.stream(plan)):
+            yield item

@@ -42,6 +42,8 @@ def ask(
     max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
     temperature: Annotated[Optional[float], typer.Option()] = None,
     top_p: Annotated[Optional[float], typer.Option()] = None,
+    seed: Annotated[Optional[int], typer.Option(min=0, max=2**64 - 1, help="Sampling seed (with --temperature "
+                                                ">= 1e-5); without one, sampling is nondeterministic.")] = None,
     adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
                                                    "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
     compare: Annotated[bool, typer.Option("--full/--no-full", help="Also answer with full prefill, for comparison "
@@ -72,7 +74,7 @@ def ask(
             engine = AdapterVariants(engine).get(adapter)
         except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
             fail(str(e))
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     with results_only_stdout():
         linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain,
                                           recompute_ratio)

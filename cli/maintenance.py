@@ -46,7 +46,8 @@ def _lines(report) -> list[str]:
     rows += [f"missing_cache\t{t}\t{d}\t{k}" for t, d, k in report.missing_caches]
     for pairs, kind in ((report.texts_without_records, "text_without_record"),
                         (report.records_without_texts, "record_without_text"),
-                        (report.corrupt_texts, "corrupt_text"), (report.corrupt_records, "corrupt_record")):
+                        (report.corrupt_texts, "corrupt_text"), (report.corrupt_records, "corrupt_record"),
+                        (report.unencodable, "unencodable_text")):
         rows += [f"{kind}\t{t}\t{d}" for t, d in pairs]
     return rows
 
@@ -55,7 +56,8 @@ def _lines(report) -> list[str]:
 def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete unreferenced caches, re-queue ready "
                                                      "documents whose cache is gone, recreate records from "
                                                      "texts, mark documents whose text is lost or corrupt "
-                                                     "failed.")] = False,
+                                                     "failed, sanitise titles and metadata that are not valid "
+                                                     "Unicode.")] = False,
                 as_json: JsonOpt = False,
                 min_age_s: Annotated[float, typer.Option("--min-age-s", min=0, help="Leave caches younger than "
                                                          "this alone (a precompute may be about to use them).")
@@ -63,7 +65,7 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
     """Check that caches, records and texts match; exit 1 on problems.
 
     Finds caches no record points at, ready records whose cache is gone, texts without records, records
-    without texts and corrupt texts or records. Exit 0 when clean (or repaired), 1 when problems were found.
+    without texts, corrupt texts or records, and text that is not valid Unicode (lone surrogates). Exit 0 when clean (or repaired), 1 when problems were found.
     """
     from store.check import check_store
 
@@ -89,7 +91,7 @@ def store_check(repair: Annotated[bool, typer.Option("--repair", help="Delete un
          f"({report.unreferenced_bytes} bytes), {len(report.missing_caches)} ready record(s) without cache, "
          f"{len(report.texts_without_records)} text(s) without record, {len(report.records_without_texts)} "
          f"record(s) without text, {len(report.corrupt_texts)} corrupt text(s), {len(report.corrupt_records)} "
-         "corrupt record(s)")
+         f"corrupt record(s), {len(report.unencodable)} document(s) with text that is not valid Unicode")
     if report.repaired:
         _say("repaired")
         return

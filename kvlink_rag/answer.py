@@ -7,7 +7,7 @@ import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
-from .generate import SamplingParams, decode, stream_text
+from .generate import SamplingParams, answer_text, decode, stream_text
 from .lora import adapter_scope
 from .model import LoadedModel
 from .types import LinkedContext
@@ -72,7 +72,7 @@ def generate_answer(lm: LoadedModel, adapter: str | None, ctx: LinkedContext, pa
                 pass
     end = time.perf_counter()
     t = ctx.timings
-    return Answer(text=lm.tokenizer.decode(ids, skip_special_tokens=True).strip(), token_ids=ids,
+    return Answer(text=answer_text(lm.tokenizer, ids), token_ids=ids,
                   ttft_s=(first[0] if first else end) - t0, total_s=end - t0, cache_hits=hits,
                   context_tokens=ctx.next_position,
                   timings={"load_s": t.load_s, "rope_s": t.rope_s, "link_forward_s": t.link_forward_s},

@@ -205,9 +205,11 @@ class Engine:
     # -- answering -------------------------------------------------------------------------------
     def sampling(self, ignore_eos: bool = False, **overrides) -> SamplingParams:
         """Sampling params from settings, with ``overrides`` (max_new_tokens, temperature, top_p, seed);
-        ``ignore_eos`` generates all ``max_new_tokens`` (no stop token; vLLM's option, for benchmarks)."""
+        ``ignore_eos`` generates all ``max_new_tokens`` (no stop token; vLLM's option, for benchmarks).
+        Without a ``seed`` sampling is nondeterministic (:class:`SamplingParams`); greedy decoding never
+        depends on it."""
         s = self.settings
-        base = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=0)
+        base = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=None)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return SamplingParams(stop_token_ids=() if ignore_eos else self.stop_ids, **base)
 

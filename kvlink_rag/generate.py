@@ -16,6 +16,7 @@ from .runtime.hf_cache import cache_view, prefill, runs_on_runner
 from .stop_strings import StopStrings
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
+GREEDY_BELOW = 1e-5  # temperatures below this decode greedily (vLLM's _SAMPLING_EPS)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
 
 
@@ -25,9 +26,13 @@ class SamplingParams:
 
     Attributes:
         max_new_tokens: generation budget in tokens (>= 1).
-        temperature: 0 for greedy; otherwise logits are divided by it before sampling.
-        top_p: nucleus sampling mass in (0, 1] (Holtzman et al., 2020).
-        seed: seed of the sampling generator (None: nondeterministic).
+        temperature: 0 for greedy; otherwise logits are divided by it before sampling. Below
+            :data:`GREEDY_BELOW` (1e-5, vLLM's threshold) decoding is greedy too: dividing float32 logits
+            by a smaller temperature overflows (a temperature of 1e-300 is 0 in float32).
+        top_p: nucleus sampling mass in (0, 1] (Holtzman et al., 2020); the most likely token is always in
+            the nucleus, so a ``top_p`` below its probability (even below float32 resolution) samples it.
+        seed: seed of the sampling generator (None, the default: nondeterministic, a fresh seed per request,
+            as OpenAI's API and vLLM do); used only when sampling (temperature >= 1e-5).
         stop_token_ids: generation ends after any of these (not included in the text).
         min_tokens: the stop tokens cannot be sampled before this many tokens were generated (vLLM's).
         stop: stop strings (:mod:`kvlink_rag.stop_strings`): generation ends with the token completing one.
@@ -36,7 +41,7 @@ class SamplingParams:
     max_new_tokens: int = 32
     temperature: float = 0.0
     top_p: float = 1.0
-    seed: int | None = 0
+    seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     min_tokens: int = 0
     stop: tuple[str, ...] = ()
@@ -48,6 +53,24 @@ class SamplingParams:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether decoding is greedy (temperature below :data:`GREEDY_BELOW`): no generator, no seed used."""
+        return self.temperature < GREEDY_BELOW
+
+
+def sampling_generator(params: SamplingParams) -> torch.Generator | None:
+    """The CPU generator sampling draws from: seeded with ``params.seed``, freshly seeded without one,
+    None when decoding is greedy."""
+    if params.greedy:
+        return None
+    gen = torch.Generator(device="cpu")
+    if params.seed is not None:
+        gen.manual_seed(params.seed)
+    else:
+        gen.seed()
+    return gen
 
 
 def stop_token_ids(tokenizer) -> tuple[int, ...]:
@@ -61,17 +84,19 @@ def stop_token_ids(tokenizer) -> tuple[int, ...]:
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
                 generated: int = 0) -> int:
-    """Pick the next token id from ``[vocab]`` float logits (greedy when temperature is 0); while fewer than
-    ``params.min_tokens`` tokens were ``generated``, the stop tokens are excluded."""
+    """Pick the next token id from ``[vocab]`` float logits (greedy when ``params.greedy``); the nucleus of
+    ``top_p`` always holds the most likely token; while fewer than ``params.min_tokens`` tokens were
+    ``generated``, the stop tokens are excluded."""
     if generated < params.min_tokens and params.stop_token_ids:
         logits = logits.clone()
         logits[list(params.stop_token_ids)] = float("-inf")
-    if params.temperature == 0:
+    if params.greedy:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_p, idx = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < params.top_p
+        keep[0] = True
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter_(0, idx, sorted_p)
     return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
@@ -123,10 +148,7 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
     never exceed ``max_position_embeddings``, so no position ``>= max_positions`` is ever fed (the last token
     yielded is not fed at all).
     """
-    gen = None
-    if params.temperature > 0:
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(params.seed) if params.seed is not None else gen.seed()
+    gen = sampling_generator(params)
     logits, pos = ctx.last_logits, ctx.next_position
     budget = min(params.max_new_tokens, lm.max_positions - pos)  # tokens that still get a position
     ctx.finish_reason = "length"
@@ -172,15 +194,27 @@ def _transformers_step(lm: LoadedModel, ctx: LinkedContext):
     return step
 
 
+def whole_text(tokenizer, ids: list[int]) -> str:
+    """The text of ``ids`` up to the last whole character: the one decoding rule of streamed pieces and of
+    the final answer. A character whose bytes the ids end inside (decoded as trailing U+FFFD: generation
+    stopped mid-character, or the stream has not seen its last byte yet) is left out."""
+    return tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
+
+
+def answer_text(tokenizer, ids: list[int]) -> str:
+    """The final answer of generated ``ids``: :func:`whole_text`, stripped; equals the joined pieces of
+    :func:`stream_text`, stripped."""
+    return whole_text(tokenizer, ids).strip()
+
+
 def stream_text(tokenizer, token_ids: Iterator[int]) -> Iterator[str]:
-    """Turn a token-id stream into text pieces (decodes the running sequence so multi-byte chars stay whole)."""
+    """Turn a token-id stream into text pieces: each piece is what :func:`whole_text` of the ids so far adds
+    (multi-byte characters stay whole; one cut off by the end of generation is never sent)."""
     ids: list[int] = []
     emitted = ""
     for tok in token_ids:
         ids.append(tok)
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
-            continue
+        text = whole_text(tokenizer, ids)
         if len(text) > len(emitted):
             yield text[len(emitted):]
             emitted = text

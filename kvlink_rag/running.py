@@ -16,7 +16,7 @@ from collections.abc import Hashable
 import torch
 
 from .engine import Engine
-from .generate import SamplingParams, sample_next
+from .generate import SamplingParams, sample_next, sampling_generator
 from .stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
@@ -53,13 +53,10 @@ class RunningRequest:
         self.finish_reason: str | None = None
         self.tree_tokens, self.tree_docs = 0, set()
         self.encoded_tokens = self.cached_tokens = 0
-        self.generator = None
         self.shared = False
         self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
         self.last_layer_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # with logits: the prompt's last layer
-        if params.temperature > 0:
-            self.generator = torch.Generator(device="cpu")
-            self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
+        self.generator = sampling_generator(params)
         self.budget = min(params.max_new_tokens, engine.lm.max_positions - layout.next_position)
         self.stops = StopStrings.of(engine.lm.tokenizer, params.stop)  # None without stop strings
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}

@@ -108,9 +108,11 @@ class DocumentChoice:
         is unreachable the text store alone decides, so queries over cached documents survive a Redis outage.
 
         Raises:
-            ServiceError: 409 ``document_corrupt`` when its stored text or index record failed its checksum
-                (with ``strict``; else None).
+            ServiceError: 409 ``document_corrupt`` when its stored text or index record failed its checksum,
+                409 ``document_unreadable`` when its stored text or title is not valid Unicode (with
+                ``strict``; else None).
         """
+        from kvlink_rag.encodable import find_unencodable
         from store.index import is_corrupt
         from store.integrity import CorruptEntry
 
@@ -127,6 +129,11 @@ class DocumentChoice:
             raise ServiceError(409, "document_corrupt", f"document {doc_id!r} cannot be served: {e}") from None
         if stored is None or rec is None:
             return None
+        if find_unencodable([stored["text"], stored["title"]]):  # stored before the API refused such text
+            if not strict:
+                return None
+            raise ServiceError(409, "document_unreadable", f"document {doc_id!r} cannot be served: its stored text "
+                               "or title is not valid Unicode; run `kvlink-rag store check --repair` or re-ingest it")
         return QueryDoc(doc_id, int(stored["version"]), Document(stored["text"], stored["title"] or None))
 
     def _index_record(self, tenant: str, doc_id: str) -> DocumentRecord | bool | None:

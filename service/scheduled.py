@@ -49,9 +49,10 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
 def answer_of(result: GenResult, tokenizer) -> Answer:
     """The :class:`Answer` of a finished scheduled request (timings in seconds from the plan's start)."""
     from kvlink_rag.answer import Answer
+    from kvlink_rag.generate import answer_text
 
     t = result.timings
-    return Answer(text=tokenizer.decode(result.token_ids, skip_special_tokens=True).strip(),
+    return Answer(text=answer_text(tokenizer, result.token_ids),
                   token_ids=result.token_ids, ttft_s=t.get("ttft_s", t["total_s"]), total_s=t["total_s"],
                   context_tokens=result.prompt_tokens,
                   timings={"load_s": t.get("load_s", 0.0), "rope_s": 0.0, "link_forward_s": t.get("prefill_s", 0.0)},

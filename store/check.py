@@ -8,7 +8,10 @@ Problems found by :func:`check_store`, and what ``repair`` does about each:
   (:func:`store.recovery.restore_record`);
 * records without a text (and not already ``failed``) -> marked ``failed`` ("re-ingest it");
 * corrupt texts -> deleted, their record marked ``failed`` ("re-ingest it");
-* corrupt records without a readable text -> replaced by a ``failed`` record ("re-ingest it").
+* corrupt records without a readable text -> replaced by a ``failed`` record ("re-ingest it");
+* records or texts holding text no encoder accepts (lone surrogates, NaN in metadata; stored before the
+  API refused them) -> title and metadata rewritten sanitised (:func:`kvlink_rag.encodable.sanitised`); a
+  document text that is not valid Unicode (no tokenizer reads it) is deleted, its record ``failed``.
 
 Caches younger than ``min_age_s`` are never reported unreferenced: a precompute may be about to point a
 record at them. Ad-hoc caches (``kvlink-rag ask``/``demo``, written untracked) have no record by design:
@@ -20,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from kvlink_rag.encodable import find_unencodable, sanitised
 from store.index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.recovery import restore_record
@@ -35,6 +39,7 @@ class CheckReport:
         unreferenced_caches: ``(cache key, payload bytes)`` of caches no record points at.
         missing_caches: ``(tenant, doc_id, cache key)`` of ready records whose cache is not stored.
         texts_without_records, records_without_texts, corrupt_texts, corrupt_records: as named.
+        unencodable: documents whose record or text holds text no encoder accepts (lone surrogates, NaN).
         untracked_caches: ``(cache key, payload bytes)`` of ad-hoc caches (information, not a problem).
         repaired: ``repair`` was asked for and done.
     """
@@ -45,6 +50,7 @@ class CheckReport:
     records_without_texts: list[tuple[str, str]] = field(default_factory=list)
     corrupt_texts: list[tuple[str, str]] = field(default_factory=list)
     corrupt_records: list[tuple[str, str]] = field(default_factory=list)
+    unencodable: list[tuple[str, str]] = field(default_factory=list)
     untracked_caches: list[tuple[str, int]] = field(default_factory=list)
     repaired: bool = False
 
@@ -116,13 +122,49 @@ def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.
             report.corrupt_texts.append((t, d))
         elif (t, d) not in records:
             report.texts_without_records.append((t, d))
+    report.unencodable = _unencodable(records, texts)
     report.unreferenced_caches = _unreferenced(store, records, min_age_s, clock(), report.untracked_caches)
     if repair:
         _repair(store, report, texts, engine, min_age_s, clock)
     return report
 
 
+def _unencodable(records: dict, texts: dict) -> list[tuple[str, str]]:
+    """``(tenant, doc_id)`` of intact records or texts whose title, metadata or text no encoder accepts."""
+    bad = {key for key, rec in records.items()
+           if not is_corrupt(rec) and _any_unencodable(rec.title, rec.metadata)}
+    bad |= {key for key, entry in texts.items() if isinstance(entry, dict)
+            and _any_unencodable(entry.get("text"), entry.get("title"), entry.get("metadata"))}
+    return sorted(bad)
+
+
+def _any_unencodable(*values) -> bool:
+    return any(find_unencodable(v) for v in values)
+
+
+def _repair_unencodable(store, t: str, d: str, entry) -> None:
+    """Rewrite one document's title and metadata sanitised; a text that is not valid Unicode is deleted and
+    the record marked ``failed``."""
+    index = store.index
+    rec = index.get(t, d)
+    if rec is not None and not is_corrupt(rec):
+        rec = index.set_status(t, d, rec.status, title=sanitised(rec.title), metadata=sanitised(rec.metadata))
+    if not isinstance(entry, dict):
+        return
+    found = find_unencodable(entry["text"], "text")
+    if found:
+        store.texts.delete(t, d)
+        if rec is not None and not is_corrupt(rec):
+            index.set_status(t, d, "failed", metadata={**rec.metadata, "error": f"stored text is not valid "
+                                                       f"Unicode ({found[1]}); re-ingest the document"})
+    else:
+        store.texts.put(t, d, entry["version"], entry["text"], sanitised(entry.get("title", "")),
+                        sanitised(entry.get("metadata", {})))
+
+
 def _repair(store, report: CheckReport, texts: dict, engine, min_age_s: float, clock) -> None:
+    for t, d in report.unencodable:
+        _repair_unencodable(store, t, d, texts.get((t, d)))
     index, catalog = store.index, store.catalog
     for t, d in report.texts_without_records + report.corrupt_records:
         text = texts.get((t, d))

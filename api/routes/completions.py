@@ -18,7 +18,8 @@ from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.generation_fields import OpenAIFields
-from api.openai_format import MODEL_ID, ChunkStream, answers, n_usage
+from api.openai_format import MODEL_ID, ChunkStream, answers, merged, n_usage
+from api.streaming import started
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from kvlink_rag.stop_strings import cut
 from service.query_plan import choice_plans
@@ -72,7 +73,7 @@ async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep
     if body.stream:
         stream = ChunkStream(head, _choice, bool(body.stream_options and body.stream_options.include_usage),
                              "/v1/completions")
-        return EventSourceResponse(stream.events(state, plans))
+        return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans)))
     results = await answers(state, plans)
     tok, stops = queries.engine.lm.tokenizer, plan.sampling.get("stop", ())
     choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i}

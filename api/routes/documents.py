@@ -18,6 +18,7 @@ from api.errors import ApiError
 from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
                          IngestBatchOut, IngestIn, IngestOut, NearDuplicate)
 from api.state import ServiceState
+from kvlink_rag.encodable import find_unencodable, sanitised
 from kvlink_rag.types import Document
 from service.queues import QueueUnavailable
 
@@ -38,7 +39,7 @@ def check_limits(state: ServiceState, doc_id: str, text: str, title: str, metada
                        f"{s.max_document_chars} (KVLINK_RAG_MAX_DOCUMENT_CHARS)")
     if metadata:
         try:
-            size = len(json.dumps(metadata).encode())
+            size = len(json.dumps(metadata, allow_nan=False).encode())
         except (TypeError, ValueError) as e:
             raise ApiError(422, "invalid_metadata", f"metadata of {doc_id!r} is not JSON: {e}") from e
         if size > s.max_metadata_bytes:
@@ -79,11 +80,18 @@ def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str
 
 
 def document_out(rec, text: str | None = None) -> DocumentOut:
-    """The API view of a ``store.index.DocumentRecord``."""
-    return DocumentOut(id=rec.doc_id, title=rec.title, status=rec.status, version=rec.version,
+    """The API view of a ``store.index.DocumentRecord``. Text no JSON response can carry (lone surrogates, NaN
+    in metadata: stored before the API refused them) is shown sanitised (U+FFFD, null), so one such record
+    never fails a listing; ``kvlink-rag store check --repair`` rewrites it."""
+    fields = {"id": rec.doc_id, "title": rec.title, "metadata": rec.metadata, "text": text}
+    shown = {name: sanitised(value) for name, value in fields.items()}
+    if any(find_unencodable(value) for value in fields.values()):
+        log.warning("document %r of tenant %r holds text that is not valid Unicode; shown sanitised (run "
+                    "`kvlink-rag store check --repair`)", shown["id"], sanitised(rec.tenant))
+    return DocumentOut(id=shown["id"], title=shown["title"], status=rec.status, version=rec.version,
                        content_hash=rec.content_hash, simhash=f"{rec.simhash:016x}", cache_key=rec.cache_key,
                        num_tokens=rec.num_tokens, nbytes=rec.nbytes, hits=rec.hits, created=rec.created,
-                       updated=rec.updated, metadata=rec.metadata, text=text)
+                       updated=rec.updated, metadata=shown["metadata"], text=shown["text"])
 
 
 @router.post("", status_code=202, response_model=IngestOut | IngestBatchOut,

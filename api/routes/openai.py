@@ -10,7 +10,9 @@ body fields (the openai client's ``extra_body``); neither means ``top_k = KVLINK
 response carries the usual fields plus ``kvlink: {documents, timings}``; with ``stream: true`` it is
 ``chat.completion.chunk`` events ending with ``data: [DONE]`` (:mod:`api.openai_format`); a failure once
 the stream has started sends an error object (``{"error": {...}}``, which the openai client raises) and
-then ``data: [DONE]``.
+then ``data: [DONE]``. The stream starts once the first token is there: a refusal before it (a full queue:
+503 with ``Retry-After``; a conversation longer than the context: 422) is an HTTP error response, as
+without ``stream``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.openai_format import MODEL_ID, ChunkStream, answers, extras, n_usage
+from api.openai_format import MODEL_ID, ChunkStream, answers, extras, merged, n_usage
+from api.streaming import started
 from api.schemas import ChatIn
 from service.query_plan import choice_plans
 
@@ -52,7 +55,8 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     if body.stream:
         stream = ChunkStream(head, _delta, bool(body.stream_options and body.stream_options.include_usage),
                              "/v1/chat/completions")
-        return EventSourceResponse(stream.events(state, plans, _role))
+        # starts with the first token: a refusal before it (full queue 503, context 422) is an HTTP status
+        return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans), _role))
     results = await answers(state, plans)
     return {**head, "object": "chat.completion",
             "choices": [{"index": i, "message": {"role": "assistant", "content": r.answer},

@@ -1,9 +1,11 @@
 """``POST /v1/query``: answer a question over the tenant's documents from their cached KV.
 
 With ``stream: true`` the answer comes as server-sent events: ``event: token`` (``{"text": piece}``)
-per piece, then ``event: done`` with the documents and timings. Any failure once the stream has started
-ends it with ``event: error`` and the error body (``{"error": {...}}``, as a JSON error response would
-have); failures while planning (unknown ids, limits) are ordinary JSON 4xx responses.
+per piece, then ``event: done`` with the documents and timings. The response starts with the first token:
+whatever refuses the query before it (unknown ids, limits, a full queue: 503 with ``Retry-After``, a
+prompt longer than the context: 422) is an ordinary JSON error response with its status. Any failure
+once the stream has started ends it with ``event: error`` and the error body (``{"error": {...}}``, as a
+JSON error response would have).
 
 The route is asynchronous: planning runs in a thread of its own limiter, and the query waits for the
 model on the event loop (:mod:`api.concurrency`), holding no thread while it waits.
@@ -19,7 +21,7 @@ from sse_starlette import EventSourceResponse
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import stream_error_body
 from api.schemas import QueryIn, QueryOut
-from api.streaming import iterate_in_thread
+from api.streaming import query_stream, started
 from service.queries import QueryResult
 
 router = APIRouter(prefix="/v1", tags=["query"])
@@ -32,30 +34,31 @@ def query_out(r: QueryResult) -> dict:
                     prefix_attribution=r.attribution["prefix"] if r.attribution else None).model_dump()
 
 
-async def sse_events(state, plan):
-    """SSE dicts for ``sse_starlette`` from :meth:`QueryService.stream`, run once the model is free;
-    the last event is ``done`` or ``error``."""
+async def sse_events(items):
+    """SSE dicts for ``sse_starlette`` from a started :func:`api.streaming.query_stream`; the last event is
+    ``done`` or ``error``."""
     try:
-        async with state.gates.model_slot():
-            async for kind, value in iterate_in_thread(lambda: state.queries.stream(plan)):
-                if kind == "token":
-                    yield {"event": "token", "data": json.dumps({"text": value})}
-                else:
-                    yield {"event": "done", "data": json.dumps(query_out(value))}
-    except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error event
+        async for kind, value in items:
+            if kind == "token":
+                yield {"event": "token", "data": json.dumps({"text": value})}
+            else:
+                yield {"event": "done", "data": json.dumps(query_out(value))}
+    except Exception as e:  # noqa: BLE001 - every failure once the stream started ends it with an error event
         yield {"event": "error", "data": json.dumps(stream_error_body(e, "/v1/query"))}
 
 
 @router.post("/query", response_model=QueryOut,
              responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE with stream=true"},
                         404: {"description": "unknown document ids / nothing matches"},
-                        422: {"description": "over a limit"}})
+                        422: {"description": "over a limit, or a prompt longer than the context"},
+                        503: {"description": "the queue is full (Retry-After), or Redis is down"}})
 async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
-    """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents."""
+    """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents.
+    A stream starts once its first token is there: what refuses the query before it is an HTTP status."""
     plan = await state.gates.run_planning(lambda: queries.plan(
         tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter, body.mode,
         retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio,
         cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
     if body.stream:
-        return EventSourceResponse(sse_events(state, plan))
+        return EventSourceResponse(sse_events(await started(query_stream(state, plan))))
     return query_out(await state.gates.run_model(queries.answer, plan))

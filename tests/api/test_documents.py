@@ -165,3 +165,35 @@ def test_list_offsets_are_bounded_and_past_the_end_is_empty_on_redis(make_client
         index = c.app_state.store.index
         assert index.list("default", offset=2**63 - 1, limit=1000) == []  # the index itself never overflows
         assert [r.doc_id for r in index.list("default", offset=1, limit=2**63)] == ["b"]
+
+
+def test_a_record_stored_with_text_no_encoder_accepts_never_fails_a_listing(client, fixture_docs):
+    from store.check import check_store
+
+    client.post("/v1/documents", json={"documents": fixture_docs[:2]})
+    for d in fixture_docs[:2]:
+        wait_ready(client, d["id"])
+    store = client.app_state.store  # as stored before the API refused {"metadata": {"k": "\ud800"}}
+    store.index.set_status("default", "lighthouse", "ready", title="Skerry\ud800", metadata={"k": "\ud800", "n": 1})
+    listing = client.get("/v1/documents")
+    assert listing.status_code == 200, listing.text
+    shown = {d["id"]: d for d in listing.json()["documents"]}
+    assert set(shown) == {"lighthouse", "paris"} and shown["paris"]["title"] == fixture_docs[1]["title"]
+    assert (shown["lighthouse"]["title"], shown["lighthouse"]["metadata"]) == ("Skerry\ufffd", {"k": "\ufffd", "n": 1})
+    one = client.get("/v1/documents/lighthouse", params={"include_text": True})
+    assert one.status_code == 200 and one.json()["metadata"] == {"k": "\ufffd", "n": 1} and one.json()["text"]
+    stored = store.texts.get("default", "lighthouse")
+    store.texts.put("default", "lighthouse", stored["version"], stored["text"], "Skerry\ud800", stored["metadata"])
+    ask = {"question": "Who kept the lamp?", "document_ids": ["lighthouse"], "max_new_tokens": 1}
+    r = client.post("/v1/query", json=ask)  # its title goes into the prompt: no tokenizer reads it
+    assert r.status_code == 409 and r.json()["error"]["code"] == "document_unreadable", r.text
+    assert client.post("/v1/query", json={**ask, "document_ids": ["paris"]}).status_code == 200
+    assert check_store(store, min_age_s=0).unencodable == [("default", "lighthouse")]
+    check_store(store, repair=True, min_age_s=0)
+    assert client.post("/v1/query", json=ask).status_code == 200
+    assert store.index.get("default", "lighthouse").metadata == {"k": "\ufffd", "n": 1}
+    assert check_store(store, min_age_s=0).problems == 0
+    def view(docs):
+        return {d["id"]: (d["title"], d["metadata"], d["status"], d["version"]) for d in docs}
+
+    assert view(client.get("/v1/documents").json()["documents"]) == view(shown.values())  # now what is stored

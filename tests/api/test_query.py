@@ -236,11 +236,10 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
 
     monkeypatch.setattr(Engine, "link_context", too_long)
     monkeypatch.setattr("kvlink_rag.running.admit", too_long)  # the batching scheduler's way in
-    events = parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)
-    assert [e for e, _ in events] == ["error"]
-    assert json.loads(events[0][1])["error"]["code"] == "context_too_long"
-    whole = client.post("/v1/query", json=ask)
-    assert whole.status_code == 422 and whole.json()["error"]["code"] == "context_too_long"
+    for stream in (True, False):  # known before the first token: an HTTP status, before any stream starts
+        r = client.post("/v1/query", json={**ask, "stream": stream})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long", r.text
+        assert r.headers["content-type"].startswith("application/json")
 
     def other_value_error(self, *args, **kwargs):
         raise ValueError("Overflow when unpacking long long")  # e.g. from inside torch: not the client's prompt
@@ -248,10 +247,9 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
     monkeypatch.setattr(Engine, "link_context", other_value_error)
     monkeypatch.setattr("kvlink_rag.running.admit", other_value_error)
     monkeypatch.setattr(client._transport, "raise_server_exceptions", False)  # answer the 500 as a server would
-    r = client.post("/v1/query", json=ask)
-    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
-    assert json.loads(parse_sse(client.post("/v1/query", json={**ask, "stream": True}).text)[-1][1])["error"][
-        "code"] == "internal_error"
+    for stream in (False, True):
+        r = client.post("/v1/query", json={**ask, "stream": stream})
+        assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
 
 
 def test_full_prefill_mode_answers_the_same_prompt_without_caches(client, fixture_docs, tiny_engine):
@@ -302,8 +300,8 @@ def test_full_prefill_mode_refuses_a_prompt_longer_than_the_context(make_client,
         r = c.post("/v1/query", json={**ask, "document_ids": ["a", "b"]})
         assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long"
         assert "exceeds the model's context of 96 positions" in r.json()["error"]["message"]
-        events = parse_sse(c.post("/v1/query", json={**ask, "document_ids": ["a", "b"], "stream": True}).text)
-        assert [e for e, _ in events] == ["error"] and json.loads(events[0][1])["error"]["code"] == "context_too_long"
+        r = c.post("/v1/query", json={**ask, "document_ids": ["a", "b"], "stream": True})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long"
 
 
 def _metric(text: str, series: str) -> float:
@@ -318,9 +316,10 @@ def test_a_full_scheduler_queue_answers_503_with_retry_after(make_client, fixtur
     with make_client(max_waiting_requests=0) as c:  # no request may wait: every query is turned away
         c.post("/v1/documents", json=fixture_docs[1])
         wait_ready(c, "paris")
-        r = c.post("/v1/query", json={"question": "What is the capital of France?", "document_ids": ["paris"]})
-        assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
-        assert int(r.headers["Retry-After"]) >= 1 and "retry in" in r.json()["error"]["message"]
-        events = parse_sse(c.post("/v1/query", json={"question": "Capital?", "document_ids": ["paris"],
-                                                     "stream": True}).text)
-        assert [e for e, _ in events] == ["error"] and json.loads(events[0][1])["error"]["code"] == "overloaded"
+        chat = {"messages": [{"role": "user", "content": "Capital?"}], "document_ids": ["paris"]}
+        for path, body in (("/v1/query", {"question": "Capital?", "document_ids": ["paris"]}),
+                           ("/v1/chat/completions", chat)):
+            for stream in (False, True):  # a stream is refused before it starts: no 200 for clients to retry
+                r = c.post(path, json={**body, "stream": stream})
+                assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded", (path, stream, r.text)
+                assert int(r.headers["Retry-After"]) >= 1 and "retry in" in r.json()["error"]["message"]

@@ -67,3 +67,17 @@ def test_store_check_lists_then_repairs_and_index_rebuild_restores(tmp_path, env
     assert "restored 1 record(s) (1 ready, 0 queued); 3 already indexed" in rebuilt.stderr
     vol = store.index.get("default", "volcano")
     assert vol.status == "ready" and vol.cache_key in store.blobs
+
+
+def test_store_check_lists_and_repairs_text_that_is_not_valid_unicode(tmp_path, env):
+    docs = shutil.copy(FIXTURE, tmp_path / "documents.jsonl")
+    assert _run(["ingest", str(docs)], env).exit_code == 0
+    store = _store(tmp_path)  # the record, stored before the API refused it
+    store.index.set_status("default", "paris", "ready", metadata={"k": "\ud800"})
+    found = _run(["store", "check", "--min-age-s", "0"], env)
+    assert found.exit_code == 1 and found.stdout == "unencodable_text\tdefault\tparis\n"
+    assert "1 document(s) with text that is not valid Unicode" in found.stderr
+    fixed = _run(["store", "check", "--repair", "--min-age-s", "0"], env)
+    assert fixed.exit_code == 0 and "repaired" in fixed.stderr
+    assert store.index.get("default", "paris").metadata == {"k": "\ufffd"}
+    assert _run(["store", "check", "--min-age-s", "0"], env).exit_code == 0

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from factories import random_ids, tiny_model
+from factories import random_ids, real_tokenizer, tiny_model
+from kvlink_rag.generate import (SamplingParams, answer_text, decode, full_prefill, sample_next, sampling_generator,
+                                 stream_text, whole_text)
 from kvlink_rag.runtime.model_runner import get_runner
-from kvlink_rag.generate import SamplingParams, decode, full_prefill, sample_next, stream_text
 
 
 def test_greedy_is_argmax_and_top_p_keeps_the_nucleus():
@@ -86,3 +87,62 @@ def test_finish_reason_stop_and_a_prompt_without_room_for_a_token():
 
     with pytest.raises(ContextTooLong, match="prompt of 96 tokens plus 1 new token"):
         full_prefill(lm, random_ids(96, 0))
+
+
+def test_a_temperature_below_float32_resolution_decodes_greedily():
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.9])
+    for t in (1e-300, 5e-324, 1e-6, 9.99e-6):  # 1e-300 is 0 in float32: logits / t would be inf, then nan
+        params = SamplingParams(temperature=t)
+        assert params.greedy and sample_next(logits, params, None) == 1
+    g = torch.Generator().manual_seed(0)
+    for t in (1e-5, 1e-3, 5.0):  # the smallest sampled temperature and the largest the API accepts
+        assert not SamplingParams(temperature=t).greedy
+        assert {sample_next(logits, SamplingParams(temperature=t), g) for _ in range(20)} <= {0, 1, 2, 3}
+    lm = tiny_model("llama")
+    greedy = list(decode(lm, full_prefill(lm, random_ids(12, 0)), SamplingParams(max_new_tokens=6)))
+    tiny = list(decode(lm, full_prefill(lm, random_ids(12, 0)), SamplingParams(max_new_tokens=6, temperature=1e-300)))
+    assert tiny == greedy
+
+
+def test_a_top_p_below_the_top_probability_samples_the_top_token():
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.9])
+    g = torch.Generator().manual_seed(0)
+    for p in (1e-300, 5e-324, 1e-8, 0.4):  # below float32 resolution or below p(1) ~ 0.46: the nucleus is {1}
+        params = SamplingParams(temperature=1.0, top_p=p)
+        assert {sample_next(logits, params, g) for _ in range(30)} == {1}
+    assert {sample_next(logits, SamplingParams(temperature=1.0, top_p=1.0), g) for _ in range(300)} == {0, 1, 2, 3}
+
+
+def test_without_a_seed_sampling_is_nondeterministic_and_with_one_repeatable():
+    assert SamplingParams().seed is None
+    lm = tiny_model("llama")
+
+    def run(**kw):
+        return list(decode(lm, full_prefill(lm, random_ids(12, 0)), SamplingParams(max_new_tokens=12,
+                                                                                    temperature=2.0, **kw)))
+
+    unseeded = {tuple(run()) for _ in range(4)}
+    assert len(unseeded) > 1  # 4 draws of 12 tokens at temperature 2 over the tiny vocabulary
+    assert run(seed=0) == run(seed=0) and run(seed=2**64 - 1) == run(seed=2**64 - 1)
+    assert sampling_generator(SamplingParams(temperature=0.5)).initial_seed() != sampling_generator(
+        SamplingParams(temperature=0.5)).initial_seed()
+    assert sampling_generator(SamplingParams(temperature=1e-6, seed=3)) is None  # greedy: no generator
+
+
+@pytest.mark.parametrize("text", ["日本語の絵文字😀テスト", "é中🎉ü", "answer: 東京タワー 🗼"])
+def test_stream_and_answer_agree_wherever_generation_stops_inside_a_character(text):
+    tok = real_tokenizer()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    for n in range(1, len(ids) + 1):  # every cut: inside a character's bytes or between characters
+        streamed = "".join(stream_text(tok, iter(ids[:n])))
+        assert streamed.strip() == answer_text(tok, ids[:n]) == whole_text(tok, ids[:n]).strip()
+        assert "\ufffd" not in streamed and text.startswith(streamed)
+    assert answer_text(tok, ids) == text.strip()
+
+
+def test_a_character_cut_off_by_the_end_of_generation_is_left_out_of_both():
+    tok = real_tokenizer()
+    ids = tok("日本語", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids[:4]) == "日本\ufffd"  # generation stopped after the first byte(s) of 語
+    assert answer_text(tok, ids[:4]) == "".join(stream_text(tok, iter(ids[:4]))) == "日本"
+    assert answer_text(tok, ids[:1]) == "" and list(stream_text(tok, iter(ids[:1]))) == []

@@ -4,6 +4,7 @@ texts, corrupt entries; and ``--repair``."""
 from __future__ import annotations
 
 from factories import tiny_text_engine
+from kvlink_rag.encodable import find_unencodable
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
 from store.check import check_store
@@ -100,3 +101,33 @@ def test_ad_hoc_caches_of_ask_and_demo_are_listed_but_never_problems_or_repaired
     assert report.untracked_caches == [(key, st.blobs.meta(key)["nbytes"])]
     repaired = check_store(st, repair=True, engine=engine, min_age_s=0)
     assert repaired.problems == 0 and st.blobs.contains(key)  # the next `ask` still finds it
+
+
+def test_text_that_is_not_valid_unicode_is_found_and_repaired(tmp_path):
+    st, engine, queue = _store(tmp_path)
+    ready = _ingest_ready(st, engine, queue, {"a": "Alpha text about lamps.", "m": "Meta text about storms.",
+                                              "u": "Unicode text about lenses."})
+    # as stored before the API refused them: a lone surrogate in title and metadata, NaN, a text no tokenizer reads
+    deep: object = 1
+    for _ in range(40):  # deeper than any JSON response encoder goes
+        deep = {"a": deep}
+    st.index.set_status("acme", "m", "ready", title="T\ud800", metadata={"k": "\ud800", "x": float("nan"), "d": deep})
+    st.texts.put("acme", "m", 1, "Meta text about storms.", "T\ud800", {"k": "\ud800"})
+    st.texts.put("acme", "u", 1, "Unicode \udfff text about lenses.")
+    report = check_store(st, min_age_s=0)
+    assert report.unencodable == [("acme", "m"), ("acme", "u")] and report.problems == 2
+    assert report.to_dict()["unencodable"] == [["acme", "m"], ["acme", "u"]]
+
+    check_store(st, repair=True, engine=engine, min_age_s=0)
+    m = st.index.get("acme", "m")
+    assert (m.status, m.title, m.cache_key) == ("ready", "T\ufffd", ready["m"].cache_key)
+    assert {k: v for k, v in m.metadata.items() if k != "d"} == {"k": "\ufffd", "x": None}
+    assert find_unencodable(m.metadata) is None and m.metadata["d"]["a"]["a"]  # cut where it was too deep
+    stored = st.texts.get("acme", "m")
+    assert (stored["text"], stored["title"], stored["metadata"]) == ("Meta text about storms.", "T\ufffd", {"k": "\ufffd"})
+    u = st.index.get("acme", "u")
+    assert u.status == "failed" and u.metadata["error"] == ("stored text is not valid Unicode (lone surrogate U+DFFF "
+                                                            "at character 8 (not valid Unicode text)); re-ingest the "
+                                                            "document")
+    assert st.texts.get("acme", "u") is None and st.index.get("acme", "a").status == "ready"
+    assert check_store(st, min_age_s=0).problems == 0
