@@ -63,7 +63,7 @@ def forced_answer(monkeypatch):
     ids = real_tokenizer()(CJK, add_special_tokens=False)["input_ids"]
     calls = [0]
 
-    def sample(logits, params, generator):
+    def sample(logits, params, generator, generated=0):
         calls[0] += 1
         return ids[(calls[0] - 1) % len(ids)]
 
