@@ -58,6 +58,13 @@ class Settings(BaseSettings):
         "", description="Shared KV cache tier every host reads: redis://host:port/db or "
         "redis+cluster://host:port[,host:port]; the local LMDB store (KVLINK_RAG_STORE_MAX_BYTES) becomes a "
         "read-through tier in front of it. '' = none (caches only in the local store).")
+    shared_store_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Socket and connect timeout of the shared tier's connections (seconds): a "
+        "paused or unreachable Redis (node) costs about this once, then its circuit breaker skips it (reads are "
+        "misses, writes stay on this host) until a background probe answers.")
+    shared_store_probe_interval_s: float = Field(
+        1.0, gt=0, le=60, description="Seconds between background probes of a shared-tier server or cluster node "
+        "whose circuit breaker is open.")
     store_max_bytes: int = Field(
         8 << 30, ge=1 << 20, description="LMDB map size limit (bytes, at least 1 MiB): the store's data file never "
         "grows past it; least valuable caches are evicted instead, and a document whose KV alone does not fit is "
