@@ -141,6 +141,16 @@ class Settings(BaseSettings):
         30.0, ge=0.0, description="Seconds after which a tenant's BM25 index is rebuilt from the index anyway "
         "(picks up documents ingested by other processes)."
     )
+    readiness_interval_s: float = Field(
+        1.0, gt=0, le=300, description="Seconds between the background readiness checks (store, shared tier, "
+        "Redis index, broker); /readyz answers from their last results within milliseconds.")
+    readiness_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="A readiness check that has not answered after this many seconds is "
+        "reported failing (and its Redis probes use it as socket timeout).")
+    index_watch_interval_s: float = Field(
+        2.0, ge=0, le=3600, description="Seconds between checks that the Redis index still holds its data (a "
+        "Redis restarted empty under a running host is refilled from this host's text mirror and the index "
+        "rebuilt in the background); 0 = only at start.")
     playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
     scheduler: bool = Field(True, description="Serve queries and chat through the batching scheduler (continuous "
                             "batching, prefix sharing); False: one request at a time under the model lock.")
