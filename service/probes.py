@@ -89,7 +89,8 @@ class ProbeMonitor:
 
     def _done(self, name: str, fut: Future) -> None:
         with self._lock:
-            self._results[name] = fut.result()
+            if not fut.cancelled():  # cancelled: the monitor was closed before the check started
+                self._results[name] = fut.result()
             if self._inflight.get(name, (None,))[0] is fut:
                 del self._inflight[name]
 
@@ -111,7 +112,8 @@ class ProbeMonitor:
 
     def close(self) -> None:
         """Stop the rounds (a check still running is left to finish on its own)."""
-        self._stop.set()
+        with self._lock:  # no round starts after this
+            self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

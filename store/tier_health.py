@@ -26,6 +26,10 @@ from store.blob_store import BlobStoreUnavailable
 log = logging.getLogger(__name__)
 
 
+class TierSkipped(BlobStoreUnavailable):
+    """A call refused because its target's circuit breaker is open (no network call was made)."""
+
+
 @dataclass
 class Opened:
     """An open breaker: since when (``time.monotonic()`` seconds) and the error that opened it."""
@@ -66,7 +70,7 @@ class TierHealth:
         """Refuse a call for ``target`` (None: a call touching every target) while its breaker is open.
 
         Raises:
-            BlobStoreUnavailable: the breaker is open (no network call was made).
+            TierSkipped: the breaker is open (no network call was made).
         """
         with self._lock:
             if not self._open:
@@ -75,7 +79,7 @@ class TierHealth:
             opened = self._open.get(which)
         if opened is not None:
             self.counters["skipped"] += 1
-            raise BlobStoreUnavailable(f"shared cache tier {self.name}: {which} skipped, circuit open for "
+            raise TierSkipped(f"shared cache tier {self.name}: {which} skipped, circuit open for "
                                        f"{self.clock() - opened.since:.1f} s ({opened.reason})")
 
     def failed(self, target: str, err: BaseException) -> None:
