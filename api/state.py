@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from api.concurrency import Gates
 from kvlink_rag.settings import Settings
+from service.index_watch import IndexWatch
 from service.model_lock import FairLock
+from service.probes import ProbeMonitor, runtime_checks
 from service.queries import QueryResult, QueryService
 from service.queues import Queue, redact
 from service.retrieval import Retrieval
@@ -50,6 +52,8 @@ class ServiceState:
         self.on_result: Callable[[QueryResult], None] | None = None
         self.on_step: Callable[[int, list[float]], None] | None = None  # the scheduler's per-step metrics
         self.started = 0.0
+        self.probes: ProbeMonitor | None = None  # readiness checks in the background (service.probes)
+        self.index_watch: IndexWatch | None = None  # a Redis index that lost its data is rebuilt
 
     @property
     def store(self) -> Store | None:
@@ -93,6 +97,12 @@ class ServiceState:
             rt.scheduler.observe = self.on_step
         self.runtime, self.engine = rt, rt.engine
         self.started = time.time()
+        self.probes = ProbeMonitor(runtime_checks(rt, s.readiness_timeout_s), s.readiness_interval_s,
+                                   s.readiness_timeout_s)
+        self.probes.start()
+        if s.index_url and s.index_watch_interval_s > 0:
+            self.index_watch = IndexWatch(rt, s.index_watch_interval_s)
+            self.index_watch.start()
         if not s.api_keys:
             log.warning("no API keys configured (KVLINK_RAG_API_KEYS): running single-tenant, every request is "
                         "tenant 'default' and no Authorization is required")
@@ -101,6 +111,10 @@ class ServiceState:
                  redact(s.index_url) if s.index_url else "embedded (LMDB)", s.store_dir)
 
     def close(self) -> None:
-        """Stop the queue (embedded: finish its tasks) and flush the store's access stats."""
+        """Stop the background checks, the queue (embedded: finish its tasks) and flush the store's access
+        stats."""
+        for background in (self.index_watch, self.probes):
+            if background is not None:
+                background.close()
         if self.runtime is not None:
             self.runtime.close()

@@ -2,17 +2,23 @@
 
 The generator runs entirely in one thread (so locks it takes are released by that thread), items are
 handed to the event loop as they come, and when the consumer stops early (client disconnected) the
-generator is closed before its next item. The consumer returns only once that thread has ended, so a
-capacity token held around the iteration (``api.concurrency.Gates.model_slot``) covers the whole run.
+generator is closed before its next item. The thread runs in a copy of the consumer's context (the request's
+:class:`~service.cancellation.CancelScope`), and a consumer that stops early cancels that scope, which wakes a
+thread still waiting for its first item (a query waiting for the scheduler) at once. The consumer returns
+only once that thread has ended, so a capacity token held around the iteration
+(``api.concurrency.Gates.model_slot``) covers the whole run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import AsyncIterator, Callable, Generator
 
 import anyio
+
+from service.cancellation import current as current_scope
 
 _END = object()
 
@@ -57,17 +63,23 @@ async def iterate_in_thread(make: Callable[[], Generator]) -> AsyncIterator:
                 except RuntimeError:  # the loop is gone
                     pass
 
-    threading.Thread(target=run, name="stream", daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="stream", daemon=True).start()
+    finished = False
     try:
         while True:
             item = await queue.get()
             if item is _END:
+                finished = True
                 return
             if isinstance(item, _Raised):
+                finished = True
                 raise item.exc
             yield item
     finally:
         stop.set()
+        scope = current_scope()
+        if not finished and scope is not None:
+            scope.cancel()  # the client left: the request stops waiting for the model
         with anyio.CancelScope(shield=True):  # the thread stops before its next item (and releases its locks)
             await ended.wait()
 

@@ -212,7 +212,11 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     doc_items = [j for j, kind in enumerate(lay.kinds) if kind == "doc"]
     todo_items = [j for j in doc_items if j >= req.match.items]
     todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
-    start, hits = _fill(req, todo) if mode == "linked" else (req.match.items, [])
+    try:
+        start, hits = _fill(req, todo) if mode == "linked" else (req.match.items, [])
+    except BaseException:  # e.g. the request was cancelled while loading: unpin its prefix-tree path
+        tree.release(req.match)
+        raise
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
     req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None

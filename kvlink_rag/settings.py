@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         "", description="Shared KV cache tier every host reads: redis://host:port/db or "
         "redis+cluster://host:port[,host:port]; the local LMDB store (KVLINK_RAG_STORE_MAX_BYTES) becomes a "
         "read-through tier in front of it. '' = none (caches only in the local store).")
+    shared_store_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Socket and connect timeout of the shared tier's connections (seconds): a "
+        "paused or unreachable Redis (node) costs about this once, then its circuit breaker skips it (reads are "
+        "misses, writes stay on this host) until a background probe answers.")
+    shared_store_probe_interval_s: float = Field(
+        1.0, gt=0, le=60, description="Seconds between background probes of a shared-tier server or cluster node "
+        "whose circuit breaker is open.")
     store_max_bytes: int = Field(
         8 << 30, ge=1 << 20, description="LMDB map size limit (bytes, at least 1 MiB): the store's data file never "
         "grows past it; least valuable caches are evicted instead, and a document whose KV alone does not fit is "
@@ -143,6 +150,16 @@ class Settings(BaseSettings):
         30.0, ge=0.0, description="Seconds after which a tenant's BM25 index is rebuilt from the index anyway "
         "(picks up documents ingested by other processes)."
     )
+    readiness_interval_s: float = Field(
+        1.0, gt=0, le=300, description="Seconds between the background readiness checks (store, shared tier, "
+        "Redis index, broker); /readyz answers from their last results within milliseconds.")
+    readiness_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="A readiness check that has not answered after this many seconds is "
+        "reported failing (and its Redis probes use it as socket timeout).")
+    index_watch_interval_s: float = Field(
+        2.0, ge=0, le=3600, description="Seconds between checks that the Redis index still holds its data (a "
+        "Redis restarted empty under a running host is refilled from this host's text mirror and the index "
+        "rebuilt in the background); 0 = only at start.")
     playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
     scheduler: bool = Field(True, description="Serve queries and chat through the batching scheduler (continuous "
                             "batching, prefix sharing); False: one request at a time under the model lock.")

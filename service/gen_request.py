@@ -122,11 +122,20 @@ class RequestHandle:
 
     # -- front-end side ----------------------------------------------------------------------------
     def cancel(self) -> None:
-        """Stop generating (the slot is freed before the scheduler's next step)."""
-        self._cancelled.set()
+        """Stop generating (the slot is freed before the scheduler's next step); a reader waiting in
+        :meth:`tokens` wakes up with :class:`~service.cancellation.RequestCancelled`. Any thread may call it."""
+        if not self._cancelled.is_set():
+            self._cancelled.set()
+            self._events.put(("cancelled", None))
 
     def tokens(self) -> Generator[int, None, GenResult]:
-        """Token ids as sampled; returns the :class:`GenResult`. Closing the generator cancels the request."""
+        """Token ids as sampled; returns the :class:`GenResult`. Closing the generator cancels the request.
+
+        Raises:
+            RequestCancelled: :meth:`cancel` was called (the client went away).
+        """
+        from service.cancellation import RequestCancelled
+
         try:
             while True:
                 kind, value = self._events.get()
@@ -135,6 +144,8 @@ class RequestHandle:
                 elif kind == "done":
                     self.result = value
                     return value
+                elif kind == "cancelled":
+                    raise RequestCancelled()
                 else:
                     raise value
         finally:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
 from kvlink_rag.types import ContextTooLong
+from service.cancellation import check_cancelled, on_cancel
 from service.errors import ServiceError
 from service.gen_request import GenRequest, GenResult
 from service.scheduler import QueueFull, Scheduler
@@ -26,10 +27,15 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
                      text_ids: list[int]) -> Iterator[int]:
     """Submit the plan and yield its token ids; returns the :class:`GenResult` (``yield from``).
 
+    The request is cancelled with the front end's :class:`~service.cancellation.CancelScope` (the client
+    went away): it leaves the queue, or the batch before the next step, and stops its pending loads.
+
     Raises:
         ServiceError: 503 ``overloaded`` with ``retry_after_s`` when the queue is full; 422
-            ``context_too_long`` when the prompt does not fit.
+            ``context_too_long`` when the prompt does not fit; 499 ``cancelled``
+            (:class:`~service.cancellation.RequestCancelled`) when the request was cancelled.
     """
+    check_cancelled("the query")
     link_k = engine.link_k if plan.mode == "linked" else 0
     req = GenRequest(make_engine, [d.document for d in plan.docs], text_ids, engine.sampling(**plan.sampling),
                      plan.mode, plan.k, t0=plan.t0, adapter=plan.adapter)
@@ -37,6 +43,7 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
         handle = scheduler.submit(req, link_k)
     except QueueFull as e:
         raise ServiceError(503, "overloaded", f"the server is busy: {e}", retry_after_s=e.retry_after_s) from None
+    on_cancel(handle.cancel)
     gen = handle.tokens()
     try:
         return (yield from gen)

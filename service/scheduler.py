@@ -195,8 +195,10 @@ class Scheduler:
             for w in chosen:
                 req = w.handle.request
                 waited = time.perf_counter() - w.since
+                if w.handle.cancelled:  # its client left while an earlier request of this step was admitted
+                    continue
                 try:
-                    eng = req.make_engine()
+                    eng = _cancellable(req.make_engine(), w.handle)
                     rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
                     rr.logits = [] if req.keep_logits else None
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
@@ -306,6 +308,18 @@ class Scheduler:
             w.handle.fail(error)
         for h, rr in running:
             self._end(h, rr, error=error)
+
+
+def _cancellable(engine, handle: RequestHandle):
+    """A copy of ``engine`` whose cache stops loading once ``handle`` is cancelled (the engine a request's
+    ``make_engine`` returns may be shared: it is not changed)."""
+    import copy
+
+    from service.cancellation import CancellableCache
+
+    view = copy.copy(engine)
+    view.cache = CancellableCache(engine.cache, lambda: handle.cancelled)
+    return view
 
 
 def _result(req: GenRequest, rr) -> GenResult:

@@ -63,7 +63,8 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
     if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
         from store.shared_tier import TieredBlobStore
 
-        shared = open_blob_store(settings.shared_store_url)
+        shared = open_blob_store(settings.shared_store_url, timeout_s=settings.shared_store_timeout_s,
+                                 probe_interval_s=settings.shared_store_probe_interval_s)
         blobs = TieredBlobStore(blobs, shared)
     # texts and the embedded index: the process-wide environment of the folder, the lmdb:// blob store's own
     env = open_env(settings.store_dir, max_map_size=settings.store_max_bytes)

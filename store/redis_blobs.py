@@ -7,11 +7,16 @@ new generation and committed by swapping the meta (:mod:`store.redis_layout`). A
 under ``maxmemory``, expired) or a payload that fails its checksum makes the record a miss: it is deleted and
 counted (``missing``, ``checksum_failures``). Every Redis error is raised as
 :class:`~store.blob_store.BlobStoreUnavailable` naming the store.
+
+Connections have short socket timeouts and no retry on a timeout (:func:`store.redis_conn.tier_options`), and
+every call passes the circuit breaker of its target (:mod:`store.tier_health`, :mod:`store.redis_health`: the
+server, or the cluster node of the key's slot): a paused or gone target costs one timeout, then calls for it
+fail at once until a background probe finds it answering again.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,23 +29,14 @@ from store import codec, ordered_layout
 from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
-from store.redis_conn import connect, redact, server_info, split_url
+from store.redis_conn import connect, is_cluster_url, redact, server_info, split_url, tier_options
+from store.redis_health import CLUSTER, SERVER, RedisTargets, guarded as _unavailable, outage_errors, ping_tier
+from store.tier_health import TierHealth
 from store.redis_layout import ChunkedLayout, MissingChunk
 
 log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "kvlink:"
 _MAX_KEY_BYTES = 400
-
-
-def _unavailable(fn):
-    """Re-raise redis-py's errors of ``fn`` as :class:`BlobStoreUnavailable` naming the store."""
-    @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except self.redis_errors as e:
-            raise BlobStoreUnavailable(f"shared cache tier {self.name} unreachable: {type(e).__name__}: {e}") from e
-    return wrapper
 
 
 class RedisBlobStore(BlobStore):
@@ -56,19 +52,27 @@ class RedisBlobStore(BlobStore):
         batch_bytes: payload bytes per pipelined round trip, reading and writing (4 MiB: measured 0.95 GB/s raw
             fetch on loopback against 0.34 GB/s with 16 MiB batches, whose replies redis-py buffers whole).
         pending_ttl_s: expiry of a record's chunks until its meta is committed (seconds).
+        cluster: whether ``make_client`` makes a cluster client (one circuit breaker per primary, else one).
+        probe_interval_s: seconds between background probes of a target whose breaker is open
+            (:mod:`store.tier_health`).
     Attributes:
         counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
+        health: the circuit breakers (:class:`store.tier_health.TierHealth`); ``events()`` adds their
+            ``skipped``, ``opened`` and ``closed`` as ``breaker_*``.
     """
 
     def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX,
-                 chunk_bytes: int = 8 << 20,
-                 batch_bytes: int = 4 << 20, pending_ttl_s: int = 900) -> None:
+                 chunk_bytes: int = 8 << 20, batch_bytes: int = 4 << 20, pending_ttl_s: int = 900,
+                 cluster: bool = False, probe_interval_s: float = 1.0) -> None:
         import redis
         from redis.cluster import RedisClusterException
 
         self.layout = ChunkedLayout(prefix, int(chunk_bytes), int(batch_bytes), int(pending_ttl_s) * 1000)
         self._make, self._client, self.name, self.prefix = make_client, None, name, prefix
         self.redis_errors = (redis.exceptions.RedisError, RedisClusterException)
+        self._outage_errors = outage_errors()
+        self.targets = RedisTargets(lambda: self.r, self._reset, cluster)
+        self.health = TierHealth(name, self.targets.probe, probe_interval_s, whole=CLUSTER if cluster else SERVER)
         self.counters: Counter[str] = Counter()
         self.checksum_failures = 0
         self.evictions = 0
@@ -80,17 +84,37 @@ class RedisBlobStore(BlobStore):
             self._client = self._make()
         return self._client
 
+    def _reset(self) -> None:
+        """Make the client again on next use (a cluster client that could reach no node keeps failing)."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(*self.redis_errors):
+                client.close()
+
+    def _outage(self, target: str | None, err: BaseException) -> None:
+        """Open ``target``'s breaker (the whole tier's when unknown) if ``err`` says it is unreachable."""
+        if isinstance(err, self._outage_errors):
+            self.health.failed(target or self.health.whole, err)
+        elif self._client is None:  # the client could not even be made (no start-up node answered)
+            self.health.failed(self.health.whole, err)
+
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> RedisBlobStore:
+    def from_url(cls, url: str, timeout_s: float = 2.0, **kwargs: Any) -> RedisBlobStore:
         """Open ``redis://host:port/db[?prefix=&chunk_bytes=&batch_bytes=&pending_ttl_s=]`` or a cluster URL
         (no connection is made until the first call).
 
+        Args:
+            timeout_s: socket and connect timeout of the tier's connections (seconds;
+                :func:`store.redis_conn.tier_options`); ``socket_timeout=`` in the URL overrides it.
+            kwargs: see the class (``probe_interval_s=`` ...).
         Raises:
-            ValueError: not a Redis URL or a bad parameter.
+            ValueError: not a Redis URL, a bad parameter or a timeout not positive.
         """
         clean, own = split_url(url)
         opts = {k: (v if k == "prefix" else int(v)) for k, v in own.items()}
-        return cls(lambda: connect(clean), name=redact(clean), **{**opts, **kwargs})
+        client_opts = tier_options(clean, timeout_s)
+        return cls(lambda: connect(clean, **client_opts), name=redact(clean), cluster=is_cluster_url(clean),
+                   **{**opts, **kwargs})
 
     @staticmethod
     def _check_key(key: str) -> None:
@@ -108,7 +132,7 @@ class RedisBlobStore(BlobStore):
         self._check_key(key)
         return self.put_record(key, encode_record(kv, int8, tracked))
 
-    @_unavailable
+    @_unavailable()
     def put_record(self, key: str, record: RawRecord) -> int:
         """Write the chunks of a new generation (pipelined), commit the meta, drop the replaced generation.
 
@@ -130,7 +154,7 @@ class RedisBlobStore(BlobStore):
         self.layout.drop(self.r, key, old)
         return int(record.meta["nbytes"])
 
-    @_unavailable
+    @_unavailable()
     def delete(self, key: str) -> bool:
         """Remove the record of ``key`` (meta first, so readers stop finding it); True if it existed."""
         self._check_key(key)
@@ -176,7 +200,7 @@ class RedisBlobStore(BlobStore):
         for batch in self.layout.batches(meta):
             yield from self._fetch(key, meta, [(f"L{i}", counts[i + 1]) for i in batch])
 
-    @_unavailable
+    @_unavailable()
     def open_record(self, key: str) -> tuple[dict, bytes, Iterator[bytes]] | None:
         """``(meta, ids bytes, layer payloads as they arrive)`` or None when absent, unreadable or newer. The
         payloads are not verified here; the iterator raises KeyError when a chunk is gone and
@@ -193,12 +217,13 @@ class RedisBlobStore(BlobStore):
             ids = self._fetch(key, meta, [("ids", meta["redis"]["chunks"][0])])[0]
         except KeyError:
             return None
-        return meta, ids, self._guarded(self._layer_bytes(key, meta))
+        return meta, ids, self._guarded(self._layer_bytes(key, meta), key)
 
-    def _guarded(self, it: Iterator[bytes]) -> Iterator[bytes]:
+    def _guarded(self, it: Iterator[bytes], key: str) -> Iterator[bytes]:
         try:
             yield from it
         except self.redis_errors as e:
+            self._outage(self.targets.of_key(self.layout.key(key, "meta")), e)
             raise BlobStoreUnavailable(f"shared cache tier {self.name} failed mid-read: {e}") from e
 
     def get(self, key: str, dtype: torch.dtype | str | None = None) -> DocumentKV | None:
@@ -244,7 +269,7 @@ class RedisBlobStore(BlobStore):
                 raise
             yield k, v
 
-    @_unavailable
+    @_unavailable()
     def get_ids(self, key: str) -> torch.Tensor | None:
         """``[tokens]`` int64 ids (checksummed), or None when absent.
 
@@ -260,7 +285,7 @@ class RedisBlobStore(BlobStore):
             self._corrupt(key, e)
             raise
 
-    @_unavailable
+    @_unavailable()
     def meta(self, key: str) -> dict | None:
         """The parsed meta of ``key`` (payload not verified), or None when absent, unreadable or newer."""
         self._check_key(key)
@@ -269,7 +294,7 @@ class RedisBlobStore(BlobStore):
         except CorruptRecordError:
             return None
 
-    @_unavailable
+    @_unavailable()
     def contains(self, key: str) -> bool:
         """Whether a meta record for ``key`` exists (payload not verified)."""
         return bool(self.r.exists(self.layout.key(key, "meta")))
@@ -281,13 +306,13 @@ class RedisBlobStore(BlobStore):
         self.delete(key)
 
     # -- listing, space, health --------------------------------------------------------------------
-    @_unavailable
+    @_unavailable(keyed=False)
     def keys(self) -> list[str]:
         """All stored cache keys, sorted (a SCAN over every node)."""
         return sorted(self.layout.cache_key_of(k) for k in self.r.scan_iter(match=self.layout.meta_pattern(),
                                                                                 count=1000))
 
-    @_unavailable
+    @_unavailable(keyed=False)
     def entries(self) -> dict[str, dict]:
         """Key -> ``{nbytes, created, hits, last_access}`` from the meta records (hits are not tracked: 0)."""
         out = {}
@@ -299,14 +324,15 @@ class RedisBlobStore(BlobStore):
         return out
 
     def events(self) -> dict[str, int]:
-        """``missing`` (a chunk was gone), ``corrupt`` (checksum), ``newer_format`` (left alone) reads."""
-        return dict(self.counters)
+        """``missing`` (a chunk was gone), ``corrupt`` (checksum), ``newer_format`` (left alone) reads, and the
+        breakers' ``breaker_skipped`` (calls refused while open), ``breaker_opened``, ``breaker_closed``."""
+        return {**self.counters, **{f"breaker_{k}": v for k, v in self.health.counters.items()}}
 
     def evict(self, bytes_wanted: int) -> int:
         """Nothing: Redis evicts by itself under ``maxmemory`` (use ``allkeys-lru``); returns 0."""
         return 0
 
-    @_unavailable
+    @_unavailable(keyed=False)
     def _info(self, section: str) -> list[dict]:
         return server_info(self.r, section)
 
@@ -323,13 +349,18 @@ class RedisBlobStore(BlobStore):
         """Redis ``used_memory`` summed over the nodes (the whole server, not only this prefix)."""
         return sum(int(n.get("used_memory", 0)) for n in self._info("memory"))
 
-    @_unavailable
     def ping(self) -> None:
-        """PING (every node of a cluster); raises :class:`BlobStoreUnavailable` when it fails."""
-        self.r.ping()
+        """PING the server (each primary of a cluster) whose breaker is closed; a failure opens its breaker.
+
+        Raises:
+            BlobStoreUnavailable: a target is unreachable or its breaker is open (the message names each
+            target, how long its breaker has been open and the error that opened it).
+        """
+        ping_tier(self.health, self.targets, self.redis_errors)
 
     def close(self) -> None:
-        """Close the client's connections (if one was made)."""
+        """Stop the breakers' prober and close the client's connections (if one was made)."""
+        self.health.close()
         if self._client is not None:
             try:
                 self._client.close()

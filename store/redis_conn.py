@@ -77,14 +77,44 @@ def connect(url: str, decode_responses: bool = False, **kwargs: Any):
         opts.setdefault("username", parts.username or None)
     if scheme == "rediss+cluster":
         opts.setdefault("ssl", True)
-    for k, v in parse_qs(parts.query).items():
-        opts.setdefault(k, _number(v[0]))
+    for k, v in parse_qs(parts.query).items():  # the URL's own options win, as redis.Redis.from_url does
+        opts[k] = _number(v[0])
     if "retry" not in opts and "cluster_error_retry_attempts" not in opts:
         from redis.backoff import ExponentialBackoff
         from redis.retry import Retry
 
         opts["retry"] = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)  # a lost shard fails fast
     return RedisCluster(startup_nodes=nodes, **opts)
+
+
+def tier_options(url: str, timeout_s: float) -> dict[str, Any]:
+    """Client options of a shared cache tier at ``url``: a slow or gone server must cost about ``timeout_s``
+    seconds per call, once (the tier's circuit breakers, :mod:`store.tier_health`, then skip it).
+
+    * ``socket_timeout`` and ``socket_connect_timeout``: ``timeout_s`` (seconds; per socket operation);
+    * ``retry``: a standalone server retries a call once, on a connection error only (a pooled connection
+      that a restarted server dropped), never on a timeout (redis-py's default retries 3 times with backoff up
+      to 10 s: 40-50 s per call against a paused server); a cluster client does not retry (it reloads its
+      slot map after a failure, which is the retry that helps);
+    * ``health_check_interval``: a connection idle for 10 s is PINGed before its next command.
+
+    Raises:
+        ValueError: ``timeout_s`` not positive.
+    """
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.retry import Retry
+
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    retry = Retry(NoBackoff(), 0) if is_cluster_url(url) else Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": retry,
+            "health_check_interval": 10}
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES if "://" in url else False
 
 
 def server_info(client, section: str) -> list[dict]:

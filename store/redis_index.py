@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
@@ -306,6 +307,21 @@ class RedisIndex(DocumentIndex):
             redis.Redis(connection_pool=probe).ping()
         finally:
             probe.disconnect()
+
+    def mark(self) -> tuple[str, bool]:
+        """``(token, created)``: this Redis's index mark, a random token set once (``SET NX``) that only a loss
+        of its data removes (a restart without the append-only file, ``FLUSHDB``); a token that changed, or one
+        created by this call, means the index may have lost what it held (:mod:`service.index_watch`).
+
+        Raises:
+            redis errors: the server is unreachable.
+        """
+        key = f"{self.prefix}index-mark"
+        token = self.r.get(key)
+        if token is not None:
+            return token, False
+        created = bool(self.r.set(key, uuid.uuid4().hex, nx=True))
+        return self.r.get(key), created
 
     def close(self) -> None:
         self.r.close()

@@ -82,11 +82,17 @@ class RedisTextStore(Texts):
         the cache to drop."""
         return self.get_intact(tenant, doc_id) or (self.local.get_intact(tenant, doc_id) if self.local else None)
 
-    def seed_from_local(self) -> int:
+    def seed_from_local(self, always: bool = False) -> int:
         """Copy the local texts into Redis when Redis holds none (a store whose texts lived only in LMDB, from
-        before texts moved to Redis); the number copied (0 when Redis has texts, or is unreachable)."""
+        before texts moved to Redis, or a Redis restarted empty); the number offered (0 when Redis has texts,
+        or is unreachable).
+
+        Args:
+            always: copy the texts Redis lacks even when it holds some (Redis lost its data under a running
+                host and other hosts wrote since); a text Redis holds is never overwritten (``SET NX``).
+        """
         try:
-            if self.local is None or not self.empty() or self.local.empty():
+            if self.local is None or (not always and not self.empty()) or self.local.empty():
                 return 0
             n = 0
             for tenant, doc_id, raw in self.local._raw_items():

@@ -14,7 +14,9 @@
   record is written by a background thread, off the query's path (:meth:`TieredBlobStore.drain` waits).
 * An unreachable shared tier is a miss for records the local tier lacks; a local copy is then served
   (content-addressed: the key fixes the text and the encoding, and the payload is checksummed). A failed
-  shared write raises :class:`~store.blob_store.BlobStoreUnavailable` after the local write.
+  shared write raises :class:`~store.blob_store.BlobStoreUnavailable` after the local write. The shared tier's
+  circuit breakers (:mod:`store.tier_health`) make that cost one short timeout: while a target's breaker is
+  open its calls fail at once (:class:`~store.tier_health.TierSkipped`, logged at debug level).
 
 Counters (``counters``, exported by ``/metrics``): ``local_hit``, ``shared_hit``, ``miss``, ``fenced`` (local
 copy dropped), ``shared_error``, ``corrupt`` (a shared payload failed its checksum here), ``fill_skipped``
@@ -35,6 +37,7 @@ from store import codec, ordered_layout
 from store.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource, encode_record
 from store.codec import CorruptRecordError
 from store.lmdb_env import StoreFullError
+from store.tier_health import TierSkipped
 
 log = logging.getLogger(__name__)
 _UNREACHABLE = object()
@@ -94,7 +97,7 @@ class TieredBlobStore(BlobStore):
             return self.shared.meta(key)
         except BlobStoreUnavailable as e:
             self.counters["shared_error"] += 1
-            log.warning("%s", e)
+            log.log(logging.DEBUG if isinstance(e, TierSkipped) else logging.WARNING, "%s", e)  # skips: every call
             return _UNREACHABLE
 
     def _fenced_local(self, key: str, smeta) -> bool:
@@ -189,7 +192,8 @@ class TieredBlobStore(BlobStore):
                 self.shared.delete(key)
             except BlobStoreUnavailable:
                 pass
-        log.warning("shared read of %s failed (%s): a miss", key[:24], err)
+        log.log(logging.DEBUG if isinstance(err, TierSkipped) else logging.WARNING,
+                "shared read of %s failed (%s): a miss", key[:24], err)
         return None
 
     def iter_layers(self, key: str, dtype: torch.dtype | str | None = None

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import contextlib
+import os
 import random
+import signal
 import shutil
 import socket
 import subprocess
@@ -69,6 +71,15 @@ class RedisServer:
 
         wait_for(up, 15, what=f"redis-server on port {self.port}")
         return self
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block (the kernel still accepts connections, nothing answers), SIGCONT after it."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """SIGKILL: a node that dies, not one that shuts down politely."""

@@ -2,14 +2,16 @@
 configured; 503 otherwise) and ``/metrics`` (Prometheus text format).
 
 All three are ``async`` and never wait for the model or for Starlette's thread pool: liveness answers on
-the event loop; readiness checks and metrics collection (which may touch LMDB or Redis) run in a few
-threads of their own (``api.concurrency.Gates.probe``), each with a deadline, so they answer in
-milliseconds however many queries are waiting.
+the event loop; readiness checks run in the background (:mod:`service.probes`: every
+``KVLINK_RAG_READINESS_INTERVAL_S``, each reported failing once it has run past
+``KVLINK_RAG_READINESS_TIMEOUT_S``) and ``/readyz`` answers from their results within milliseconds whatever
+a dependency does; metrics collection (which may touch LMDB or Redis) runs in a few threads of its own
+(``api.concurrency.Gates.probe``) with a deadline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -18,7 +20,7 @@ from api.concurrency import ProbeTimeout
 from api.errors import error_response
 
 router = APIRouter(tags=["health"])
-CHECK_TIMEOUT_S = 2.0
+FRESH_WAIT_S = 0.05  # readiness waits this long for fresh check results, then answers from the last ones
 METRICS_TIMEOUT_S = 10.0
 
 
@@ -37,33 +39,21 @@ async def health(request: Request) -> Response:
     return Response(status_code=200) if ok else error_response(503, "not_ready", "the model is not loaded yet")
 
 
-def blocking_checks(state) -> dict[str, tuple[Callable[[], None], str]]:
-    """``{check: (fn raising when it fails, prefix of the failure)}`` for store, shared cache tier (when
-    configured), index (Redis index only) and queue (broker only) of an opened ``state``."""
-    checks = {"store": (state.store.blobs.ping, "unreadable")}
-    if state.store.shared is not None:
-        checks["shared_store"] = (state.store.shared.ping, "shared cache tier unreachable")
-    if state.settings.index_url:
-        checks["index"] = (lambda: state.store.index.ping(CHECK_TIMEOUT_S), "Redis unreachable")
-    if state.settings.distributed and state.queue is not None:
-        checks["queue"] = (state.queue.ping, "Redis broker unreachable")
-    return checks
-
-
 async def readiness(state) -> dict[str, str]:
-    """``{check: "ok" | reason}`` for model, store, index (Redis index only) and queue (broker only)."""
+    """``{check: "ok" | reason}`` for model, store, shared cache tier, index (Redis index only) and queue (broker
+    only): the background checks (:class:`service.probes.ProbeMonitor`) are poked and given
+    :data:`FRESH_WAIT_S` to finish, else their last results are reported (a check running past its timeout
+    is reported failing)."""
     if state is None:
         return {"model": "not loaded", "store": "not open"}
     checks = {"model": "ok" if state.engine is not None and state.queries is not None else "not loaded"}
-    if state.store is None:
+    if state.store is None or state.probes is None:
         checks["store"] = "not open"
         return checks
-    for name, (fn, failure) in blocking_checks(state).items():
-        try:
-            await state.gates.probe(fn, timeout=CHECK_TIMEOUT_S)
-            checks[name] = "ok"
-        except Exception as e:  # noqa: BLE001 - ProbeTimeout included
-            checks[name] = f"{failure}: {e}"
+    running = state.probes.poke()
+    if running:
+        await asyncio.wait([asyncio.wrap_future(f) for f in running], timeout=FRESH_WAIT_S)
+    checks.update(state.probes.results())
     return checks
 
 

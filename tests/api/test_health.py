@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from api_helpers import wait_ready
 
@@ -153,3 +154,30 @@ def test_scheduler_metrics_count_steps_batches_waits_and_the_prefix_tree(client,
     assert _sample(text, "kvlink_prefix_tree_bytes") == tree["bytes"] > 0
     assert _sample(text, "kvlink_cache_used_bytes", tier="prefix") == tree["bytes"]
     assert _sample(text, "kvlink_prefix_tree_hit_tokens_total") == tree["hit_tokens"] > 0  # the second query
+
+
+def test_readiness_answers_at_once_while_the_index_redis_is_paused(make_client, tmp_path):
+    from redis_servers import private_redis
+    from service_support import wait_for
+
+    servers = private_redis(tmp_path / "index-redis")
+    server = next(servers)
+    try:
+        with make_client(index_url=server.url(0), readiness_timeout_s=0.5, readiness_interval_s=0.1) as c:
+            assert c.get("/readyz").status_code == 200
+            with server.paused():  # SIGSTOP: connections are accepted, nothing answers
+                times = []
+
+                def not_ready():
+                    t0 = time.perf_counter()
+                    r = c.get("/readyz")
+                    times.append(time.perf_counter() - t0)
+                    return r if r.status_code == 503 else None
+
+                r = wait_for(not_ready, 10, interval=0.05, what="/readyz reporting the paused index")
+                assert r.json()["checks"]["index"].startswith("Redis unreachable: ")  # a timeout: no answer
+                assert r.json()["checks"]["store"] == "ok" and max(times) < 1.0  # it was 4 s (target 0.1 s)
+                assert c.get("/healthz").json() == {"status": "ok"}
+            wait_for(lambda: c.get("/readyz").status_code == 200, 10, what="readiness once Redis answers")
+    finally:
+        server.stop()

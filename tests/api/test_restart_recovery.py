@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from api_helpers import wait_ready
-from service_support import claimed_redis_db
+from redis_servers import private_redis
+from service_support import claimed_redis_db, wait_for
 
 DOCS = [{"id": f"d{i}", "text": f"Document {i} is about the harbour of town number {i}."} for i in range(5)]
 
@@ -31,7 +32,7 @@ def redis_index():
 
 
 def test_an_emptied_redis_index_is_rebuilt_at_start_and_nothing_it_lost_is_served(make_client, redis_index):
-    with make_client(index_url=redis_index) as c:
+    with make_client(index_url=redis_index, index_watch_interval_s=0) as c:  # no watch: only the start rebuilds
         c.post("/v1/documents", json={"documents": [{**d, "metadata": {"n": i}} for i, d in enumerate(DOCS)]})
         keys = {d["id"]: wait_ready(c, d["id"])["cache_key"] for d in DOCS}
         store = c.app_state.store
@@ -50,3 +51,42 @@ def test_an_emptied_redis_index_is_rebuilt_at_start_and_nothing_it_lost_is_serve
         q = c.post("/v1/query", json={"question": "Which harbour?", "document_ids": ["d1"]})
         assert q.status_code == 200 and q.json()["documents"][0]["cache_hit"] is True
         assert c.post("/v1/query", json={"question": "Which harbour?", "document_ids": ["d0"]}).status_code == 404
+
+
+@pytest.fixture
+def index_server(tmp_path):
+    yield from private_redis(tmp_path / "index-redis")
+
+
+def _restart_empty(server) -> None:
+    """Kill the Redis and start it again on its port without its data (a lost volume, no append-only file)."""
+    import shutil
+
+    server.stop()
+    shutil.rmtree(server.folder)
+    server.folder.mkdir()
+    server.start()
+
+
+def test_a_redis_index_emptied_under_a_running_host_is_rebuilt_in_the_background(make_client, index_server):
+    docs = [{**d, "metadata": {"n": i}} for i, d in enumerate(DOCS)]
+    with make_client(index_url=index_server.url(0), index_watch_interval_s=0.2) as c:
+        c.post("/v1/documents", json={"documents": docs})
+        keys = {d["id"]: wait_ready(c, d["id"])["cache_key"] for d in DOCS}
+        _restart_empty(index_server)
+        assert not index_server.client().dbsize() or c.app_state.index_watch.rebuilds  # it really is empty
+
+        def listed():
+            got = c.get("/v1/documents").json().get("documents", [])
+            return got if len(got) == len(DOCS) else None
+
+        rows = wait_for(listed, 20, interval=0.1, what="the index rebuilt from this host's texts")
+        assert [(d["id"], d["status"], d["cache_key"], d["metadata"]) for d in rows] == [
+            (d["id"], "ready", keys[d["id"]], {"n": i}) for i, d in enumerate(DOCS)]  # caches found: none queued
+        assert c.get("/v1/documents/d1").json()["version"] == 1
+        q = c.post("/v1/query", json={"question": "Which harbour?", "document_ids": ["d1"]})
+        assert q.status_code == 200 and q.json()["documents"][0]["cache_hit"] is True
+        top = c.post("/v1/query", json={"question": "Which harbour?", "top_k": 1})
+        assert top.status_code == 200 and top.json()["documents"][0]["id"] in keys  # BM25 over the rebuilt index
+        assert c.app_state.store.texts.r.zcard(c.app_state.store.texts._set) == len(DOCS)  # texts back in Redis
+        assert c.app_state.index_watch.rebuilds == 1
