@@ -136,3 +136,31 @@ def bench_engine(
     out.print(markdown(rows, peer, context, new, threads))
     if json_out is not None:
         json_out.write_text(json.dumps({"rows": rows, "llama_cpp": peer, "threads": threads}, indent=2))
+
+
+@app.command("bench-interference")
+def bench_interference(
+    nq: Annotated[Path, typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz) for real documents.")] = NQ_DEFAULT,
+    tokens: Annotated[int, typer.Option(help="Length of the full-prefill request's document (tokens).")] = 3300,
+    samples: Annotated[int, typer.Option(help="Cached queries timed idle and while the long prefill runs.")] = 3,
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+) -> None:
+    """A cached query's TTFT idle and while a long full-mode prefill runs, chunked (KVLINK_RAG_MAX_STEP_TOKENS)
+    and unchunked, side by side."""
+    if tokens < 100 or samples < 1:
+        fail("--tokens must be >= 100 and --samples >= 1")
+    from bench.prefill_interference import markdown, prefill_interference
+    from kvlink_rag.nq import DataFormatError, load_nq
+
+    try:
+        examples = load_nq(nq)
+    except DataFormatError as e:
+        fail(str(e))
+    settings = make_settings(max_document_tokens=max(tokens + 200, 4096))
+    engine = make_engine(settings)
+    with results_only_stdout():
+        result = prefill_interference(engine, examples, tokens, samples, settings.max_step_tokens,
+                                      log=lambda m: console.print(m))
+    out.print(markdown(result))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2))

@@ -1,0 +1,69 @@
+"""A cached query's TTFT while a long full-prefill request runs through the scheduler, against its idle TTFT,
+with chunked prefill (the settings' step budget) and without (one step takes the whole prefill)."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from kvlink_rag.engine import Engine
+from kvlink_rag.nq import NQExample
+
+from .interference import _long_text
+from .serving_common import TENANT, ingest, runtime
+
+UNCHUNKED = 1 << 20  # a step budget no prefill reaches: the scheduler as it was before chunked prefill
+
+
+def _ttft(queries, question: str, doc_ids: list[str], mode: str = "linked", new: int = 8) -> float:
+    r = queries.answer(queries.plan(TENANT, question, doc_ids, mode=mode, max_new_tokens=new, temperature=0.0))
+    return float(r.timings["ttft_s"])
+
+
+def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_tokens: int, samples: int,
+                log) -> dict:
+    rt = runtime(engine, max_step_tokens=step_tokens)
+    try:
+        ingest(rt, {"short": examples[0]})
+        rt.store.catalog.ingest(TENANT, "long", long_text)
+        while rt.queue.depth():
+            time.sleep(0.05)
+        q = rt.queries
+        _ttft(q, examples[0].question, ["short"])  # warm: the short document is cached, the prefix tree warm
+        idle = [_ttft(q, examples[0].question, ["short"]) for _ in range(samples)]
+        busy, full_s = [], []
+        for i in range(samples):
+            t0 = time.perf_counter()
+            worker = threading.Thread(target=lambda: _ttft(q, f"{examples[1].question} ({i})", ["long"], "full", 1))
+            worker.start()
+            time.sleep(0.3)  # the full prefill is under way
+            busy.append(_ttft(q, examples[0].question, ["short"]))
+            worker.join()
+            full_s.append(time.perf_counter() - t0)
+        log(f"step budget {step_tokens}: idle {statistics.median(idle):.2f} s, busy {statistics.median(busy):.2f} s")
+    finally:
+        rt.close()
+    return {"step_tokens": step_tokens, "idle_ttft_p50_s": statistics.median(idle),
+            "busy_ttft_p50_s": statistics.median(busy), "ratio": statistics.median(busy) / statistics.median(idle),
+            "full_request_s": statistics.median(full_s)}
+
+
+def prefill_interference(engine: Engine, examples: list[NQExample], long_tokens: int = 3300, samples: int = 3,
+                         step_tokens: int = 256, log=print) -> dict:
+    """Rows for the settings' chunked budget and for an unchunked scheduler, side by side in one run."""
+    text = _long_text(examples, engine, long_tokens, 100)
+    n = int(engine.document_ids(type(examples[0].gold)(text)).numel())
+    rows = [_one_budget(engine, examples, text, b, samples, log) for b in (step_tokens, UNCHUNKED)]
+    return {"full_prompt_document_tokens": n, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    lines = [f"## A cached query while a {result['full_prompt_document_tokens']}-token full prefill runs (scheduler)", "",
+             "| step budget (tokens) | idle TTFT p50 s | TTFT while the full prefill runs, p50 s | ratio | full request s |",
+             "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        budget = "unchunked" if r["step_tokens"] == UNCHUNKED else str(r["step_tokens"])
+        lines.append(f"| {budget} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | {r['ratio']:.1f}x | "
+                     f"{r['full_request_s']:.1f} |")
+    return "\n".join(lines) + "\n"
