@@ -108,12 +108,14 @@ class Runtime:
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget."""
     from kvlink_rag.prefix_tree import PrefixTree
+    from service.admission import make_policy
     from service.scheduler import Scheduler, SchedulerLimits
 
     limits = SchedulerLimits(max_running=settings.max_running_requests, max_waiting=settings.max_waiting_requests,
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
                              max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens)
-    return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits)
+    return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits,
+                     policy=make_policy(settings.admission_policy))
 
 
 def apply_torch_threads(settings: Settings) -> None:

@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
+from service.admission import AdmissionPolicy, BucketPolicy, WaitingView
 from service.gen_request import GenRequest, GenResult, RequestHandle
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,14 @@ class Scheduler:
         limits: see :class:`SchedulerLimits`.
         observe: called after each step with ``(rows, waits)``: requests in the step's forwards and the queue
             waits (seconds) of those admitted in it (metrics); settable after construction.
+        policy: the admission order (:mod:`service.admission`; default the S/M/L buckets).
     """
 
-    def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None):
+    def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None,
+                 policy: AdmissionPolicy | None = None):
         self.lm, self.tree, self.model_lock = lm, tree, model_lock
         self.limits = limits or SchedulerLimits()
+        self.policy = policy or BucketPolicy()
         self.observe = observe
         self.waiting: list[_Waiting] = []
         self._computed: OrderedDict = OrderedDict()  # document sets admitted in earlier steps
@@ -152,18 +156,19 @@ class Scheduler:
         self._fail_all(RuntimeError("the scheduler stopped"))
 
     def _choose(self) -> list[_Waiting]:
-        """Requests to admit now (caller holds the condition): cancelled ones dropped, starved ones first,
-        then the oldest request's bucket, then the others, within the step's token and slot budget. Of
+        """Requests to admit now (caller holds the condition): cancelled ones dropped, then in the policy's
+        order (by default starved ones first, then the oldest request's bucket, then the others), within the
+        step's token and slot budget. Of
         requests over the same documents only the first is admitted in a step (SGLang's in-batch prefix
         sharing): the others take that prefill from the prefix tree a step later instead of repeating it."""
         self.waiting = [w for w in self.waiting if not w.handle.cancelled]
         slots = self.limits.max_running - len(self.running)
         if slots <= 0 or not self.waiting:
             return []
-        now, first = time.perf_counter(), self.waiting[0].bucket
-        # starved first, then the oldest request's bucket, then the rest; arrival order within each (stable)
-        order = sorted(self.waiting, key=lambda w: 0 if now - w.since > self.limits.max_wait_s
-                       else 1 if w.bucket == first else 2)
+        now = time.perf_counter()
+        views = [WaitingView(w.handle.request, w.tokens, w.bucket, now - w.since, now - w.since > self.limits.max_wait_s)
+                 for w in self.waiting]
+        order = [self.waiting[i] for i in self.policy.order(views, [h.request for h, _ in self.running])]
         chosen, tokens, prefixes = [], 0, set()
         adapters = {h.request.adapter for h, _ in self.running}
         for w in order:

@@ -235,3 +235,17 @@ def test_a_long_prefill_shares_its_steps_with_a_short_request(engine):
         assert short_h.result.timings["ttft_s"] < long_h.result.timings["ttft_s"]
     finally:
         sched.close()
+
+
+def test_a_cache_aware_admission_policy_changes_the_order_not_the_answers(engine):
+    from service.admission import CacheAwarePolicy
+
+    sched = Scheduler(engine.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_running=1),
+                      policy=CacheAwarePolicy())
+    try:
+        cases = [(q, DOCS[i % 2: i % 2 + 2]) for i, q in enumerate(QUESTIONS)]
+        results = run_all(sched, [request(engine, q, d) for q, d in cases])
+        for (q, d), (toks, res) in zip(cases, results):
+            assert toks == res.token_ids == engine.answer(q, d).token_ids
+    finally:
+        sched.close()

@@ -1,0 +1,87 @@
+"""Admission policies: the order in which the scheduler admits waiting requests, as one declared interface.
+
+The scheduler hands a policy what it knows of every waiting request before admitting any
+(:class:`WaitingView`: its documents, mode, adapter, estimated prefill tokens, length bucket and wait)
+and of the running ones; the policy returns the order it prefers. The scheduler then admits in that
+order within its slot, token and adapter limits. :class:`BucketPolicy` is the scheduler's S/M/L rule;
+:class:`CacheAwarePolicy` puts first the requests whose documents the running ones already hold (their
+prefix-tree paths and stored caches are warm: SGLang's cache-aware scheduling, over document sets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.gen_request import GenRequest
+
+
+@dataclass(frozen=True)
+class WaitingView:
+    """One waiting request as a policy sees it.
+
+    Attributes:
+        request: the request (documents in prompt order, mode, adapter, text ids).
+        tokens: estimated prefill tokens; bucket: ``short`` / ``medium`` / ``long``.
+        waited_s: seconds in the queue; starved: waited past the scheduler's ``max_wait_s``.
+    """
+
+    request: GenRequest
+    tokens: int
+    bucket: str
+    waited_s: float
+    starved: bool
+
+    @property
+    def documents(self) -> frozenset:
+        """The request's documents as ``(text, title)`` pairs."""
+        return frozenset((d.text, d.title) for d in self.request.docs)
+
+
+class AdmissionPolicy(Protocol):
+    """Orders waiting requests for admission."""
+
+    def order(self, waiting: list[WaitingView], running: list[GenRequest]) -> list[int]:
+        """Indexes into ``waiting``, most preferred first (each once)."""
+
+
+class BucketPolicy:
+    """Starved requests first, then the oldest request's length bucket, then the rest; arrival order within
+    each (so a step's prefills are of similar cost and nothing starves)."""
+
+    def order(self, waiting: list[WaitingView], running: list[GenRequest]) -> list[int]:
+        if not waiting:
+            return []
+        first = waiting[0].bucket
+        rank = [0 if w.starved else 1 if w.bucket == first else 2 for w in waiting]
+        return sorted(range(len(waiting)), key=lambda i: rank[i])
+
+
+class CacheAwarePolicy:
+    """Starved requests first; then the most documents in common with the running requests (and with the
+    requests preferred so far), then the oldest."""
+
+    def order(self, waiting: list[WaitingView], running: list[GenRequest]) -> list[int]:
+        warm = {(d.text, d.title) for r in running for d in r.docs}
+        order = [i for i, w in enumerate(waiting) if w.starved]
+        rest = [i for i, w in enumerate(waiting) if not w.starved]
+        while rest:
+            best = max(rest, key=lambda i: (len(waiting[i].documents & warm), -i))
+            order.append(best)
+            rest.remove(best)
+            warm |= waiting[best].documents
+        return order
+
+
+POLICIES = {"buckets": BucketPolicy, "cache-aware": CacheAwarePolicy}
+
+
+def make_policy(name: str) -> AdmissionPolicy:
+    """The policy called ``name`` (:data:`POLICIES`).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown admission policy {name!r}; choose one of {', '.join(POLICIES)}")
+    return POLICIES[name]()
