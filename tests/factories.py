@@ -145,3 +145,12 @@ def random_kv(
         fingerprint=fingerprint,
         encoding=encoding,
     )
+
+
+def randomise_lora(lm: LoadedModel, name: str, seed: int = 0) -> None:
+    """Fill adapter ``name`` 's LoRA A and B with small random values (a fresh adapter's B = 0 changes nothing)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in lm.model.named_parameters():
+            if f".{name}." in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)

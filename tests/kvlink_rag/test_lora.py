@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from factories import random_ids, tiny_model, tiny_text_engine
+from factories import random_ids, randomise_lora, tiny_model, tiny_text_engine
 from kvlink_rag.lora import adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.kvcache import build_cache, cache_tensors
@@ -15,21 +15,13 @@ from kvlink_rag.types import Document
 from reference import Piece, reference_mask
 
 
-def _randomise_lora(lm, name: str, seed: int = 0) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in lm.model.named_parameters():
-            if f".{name}." in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-
-
 def test_document_kv_is_bitwise_the_same_with_an_adapter_loaded_and_active():
     lm = tiny_model("qwen3")
     ids = random_ids(21, 0)
     prefix = encode_prefix(lm, random_ids(6, 1))
     before = encode_document(lm, ids, kv_dtype="float32", prefix=prefix)
     add_lora(lm, "a", rank=4, alpha=8)
-    _randomise_lora(lm, "a")
+    randomise_lora(lm, "a")
     with adapter_scope(lm, "a"):
         after = encode_document(lm, ids, kv_dtype="float32", prefix=encode_prefix(lm, random_ids(6, 1)))
         with torch.no_grad():  # the adapter really changes the model's forward when on
@@ -45,7 +37,7 @@ def test_linked_forward_with_adapter_matches_two_stage_reference():
     link and question tokens with the adapter on, under the KVLink mask."""
     lm = tiny_model("llama")
     add_lora(lm, "a", rank=4, alpha=8)
-    _randomise_lora(lm, "a", seed=3)
+    randomise_lora(lm, "a", seed=3)
     prefix_ids, q_ids = random_ids(5, 1), random_ids(4, 2)
     docs_ids = [random_ids(n, 10 + n) for n in (9, 14)]
     k = 2
@@ -100,7 +92,7 @@ def test_cache_stored_before_training_is_served_unchanged_after(tmp_path):
     assert not hit
     # "train": a query-side adapter and new link tokens, saved as an artifact
     add_lora(engine.lm, "fresh", rank=4, alpha=8)
-    _randomise_lora(engine.lm, "fresh")
+    randomise_lora(engine.lm, "fresh")
     art = LinkTokens(torch.randn(3, engine.lm.config.hidden_size), engine.lm.fingerprint, {"trained": True},
                      lora=lora_state(engine.lm, "fresh"), lora_config={"rank": 4, "alpha": 8,
                                                                         "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]})

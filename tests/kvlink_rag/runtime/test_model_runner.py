@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from factories import random_ids, tiny_model
+from factories import random_ids, randomise_lora, tiny_model
 from kvlink_rag.lora import adapter_scope, add_lora
 from kvlink_rag.ragged import RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import ModelRunner, forward_ragged, get_runner
@@ -28,14 +28,6 @@ def _reference(lm, ids: torch.Tensor) -> torch.Tensor:
     return lm.model(input_ids=ids[None], position_ids=torch.arange(len(ids))[None]).logits[0, -1].float()
 
 
-def _randomise_lora(lm, name: str, seed: int = 0) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in lm.model.named_parameters():
-            if f".{name}." in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 @torch.inference_mode()
 def test_packed_rows_equal_transformers_forward_for_every_family(family):
@@ -52,7 +44,7 @@ def test_packed_rows_equal_transformers_forward_for_every_family(family):
 def test_an_adapter_on_the_runner_equals_it_on_transformers(targets):
     lm = tiny_model("qwen3")
     add_lora(lm, "a", rank=4, alpha=8, targets=targets)
-    _randomise_lora(lm, "a")
+    randomise_lora(lm, "a")
     ids = random_ids(13, seed=3)
     with adapter_scope(lm, "a"):
         on_ref, on_got = _reference(lm, ids), _own_forward(lm, [ids])[0]
@@ -68,7 +60,7 @@ def test_an_adapter_added_after_the_runner_was_built_is_seen():
     ids = random_ids(9, seed=1)
     _own_forward(lm, [ids])  # builds the runner
     add_lora(lm, "late", rank=4, alpha=8)
-    _randomise_lora(lm, "late", seed=2)
+    randomise_lora(lm, "late", seed=2)
     with adapter_scope(lm, "late"):
         assert (_own_forward(lm, [ids])[0] - _reference(lm, ids)).abs().max() < 1e-4
 
