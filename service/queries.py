@@ -202,13 +202,7 @@ class QueryService:
         if plan.text_ids is not None:
             raise ServiceError(422, "conversation_unsupported", "multi-turn conversations and completions need "
                                "the batching scheduler (KVLINK_RAG_SCHEDULER=true)")
-        with self.model_lock:
-            t_call = time.perf_counter()
-            eng = self._request_engine(plan)
-            with explained_scope(eng, plan) as mass:  # attention capture only with explain
-                ctx = _context(eng, plan)
-                ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
-            attribution = explanation(eng, plan, mass, ctx)
+        t_call, eng, ans, attribution = yield from locked_steps(self._unbatched(plan, pieces), self.model_lock)
         end = time.perf_counter()
         timings = {"retrieval_s": plan.retrieval_s, "queue_wait_s": t_call - plan.t0 - plan.retrieval_s,
                    "cache_load_s": ans.timings["load_s"],
@@ -217,6 +211,17 @@ class QueryService:
         result = self._finish(plan, eng, ans, timings)
         result.attribution = attribution
         yield "done", result
+
+    def _unbatched(self, plan: QueryPlan, pieces: bool):
+        """The one-request path (explain, retention < 1, CacheBlend, no scheduler): link or prefill, then
+        decode; yields ``("token", piece)`` and returns ``(t_call, engine, Answer, attribution)``. Each of its
+        steps runs under the model lock (:func:`locked_steps`), so scheduler steps run between its tokens."""
+        t_call = time.perf_counter()
+        eng = self._request_engine(plan)
+        with explained_scope(eng, plan) as mass:  # attention capture only with explain
+            ctx = _context(eng, plan)
+            ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
+        return t_call, eng, ans, explanation(eng, plan, mass, ctx)
 
     def _scheduled(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
         """:meth:`_generate` through the batching scheduler: same events, same bookkeeping."""
@@ -282,6 +287,24 @@ def _context(eng: Engine, plan: QueryPlan):
         return eng.link_context(plan.question, docs, plan.k, plan.retention, recompute_ratio=plan.recompute_ratio)[0]
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
+
+
+def locked_steps(gen: Generator, lock) -> Generator:
+    """Run ``gen`` one step at a time under ``lock`` and yield each item with the lock released (the
+    batching scheduler's steps and document precompute take the model between a one-request answer's
+    tokens, rather than waiting for the whole answer); returns what ``gen`` returns. Closing this generator
+    closes ``gen`` under the lock."""
+    try:
+        while True:
+            with lock:
+                try:
+                    item = next(gen)
+                except StopIteration as stop:
+                    return stop.value
+            yield item
+    finally:
+        with lock:
+            gen.close()
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

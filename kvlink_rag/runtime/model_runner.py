@@ -139,5 +139,9 @@ def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, po
         position_ids: ``[T_total]`` int64 position of each new token (RoPE).
     Returns:
         ``[rows, vocab]`` float32 logits.
+    Raises:
+        KeyError: the active adapter is no longer loaded (never a silent base-model answer).
     """
+    if lm.active_adapter is not None and lm.active_adapter not in lm.adapters:
+        raise KeyError(f"adapter {lm.active_adapter!r} was unloaded while a request was using it")
     return get_runner(lm).forward(batch, embeds, position_ids, lm.active_adapter)
