@@ -1,5 +1,6 @@
 """A cached query's TTFT while a long full-prefill request runs through the scheduler, against its idle TTFT,
-with chunked prefill (the settings' step budget) and without (one step takes the whole prefill)."""
+with chunked prefill (the settings' step budget) and without (one step takes the whole prefill). The prefix
+tree is off, so every full request computes its whole prompt (with it, repeats would be served from it)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _ttft(queries, question: str, doc_ids: list[str], mode: str = "linked", new:
 
 def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_tokens: int, samples: int,
                 log) -> dict:
-    rt = runtime(engine, max_step_tokens=step_tokens)
+    rt = runtime(engine, max_step_tokens=step_tokens, prefix_cache_bytes=0)  # no tree: every full request prefills
     try:
         ingest(rt, {"short": examples[0]})
         rt.store.catalog.ingest(TENANT, "long", long_text)
