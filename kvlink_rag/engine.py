@@ -13,18 +13,18 @@ from collections.abc import Generator
 import torch
 
 from .answer import Answer, generate_answer, run_to_end
-from .blend import blend, check_recompute_ratio
+from .blend import check_recompute_ratio
 from .cache import DocumentCache, MemoryCache
 from .chunking import Chunker
 from .doc_side import check_query_side, document_adapter, encode_with_adapter
 from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
 from .generate import SamplingParams, full_prefill, stop_token_ids
 from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
-from .linker import link
 from .lora import adapter_scope, add_lora
 from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
 from .retention import check_retention
+from .reuse import ReuseInputs, reuse_method
 from .settings import Settings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
 
@@ -275,11 +275,11 @@ class Engine:
         return ctx, hits
 
     def _link(self, docs: list[Document], source, embeds, q_ids: torch.Tensor, recompute_ratio: float) -> LinkedContext:
-        """The linker, or with a recompute ratio above 0 CacheBlend over the same caches and link tokens."""
-        if recompute_ratio == 0:
-            return link(self.lm, self.prefix, source, embeds, q_ids, anchored=self.anchored, new_tokens=1)
-        return blend(self.lm, self.prefix, source, [self.document_ids(d) for d in docs], embeds, q_ids,
-                     recompute_ratio=recompute_ratio, new_tokens=1)
+        """The context of the request's reuse method (:mod:`kvlink_rag.reuse`: link tokens, or with a recompute
+        ratio above 0 CacheBlend over the same caches and link tokens)."""
+        ids = [self.document_ids(d) for d in docs] if recompute_ratio > 0 else []
+        inputs = ReuseInputs(self.lm, self.prefix, source, ids, embeds, q_ids, self.anchored, new_tokens=1)
+        return reuse_method(recompute_ratio).context(inputs)
 
     def resolve_documents(self, docs: list[Document], retention: float = 1.0, method: str = "importance"
                           ) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:
