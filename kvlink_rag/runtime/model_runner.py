@@ -15,13 +15,16 @@ import torch.nn.functional as F
 
 from ..model import LoadedModel
 from ..ragged import RaggedBatch, attend
-from ..rope import rope_cos_sin, rotate_half
+from ..rope import rope_cos_sin
 from .lora import LayerLora, LowRank, adapter_terms
 from .weights import LayerWeights, ModelWeights, model_weights
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim as Llama computes it (float32 statistics, weight applied in ``x``'s dtype)."""
+    """RMSNorm over the last dim as Llama computes it (float32 statistics, weight applied in ``x``'s dtype);
+    float32 inputs take torch's fused kernel (the same arithmetic)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
@@ -74,6 +77,8 @@ class ModelRunner:
         w, lora = self.weights, self._terms(adapter)
         h = embeds  # h: [T, hidden]
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
+        half = sin.shape[-1] // 2
+        sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
         for i, layer in enumerate(w.layers):
             h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch)
         batch.commit()
@@ -96,8 +101,9 @@ class ModelRunner:
         if layer.q_norm is not None:
             q, k = rms_norm(q, layer.q_norm, w.eps), rms_norm(k, layer.k_norm, w.eps)
         q, k = q.transpose(0, 1), k.transpose(0, 1)  # q: [heads, T, head_dim], k: [kv_heads, T, head_dim]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        half = hd // 2  # RoPE as rotate-half: x * cos + [-x2, x1] * sin, with the sign folded into sin
+        q = q * cos + torch.roll(q, half, -1) * sin
+        k = k * cos + torch.roll(k, half, -1) * sin
         out = torch.empty_like(q)
         scale = hd ** -0.5
         for row in batch.rows:
