@@ -15,6 +15,10 @@ import torch
 from .linear import Linear, make_linear
 
 QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and keys before RoPE
+# The LM head of the int4 formats stays bfloat16: the default model's layer weights sit exactly on Q4_1's
+# group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
+# Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats').
+HEAD_FORMAT = {"int4": "bfloat16", "int4-bf16": "bfloat16"}
 
 
 @dataclass
@@ -130,6 +134,7 @@ def model_weights(model: torch.nn.Module, fmt: str = "native") -> ModelWeights:
             gate_up=_fuse([mlp.gate_proj, mlp.up_proj], fmt), down=_one(mlp.down_proj, fmt),
             q_norm=q_norm, k_norm=k_norm))
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-    return ModelWeights(layers=layers, norm=inner.norm.weight.detach(), lm_head=_one(model.lm_head, fmt),
+    head = _one(model.lm_head, HEAD_FORMAT.get(fmt, fmt))
+    return ModelWeights(layers=layers, norm=inner.norm.weight.detach(), lm_head=head,
                         heads=int(cfg.num_attention_heads), kv_heads=int(cfg.num_key_value_heads), head_dim=head_dim,
                         intermediate=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), fmt=fmt)
