@@ -27,6 +27,7 @@ from service.errors import ServiceError, redis_errors
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
                                 choose_documents)
 from service.explained import check_explained, explained_scope, explanation
+from service.model_lock import locked_steps
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
@@ -287,24 +288,6 @@ def _context(eng: Engine, plan: QueryPlan):
         return eng.link_context(plan.question, docs, plan.k, plan.retention, recompute_ratio=plan.recompute_ratio)[0]
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
-
-
-def locked_steps(gen: Generator, lock) -> Generator:
-    """Run ``gen`` one step at a time under ``lock`` and yield each item with the lock released (the
-    batching scheduler's steps and document precompute take the model between a one-request answer's
-    tokens, rather than waiting for the whole answer); returns what ``gen`` returns. Closing this generator
-    closes ``gen`` under the lock."""
-    try:
-        while True:
-            with lock:
-                try:
-                    item = next(gen)
-                except StopIteration as stop:
-                    return stop.value
-            yield item
-    finally:
-        with lock:
-            gen.close()
 
 
 def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:

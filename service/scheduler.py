@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from service.admission import AdmissionPolicy, BucketPolicy, WaitingView
 from service.gen_request import GenRequest, GenResult, RequestHandle
+from service.step_budget import allot
 
 log = logging.getLogger(__name__)
 
 BUCKETS = ("short", "medium", "long")
-MIN_CHUNK = 16  # prefill tokens a step computes even when its decode tokens fill the budget (no starvation)
 
 
 class QueueFull(RuntimeError):
@@ -52,7 +52,7 @@ class SchedulerLimits:
         max_adapters: distinct adapters among running requests (``KVLINK_RAG_MAX_LOADED_ADAPTERS``: one more
             would unload an adapter in use); a request for another waits until one is free.
         max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
-            shortest remaining prefill first, in the room left (at least :data:`MIN_CHUNK` tokens).
+            shortest remaining prefill first, in the room left (:func:`service.step_budget.allot`).
     """
 
     max_running: int = 16
@@ -215,7 +215,7 @@ class Scheduler:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()
             groups: dict = defaultdict(list)
-            for h, rr, n in self._allot():
+            for h, rr, n in allot(self.running, self.limits.max_step_tokens):
                 groups[rr.adapter].append((h, rr, rr.next_chunk(n)))
             rows = 0
             for adapter, members in groups.items():
@@ -224,22 +224,6 @@ class Scheduler:
             self.steps += 1
         if self.observe is not None:
             self.observe(rows, waits)
-
-    def _allot(self) -> list[tuple[RequestHandle, object, int]]:
-        """Tokens each running request computes this step (chunked prefill, as vLLM's and Sarathi-Serve's
-        token budget): every decode token, then prefill chunks, shortest remaining first, within
-        ``max_step_tokens`` (at least :data:`MIN_CHUNK` prefill tokens, so decodes never starve a prefill)."""
-        live = [(h, rr) for h, rr in self.running if rr.pending_left > 0]
-        decodes = [(h, rr, 1) for h, rr in live if rr.pending_left == 1]
-        room = max(self.limits.max_step_tokens - len(decodes), MIN_CHUNK)
-        chunks = []
-        for h, rr in sorted((x for x in live if x[1].pending_left > 1), key=lambda x: x[1].pending_left):
-            if room <= 0:
-                break
-            n = min(rr.pending_left, room)
-            chunks.append((h, rr, n))
-            room -= n
-        return decodes + chunks
 
     def _forward(self, adapter, members) -> None:
         """One packed forward for ``members`` (same adapter): ``(handle, request, chunk)``; requests whose

@@ -73,31 +73,3 @@ def test_planning_errors_are_service_errors_with_a_status(runtime):
     with pytest.raises(ServiceError) as e:
         runtime.queries.plan("default", "  ")
     assert (e.value.status, e.value.code) == (422, "invalid_question")
-
-
-def test_a_one_request_answer_releases_the_model_lock_between_its_tokens():
-    """locked_steps: each step of the answer runs under the lock, the consumer holds none between them, and
-    closing early closes the answer under the lock."""
-    import threading
-
-    from service.queries import locked_steps
-
-    lock = threading.Lock()
-    seen, closed = [], []
-
-    def answer():
-        try:
-            for i in range(3):
-                seen.append(lock.locked())
-                yield i
-            return "done"
-        finally:
-            closed.append(lock.locked())
-
-    gen = locked_steps(answer(), lock)
-    assert next(gen) == 0 and not lock.locked()  # the scheduler could take the model now
-    assert next(gen) == 1 and not lock.locked()
-    gen.close()
-    assert seen == [True, True] and closed == [True]
-    full = locked_steps(answer(), lock)
-    assert list(full) == [0, 1, 2]

@@ -1,0 +1,33 @@
+"""The token budget of one scheduler step: chunked prefill mixed with decode.
+
+Each step computes every running request's decode token and then chunks of the prefills still under way,
+shortest remaining first, until the budget is spent (Sarathi-Serve, Agrawal et al., OSDI 2024; vLLM's
+chunked prefill): a long prefill is spread over several steps beside the others' decode tokens instead
+of stalling them for its whole length.
+"""
+
+from __future__ import annotations
+
+MIN_CHUNK = 16  # prefill tokens a step computes even when its decode tokens fill the budget (no starvation)
+
+
+def allot(running: list[tuple[object, object]], max_step_tokens: int) -> list[tuple[object, object, int]]:
+    """``(handle, request, tokens)`` for each running request that computes this step.
+
+    Args:
+        running: ``(handle, RunningRequest)`` pairs; a request's ``pending_left`` is the tokens it still
+            has to compute before it samples (1 while decoding).
+        max_step_tokens: the step's budget: every decode token, then prefill chunks in the room left (at
+            least :data:`MIN_CHUNK` prefill tokens, so decodes never starve a prefill).
+    """
+    live = [(h, rr) for h, rr in running if rr.pending_left > 0]
+    decodes = [(h, rr, 1) for h, rr in live if rr.pending_left == 1]
+    room = max(max_step_tokens - len(decodes), MIN_CHUNK)
+    chunks = []
+    for h, rr in sorted((x for x in live if x[1].pending_left > 1), key=lambda x: x[1].pending_left):
+        if room <= 0:
+            break
+        n = min(rr.pending_left, room)
+        chunks.append((h, rr, n))
+        room -= n
+    return decodes + chunks
