@@ -43,10 +43,10 @@ def _transformers_session(lm: LoadedModel) -> Step:
 
 
 @torch.inference_mode()
-def _measure(make: Callable[[], Step], context: int, new: int) -> dict:
+def _measure(make: Callable[[], Step], context: int, new: int, vocab: int) -> dict:
     """Seconds of a ``context``-token prefill and ``new`` decode steps after it, and of ``new`` decode steps
     after a 1-token prompt, each in a fresh session (tokens per second)."""
-    ids = torch.randint(100, 20000, (context,), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(3, min(20000, vocab), (context,), generator=torch.Generator().manual_seed(0))
     rows = {}
     for label, prompt in (("empty", ids[:1]), ("context", ids)):
         step = make()
@@ -73,7 +73,7 @@ def engine_rows(lm: LoadedModel, formats: list[str], context: int = 1300, new: i
     out = []
     for name, make in makers:
         log(f"engine: {name}")
-        runs = [_measure(make, context, new) for _ in range(repeats)]
+        runs = [_measure(make, context, new, int(lm.config.vocab_size)) for _ in range(repeats)]
         out.append({"engine": name, **{k: max(r[k] for r in runs) for k in runs[0]}})
     return out
 

@@ -109,10 +109,14 @@ def bench_engine(
     context: Annotated[int, typer.Option(help="Prefill length (tokens).")] = 1300,
     new: Annotated[int, typer.Option(help="Decode steps (tokens).")] = 24,
     repeats: Annotated[int, typer.Option(help="Runs per engine (the best is reported).")] = 2,
+    e2e_questions: Annotated[int, typer.Option(help="NQ questions answered end to end against llama-server "
+                                               "(0 = skip).")] = 0,
+    nq: Annotated[Path, typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz) for --e2e-questions.")] = NQ_DEFAULT,
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
 ) -> None:
     """Prefill and decode tokens/s: the model runner in each weight format, transformers' eager forward and
-    llama.cpp's llama-bench (skipped with its reason when not built), side by side in one run."""
+    llama.cpp's llama-bench (skipped with its reason when not built), side by side in one run; with
+    --e2e-questions, the same NQ prompts end to end against llama-server."""
     from kvlink_rag.runtime.linear import WEIGHT_FORMATS
 
     picked = [f.strip() for f in formats.split(",") if f.strip()]
@@ -134,8 +138,25 @@ def bench_engine(
         console.print("engine: llama.cpp llama-bench")
         peer = llama_bench(settings.models_dir / "downloads" / GGUF_NAME, threads, context, new)
     out.print(markdown(rows, peer, context, new, threads))
+    e2e = _peer_e2e(engine, nq, settings, threads, e2e_questions) if e2e_questions > 0 else None
     if json_out is not None:
-        json_out.write_text(json.dumps({"rows": rows, "llama_cpp": peer, "threads": threads}, indent=2))
+        json_out.write_text(json.dumps({"rows": rows, "llama_cpp": peer, "threads": threads, "e2e": e2e}, indent=2))
+
+
+def _peer_e2e(engine, nq: Path, settings, threads: int, questions: int) -> dict:
+    from bench.llama_server import markdown, peer_e2e
+    from kvlink_rag.convert import GGUF_NAME
+    from kvlink_rag.nq import DataFormatError, load_nq
+
+    try:
+        examples = load_nq(nq)
+    except DataFormatError as e:
+        fail(str(e))
+    with results_only_stdout():
+        result = peer_e2e(engine, examples, settings.models_dir / "downloads" / GGUF_NAME, threads, questions,
+                          log=lambda m: console.print(m))
+    out.print(markdown(result))
+    return result
 
 
 @app.command("bench-interference")
