@@ -73,8 +73,7 @@ def test_a_redis_index_emptied_under_a_running_host_is_rebuilt_in_the_background
     with make_client(index_url=index_server.url(0), index_watch_interval_s=0.2) as c:
         c.post("/v1/documents", json={"documents": docs})
         keys = {d["id"]: wait_ready(c, d["id"])["cache_key"] for d in DOCS}
-        _restart_empty(index_server)
-        assert not index_server.client().dbsize() or c.app_state.index_watch.rebuilds  # it really is empty
+        _restart_empty(index_server)  # the data is gone: the watch's rebuild count below proves it saw that
 
         def listed():
             got = c.get("/v1/documents").json().get("documents", [])
