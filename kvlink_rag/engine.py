@@ -25,6 +25,7 @@ from .model import LoadedModel, load_model
 from .prompt import PromptTemplate, has_special_text
 from .retention import check_retention
 from .reuse import ReuseInputs, reuse_method
+from .runtime.model_runner import get_runner
 from .settings import Settings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
 
@@ -43,6 +44,7 @@ class Engine:
     def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
         self.settings = settings
         self.lm = lm if lm is not None else load_model(settings)
+        get_runner(self.lm)  # the runner's fused (and converted) weights now, not in the first request's TTFT
         tok = self.lm.tokenizer
         self.template = PromptTemplate.from_tokenizer(tok, settings.system_prompt)
         self.prefix = encode_prefix(self.lm, self.template.prefix_ids(tok))
