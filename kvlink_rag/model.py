@@ -233,15 +233,18 @@ def load_model(settings: Settings) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device)
     fp = model_fingerprint(path, config.to_dict(), tokenizer)
     lm = wrap_model(model, tokenizer, fp)
-    lm.weight_format = resolve_weight_format(settings.weight_format, device)
+    lm.weight_format = resolve_weight_format(settings.weight_format, device, settings.model == DEFAULT_MODEL)
     return lm
 
 
-def resolve_weight_format(name: str, device: torch.device) -> str:
-    """``'auto'`` -> the format measured best for ``device`` (BENCHMARKS.md, 'Weight formats'); int8 and int4
-    are CPU kernels here, so on other devices they fall back to ``native``."""
+def resolve_weight_format(name: str, device: torch.device, default_model: bool = False) -> str:
+    """``'auto'`` -> the format measured best for ``device``: ``int4-bf16`` for the default model on a CPU
+    (its layers are Q4_1 in the GGUF, so int4 re-quantisation lands on the same grid; on the first 300 dev
+    questions it answers as float32 does, EVALUATION.md 'Weight formats'), else ``native`` (other checkpoints
+    have no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices
+    they fall back to ``native``."""
     if name == "auto":
-        return "native"
+        return "int4-bf16" if default_model and device.type == "cpu" else "native"
     if name in ("int8", "int4", "int4-bf16") and device.type != "cpu":
         return "native"
     return name

@@ -7,10 +7,40 @@ runner never asks which it holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
+MAX_SMALL_TOKENS = 1  # a row of at most this many tokens (a decode step) takes a SplitLinear's small format;
+# every prefill row, however it was chunked, takes the large one, so a request's numerics never depend on its
+# batch or on how its prefill was split
+
+
+@dataclass(frozen=True)
+class TokenSplit:
+    """Which packed tokens take a :class:`SplitLinear`'s small format: those of rows of at most
+    :data:`MAX_SMALL_TOKENS` tokens (decode steps), so every row gets the format its own forward would get,
+    whatever else is in the batch. ``small``/``large``: ``[n]`` int64 token indexes (None when empty)."""
+
+    small: torch.Tensor | None
+    large: torch.Tensor | None
+
+    @classmethod
+    def of_rows(cls, lengths: list[int], device, one_per_row: bool = False) -> TokenSplit:
+        """The split of rows of ``lengths`` tokens packed in order (``one_per_row``: one token of each row,
+        e.g. the rows' last tokens for the LM head)."""
+        small, large, at = [], [], 0
+        for n in lengths:
+            k = 1 if one_per_row else n
+            (small if n <= MAX_SMALL_TOKENS else large).extend(range(at, at + k))
+            at += k
+        return cls(_index(small, device), _index(large, device))
+
+
+def _index(ix: list[int], device) -> torch.Tensor | None:
+    return torch.tensor(ix, dtype=torch.long, device=device) if ix else None
 
 
 class Linear(Protocol):
@@ -18,7 +48,7 @@ class Linear(Protocol):
 
     out_features: int
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor: ...
 
 
 class DenseLinear:
@@ -32,7 +62,7 @@ class DenseLinear:
         self.weight, self.bias = weight, bias
         self.out_features = int(weight.shape[0])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor:
         w = self.weight
         if x.dtype == w.dtype:
             return F.linear(x, w, self.bias)
@@ -55,7 +85,7 @@ class Int8Linear:
         self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
         self.out_features = int(weight.shape[0])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor:
         y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qweight, self.scale)
         if self.bias is not None:
             y = y + self.bias
@@ -91,7 +121,7 @@ class Int4Linear:
         self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
         self.out_features = int(n)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor:
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, self.GROUP, self.scales_zeros)
         if self.bias is not None:
             y = y + self.bias
@@ -99,17 +129,27 @@ class Int4Linear:
 
 
 class SplitLinear:
-    """Two formats of one weight, chosen per call by the number of tokens: ``small`` (e.g. int4, fastest for
-    decode steps, where reading the weight is the cost) up to ``max_small_tokens``, ``large`` above (e.g.
-    bfloat16 GEMM, fastest for prefill, where the multiply-adds are). A row's numerics then depend on how
-    many tokens its step carries (as in vLLM's batch-size-dependent kernels)."""
+    """Two formats of one weight: ``small`` (e.g. int4, fastest for decode steps, where reading the weight is
+    the cost) for the tokens of rows of at most :data:`MAX_SMALL_TOKENS` tokens, ``large`` (e.g. bfloat16
+    GEMM, fastest for prefill, where the multiply-adds are) for the others. With a :class:`TokenSplit` each
+    row takes its own format in a mixed batch (a row's numerics never depend on its batch); without one the
+    whole call counts as one row of ``x``'s tokens."""
 
-    def __init__(self, small: Linear, large: Linear, max_small_tokens: int = 16):
-        self.small, self.large, self.max_small_tokens = small, large, max_small_tokens
+    def __init__(self, small: Linear, large: Linear):
+        self.small, self.large = small, large
         self.out_features = small.out_features
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.small if x.shape[0] <= self.max_small_tokens else self.large)(x)
+    def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor:
+        if split is None:
+            return (self.small if x.shape[0] <= MAX_SMALL_TOKENS else self.large)(x)
+        if split.large is None:
+            return self.small(x)
+        if split.small is None:
+            return self.large(x)
+        y = x.new_empty(x.shape[0], self.out_features)
+        y[split.small] = self.small(x[split.small])
+        y[split.large] = self.large(x[split.large])
+        return y
 
 
 WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16")

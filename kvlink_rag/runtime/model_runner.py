@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..model import LoadedModel
 from ..ragged import RaggedBatch, attend
 from ..rope import rope_cos_sin
+from .linear import TokenSplit
 from .lora import LayerLora, LowRank, adapter_terms
 from .weights import LayerWeights, ModelWeights, model_weights
 
@@ -75,23 +76,25 @@ class ModelRunner:
             ``[rows, vocab]`` float32 logits.
         """
         w, lora = self.weights, self._terms(adapter)
+        lengths = [r.length for r in batch.rows]
+        split = TokenSplit.of_rows(lengths, embeds.device)  # each row's tokens take its own weight format
         h = embeds  # h: [T, hidden]
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
         half = sin.shape[-1] // 2
         sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
         for i, layer in enumerate(w.layers):
-            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch)
+            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch, split)
         batch.commit()
         last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
         x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
-        return w.lm_head(x).float()
+        return w.lm_head(x, TokenSplit.of_rows(lengths, x.device, one_per_row=True)).float()
 
     def _layer(self, i: int, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, batch: RaggedBatch) -> torch.Tensor:
+               sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit) -> torch.Tensor:
         w = self.weights
         t, hd = h.shape[0], w.head_dim
         x = rms_norm(h, layer.input_norm, w.eps)
-        qkv = layer.qkv(x)  # [T, (heads + 2 kv_heads) * head_dim]
+        qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
         if lora is not None:
             _with_lora(qkv, x, lora.qkv)
         nq, nk = w.heads * hd, w.kv_heads * hd
@@ -111,16 +114,16 @@ class ModelRunner:
             row.seq.write(i, k[:, s:e], v[:, s:e])
             out[:, s:e] = attend(q[:, s:e], list(row.seq.layer_kv(i, row.length)), row.mask, scale)
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
-        o = layer.o(attn)
+        o = layer.o(attn, split)
         if lora is not None:
             _with_lora(o, attn, lora.o)
         h = h + o
         x = rms_norm(h, layer.post_norm, w.eps)
-        gu = layer.gate_up(x)  # [T, 2 * intermediate]
+        gu = layer.gate_up(x, split)  # [T, 2 * intermediate]
         if lora is not None:
             _with_lora(gu, x, lora.gate_up)
         a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
-        d = layer.down(a)
+        d = layer.down(a, split)
         if lora is not None:
             _with_lora(d, a, lora.down)
         return h + d

@@ -94,3 +94,30 @@ def test_an_unknown_format_and_a_non_silu_model_are_refused():
         ModelRunner(tiny_model("llama").model, "fp8")
     with pytest.raises(ValueError, match="hidden_act='gelu'"):
         ModelRunner(tiny_model("llama", hidden_act="gelu").model)
+
+
+@torch.inference_mode()
+def test_each_row_takes_its_own_format_whatever_its_batch_holds():
+    """int4-bf16: a decode row (int4) packed with a long prefill row (bfloat16) gets the logits it gets
+    alone, and so does the prefill row: a row's numerics never depend on its batch."""
+    lm = tiny_model("llama")
+    runner = ModelRunner(lm.model, "int4-bf16")
+    cfg = lm.config
+
+    def seq():
+        return SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.float32)
+
+    decode, prefill = random_ids(1, seed=7), random_ids(30, seed=8)
+
+    def alone(ids):
+        batch = RaggedBatch()
+        batch.add(seq(), len(ids))
+        return runner.forward(batch, lm.embed_tokens(ids), torch.arange(len(ids)))[0]
+
+    batch = RaggedBatch()
+    batch.add(seq(), 1)
+    batch.add(seq(), 30)
+    both = runner.forward(batch, lm.embed_tokens(torch.cat([decode, prefill])),
+                          torch.cat([torch.arange(1), torch.arange(30)]))
+    assert (both[0] - alone(decode)).abs().max() < 1e-5
+    assert (both[1] - alone(prefill)).abs().max() < 1e-5
