@@ -170,7 +170,7 @@ class Settings(BaseSettings):
     admission_policy: Literal["buckets", "cache-aware"] = Field(
         "buckets", description="Order of admission: 'buckets' (starved first, then the oldest request's S/M/L "
         "length bucket) or 'cache-aware' (starved first, then most documents in common with running requests).")
-    max_step_tokens: int = Field(256, ge=16, description="Tokens one scheduler step computes: every decode token, "
+    max_step_tokens: int = Field(128, ge=16, description="Tokens one scheduler step computes: every decode token, "
                                  "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
