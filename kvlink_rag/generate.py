@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from .attention import capturing
 from .model import LoadedModel
 from .ragged import SequenceKV
-from .runtime.hf_cache import cache_view, prefill, runs_on_runner
+from .runtime.hf_cache import cache_view, prefill, runs_on_runner, sequence_from_cache
 from .stop_strings import StopStrings
 from .types import ContextTooLong, LinkedContext, Segment, Timings
 
@@ -169,18 +169,12 @@ def decode(lm: LoadedModel, ctx: LinkedContext, params: SamplingParams) -> Itera
 
 
 def _runner_step(lm: LoadedModel, ctx: LinkedContext, budget: int):
-    """``step(token, position) -> [vocab]`` float32 logits: one packed forward of the runner."""
-    from .ragged import RaggedBatch
-    from .runtime.hf_cache import sequence_from_cache
-    from .runtime.model_runner import forward_ragged
-
+    """``step(token, position) -> [vocab]`` float32 logits: one one-token forward of the runner."""
     seq = sequence_from_cache(lm, ctx.cache, budget)
 
     def step(tok: int, pos: int) -> torch.Tensor:
-        batch = RaggedBatch()
-        batch.add(seq, 1)
         embeds = lm.embed_tokens(torch.tensor([tok], device=lm.device))
-        return forward_ragged(lm, batch, embeds, torch.tensor([pos], device=lm.device))[0]
+        return prefill(lm, seq, embeds, torch.tensor([pos], device=lm.device))
     return step
 
 

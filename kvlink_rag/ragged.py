@@ -161,6 +161,15 @@ class RaggedBatch:
             r.seq.commit(r.length)
 
 
+def mask_rows(mask: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
+    """Rows ``a..b-1`` of an additive ``[n, keys + n]`` prefill mask, over every key up to query ``b - 1``
+    (``keys + b`` columns): the mask of that chunk of the prefill computed after its first ``a`` tokens
+    (chunked prefill). None stays None (causal continuation)."""
+    if mask is None:
+        return None
+    return mask[a:b, : mask.shape[1] - (mask.shape[0] - b)]
+
+
 def _causal_tail(n: int, total: int, dtype: torch.dtype, device) -> torch.Tensor | None:
     """Additive ``[n, total]``: the last ``n`` keys are causal among the ``n`` queries, the rest visible."""
     if n == 1:

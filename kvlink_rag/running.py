@@ -19,6 +19,7 @@ from .engine import Engine
 from .generate import SamplingParams, sample_next, sampling_generator
 from .stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
+from .ragged import mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
 from .types import ContextTooLong, Document
@@ -80,9 +81,8 @@ class RunningRequest:
         forward of the whole prefill, split across steps). :meth:`step` is called after the last chunk."""
         p, a = self.pending, self.fed
         b = min(p.num_tokens, a + n)
-        mask = None if p.mask is None else p.mask[a:b, : p.mask.shape[1] - (p.num_tokens - b)]
         self.fed = b
-        return PendingPrefill(p.embeds[a:b], p.positions[a:b], mask)
+        return PendingPrefill(p.embeds[a:b], p.positions[a:b], mask_rows(p.mask, a, b))
 
     def step(self, logits: torch.Tensor) -> int | None:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the

@@ -251,7 +251,7 @@ class Scheduler:
         for (h, rr, _), lg in zip(members, logits):
             first = not rr.shared
             if first:
-                rr.timings["prefill_s"] = rr.timings.get("prefill_s", 0.0) + dt
+                rr.timings["prefill_s"] += dt  # every chunk of its prefill
             if rr.pending_left > 0:
                 continue  # more chunks of its prefill to come
             try:

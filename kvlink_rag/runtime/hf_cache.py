@@ -67,15 +67,14 @@ def prefill(lm: LoadedModel, seq: SequenceKV, embeds: torch.Tensor, positions: t
         embeds: ``[n, hidden]``; positions: ``[n]`` int64.
         mask: additive ``[n, seq.num_tokens + n]`` (the KVLink mask), or None for causal continuation.
     """
-    from ..ragged import RaggedBatch
+    from ..ragged import RaggedBatch, mask_rows
     from .model_runner import forward_ragged
 
     n = int(embeds.shape[0])
     logits = None
     for a in range(0, n, PREFILL_CHUNK):
         b = min(n, a + PREFILL_CHUNK)
-        rows = None if mask is None else mask[a:b, : mask.shape[1] - (n - b)]
         batch = RaggedBatch()
-        batch.add(seq, b - a, rows)
+        batch.add(seq, b - a, mask_rows(mask, a, b))
         logits = forward_ragged(lm, batch, embeds[a:b], positions[a:b])[0]
     return logits

@@ -130,8 +130,8 @@ class ModelRunner:
 
 
 def get_runner(lm: LoadedModel) -> ModelRunner:
-    """The runner of ``lm``, built on first use in ``lm.weight_format`` (float32 views of the model's own
-    tensors for ``native``: built in milliseconds, no memory)."""
+    """The runner of ``lm``, built on first use in ``lm.weight_format`` (for ``native`` the fused weights are
+    copied once and the model's own parameters become views of them, so nothing is held twice)."""
     if not isinstance(lm.runner, ModelRunner):
         lm.runner = ModelRunner(lm.model, lm.weight_format)
     return lm.runner
