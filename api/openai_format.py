@@ -9,8 +9,10 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 
+from sse_starlette import EventSourceResponse
+
 from api.errors import stream_error_body
-from api.streaming import query_stream
+from api.streaming import query_stream, started
 from service.queries import QueryResult
 
 MODEL_ID = "kvlink-rag"
@@ -93,6 +95,15 @@ class ChunkStream:
         except Exception as e:  # noqa: BLE001 - every failure ends the stream with an error chunk
             yield {"data": json.dumps(stream_error_body(e, self.where))}
         yield {"data": "[DONE]"}
+
+
+async def stream_response(state, plans: list, head: dict, choice: Choice, include_usage: bool, where: str,
+                          first: Choice | None = None):
+    """The SSE response of ``plans`` (one per choice) as :class:`ChunkStream` chunks. It starts once the first
+    token is there (:func:`api.streaming.started`), so a refusal before it (a full queue: 503 with
+    ``Retry-After``; a prompt past the context: 422) raises here and is an HTTP status, not a started stream."""
+    stream = ChunkStream(head, choice, include_usage, where)
+    return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans), first))
 
 
 async def merged(state, plans: list) -> AsyncIterator[tuple[int, str, object]]:

@@ -14,12 +14,10 @@ import uuid
 
 from fastapi import APIRouter
 from pydantic import ConfigDict, Field, field_validator
-from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.generation_fields import OpenAIFields
-from api.openai_format import MODEL_ID, ChunkStream, answers, merged, n_usage
-from api.streaming import started
+from api.openai_format import MODEL_ID, answers, n_usage, stream_response
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from kvlink_rag.stop_strings import cut
 from service.query_plan import choice_plans
@@ -71,9 +69,8 @@ async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": body.model or MODEL_ID}
     if body.stream:
-        stream = ChunkStream(head, _choice, bool(body.stream_options and body.stream_options.include_usage),
-                             "/v1/completions")
-        return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans)))
+        return await stream_response(state, plans, head, _choice,
+                                     bool(body.stream_options and body.stream_options.include_usage), "/v1/completions")
     results = await answers(state, plans)
     tok, stops = queries.engine.lm.tokenizer, plan.sampling.get("stop", ())
     choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i}

@@ -21,11 +21,9 @@ import time
 import uuid
 
 from fastapi import APIRouter
-from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.openai_format import MODEL_ID, ChunkStream, answers, extras, merged, n_usage
-from api.streaming import started
+from api.openai_format import MODEL_ID, answers, extras, n_usage, stream_response
 from api.schemas import ChatIn
 from service.query_plan import choice_plans
 
@@ -53,10 +51,9 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body.model or MODEL_ID}
     if body.stream:
-        stream = ChunkStream(head, _delta, bool(body.stream_options and body.stream_options.include_usage),
-                             "/v1/chat/completions")
-        # starts with the first token: a refusal before it (full queue 503, context 422) is an HTTP status
-        return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans), _role))
+        return await stream_response(state, plans, head, _delta,
+                                     bool(body.stream_options and body.stream_options.include_usage),
+                                     "/v1/chat/completions", _role)
     results = await answers(state, plans)
     return {**head, "object": "chat.completion",
             "choices": [{"index": i, "message": {"role": "assistant", "content": r.answer},
