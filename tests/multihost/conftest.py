@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
-from redis_servers import RedisClusterNodes, RedisServer, need_redis_server, private_redis
+from redis_servers import RedisServer, need_redis_server, private_redis
 from service_support import wait_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
@@ -34,15 +34,6 @@ def shared_server(tmp_path):
     s = RedisServer(tmp_path / "shared-redis", ["--maxmemory-policy", "allkeys-lru", "--maxmemory-samples", "10"]).start()
     yield s
     s.stop()
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    """A real 3-node Redis Cluster on loopback ports (no replicas)."""
-    need_redis_server()
-    c = RedisClusterNodes(tmp_path / "cluster").start()
-    yield c
-    c.stop()
 
 
 @pytest.fixture

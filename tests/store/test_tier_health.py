@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from redis_servers import RedisClusterNodes, need_redis_server, private_redis
+from redis_servers import private_redis
 from service_support import wait_for
 from store.backends import open_blob_store
 from store.blob_store import BlobStoreUnavailable
@@ -88,14 +88,6 @@ def test_a_paused_shared_redis_costs_one_timeout_then_is_skipped_and_probed_back
     tiered.ping()
     tiered.put("new", other)
     assert tiered.shared.contains("new") and tiered.events()["breaker_closed"] == 1
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    need_redis_server()
-    nodes = RedisClusterNodes(tmp_path / "cluster").start()
-    yield nodes
-    nodes.stop()
 
 
 def _keys_on_two_nodes(store, cluster) -> tuple[str, str]:
