@@ -60,11 +60,14 @@ class GenRequest:
 
     def shared_prefix_key(self) -> tuple | None:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
-        the system prompt, documents and link tokens), or None without documents."""
-        if not self.docs:
+        the system prompt, documents and link tokens), or None without documents or when the request keeps
+        its document KV to itself (retention below 1, CacheBlend, explain: it reads no documents from the
+        prefix tree, :class:`kvlink_rag.running.Reuse`)."""
+        from kvlink_rag.running import Reuse
+
+        if not self.docs or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
             return None
-        return (self.mode, self.k, self.adapter, self.retention, self.recompute_ratio,
-                tuple((d.text, d.title) for d in self.docs))
+        return (self.mode, self.k, self.adapter, tuple((d.text, d.title) for d in self.docs))
 
     def estimated_new_tokens(self, link_k: int) -> int:
         """Tokens the prefill forward computes, before any prefix match (for length buckets)."""
