@@ -42,6 +42,10 @@ class RunningRequest:
         tree_tokens, tree_docs: what the prefix tree served.
         encoded_tokens: tokens of documents encoded now (cache misses).
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
+        context_tokens: positions the prompt spans (retention's dropped tokens count).
+        own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
+        fixup: CacheBlend's :class:`~kvlink_rag.blend_stage.BlendFixup`, applied once the prefill is complete.
+        attention: explain's :class:`~kvlink_rag.attention_rows.RowAttention`, handed to the runner with each row.
     """
 
     def __init__(self, engine: Engine, context: Hashable, layout: RequestLayout, params: SamplingParams,
