@@ -219,6 +219,12 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
     cpu = (keys.device.type == values.device.type == "cpu" and keys.is_contiguous() and values.is_contiguous()
            and keys.dtype == values.dtype)
     int8 = meta["dtype"] == "int8"
+    if cpu and not int8 and "token_order" in meta and parse_dtype(meta["dtype"]) == keys.dtype:
+        inverse = torch.argsort(ordered_layout.token_order(meta))  # checked and inverted once per document
+        for i, buf in enumerate(bufs):
+            _verified_views(buf, meta, i)
+            ordered_layout.gather_layer_into(buf, inverse, keys[i], values[i])
+        return
     if not cpu or not (int8 or parse_dtype(meta["dtype"]) == keys.dtype) or "token_order" in meta:
         for i, buf in enumerate(bufs):
             decode_layer_into(buf, meta, i, keys[i], values[i])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import warnings
 
 import numpy as np
 import safetensors.torch
@@ -203,6 +204,35 @@ def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out:
         raise CorruptRecordError(f"layer {layer} shape {list(k.shape)} does not fit {list(k_out.shape)}")
     k_out.copy_(k.transpose(0, 1))
     v_out.copy_(v.transpose(0, 1))
+
+
+def gather_layer_into(buf, inverse: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    """A whole verified float layer of an ordered record straight into positional order: per head,
+    ``out[h, p] = stored row inverse[p]`` (``index_select`` from a view of the buffer into the output: one pass
+    over the bytes, no temporary and no second strided copy; measured ~4x faster than the gather + copy it
+    replaces, ``index_copy_`` was slower still).
+
+    Args:
+        inverse: ``[T]`` int64 ``argsort(token_order)``: position -> stored row (made once per document).
+        k_out, v_out: ``[H, T, D]`` CPU outputs in the record's dtype.
+    Raises:
+        CorruptRecordError: the payload does not fit the outputs.
+    """
+    data, tensors = _tensors(buf)
+    views = {spec[0]: spec for spec in tensors}
+    try:
+        for name, out in (("k", k_out), ("v", v_out)):
+            _, dtype, shape, start, end = views[name]
+            if dtype != out.dtype or list(shape) != [out.shape[1], out.shape[0], out.shape[2]]:
+                raise CorruptRecordError(f"ordered tensor {name} {list(shape)} does not fit {list(out.shape)}")
+            raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=data + start)
+            with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
+                warnings.simplefilter("ignore", UserWarning)
+                rows = torch.from_numpy(raw).view(dtype).view(shape)  # rows: [T, H, D] in stored order
+            for h in range(out.shape[0]):
+                torch.index_select(rows[:, h], 0, inverse, out=out[h])
+    except KeyError as e:
+        raise CorruptRecordError(f"ordered layer has no tensor {e}") from None
 
 
 def _gathered(buf, data: int, spec: tuple, rows: np.ndarray) -> torch.Tensor:

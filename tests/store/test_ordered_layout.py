@@ -46,6 +46,17 @@ def test_ordered_record_reads_back_bit_exact_in_positional_order(blobs, make_kv,
         assert torch.equal(k, kv.keys[i]) and torch.equal(v, kv.values[i])
 
 
+def test_whole_document_gather_refuses_a_layer_that_does_not_fit_its_outputs(make_kv):
+    kv = _scored(make_kv)
+    meta, _, layers = codec.encode_document(kv)
+    keys, values = torch.empty_like(kv.keys), torch.empty_like(kv.values)
+    codec.decode_layers_into(layers, meta, keys, values)  # the fast path: rows gathered straight into place
+    assert torch.equal(keys, kv.keys) and torch.equal(values, kv.values)
+    inverse = torch.argsort(ordered_layout.token_order(meta))
+    with pytest.raises(CorruptRecordError, match="does not fit"):
+        ordered_layout.gather_layer_into(layers[0], inverse, keys[0, :, :-1], values[0, :, :-1])
+
+
 def test_int8_ordered_record_equals_the_positional_int8_round_trip(blobs, make_kv):
     kv = _scored(make_kv)
     blobs.put("ordered", kv, int8=True)
