@@ -50,10 +50,11 @@ def _question(path: str, body: dict) -> str:
 
 
 def conversation_key(tenant: str, body: dict) -> str | None:
-    """A chat's identity across turns: its system prompt and first user message (None for a first turn)."""
+    """A chat's identity across turns: its system prompt and first user message (None without one); the next
+    turn repeats them, so it finds the replica whose prefix tree holds the earlier turns."""
     msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     users = [m for m in msgs if m.get("role") == "user"]
-    if len(users) < 2:
+    if not users:
         return None
     system = next((_content(m) for m in msgs if m.get("role") == "system"), "")
     return hashlib.sha256(json.dumps([tenant, system, _content(users[0])]).encode()).hexdigest()

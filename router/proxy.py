@@ -17,6 +17,7 @@ import itertools
 import json
 import logging
 from collections import OrderedDict
+from contextlib import asynccontextmanager
 
 import anyio
 import httpx
@@ -179,6 +180,7 @@ def create_router_app(router: Router) -> Starlette:
                     for r in router.fleet.live()]
         return JSONResponse({"policy": router.settings.policy, "replicas": reps})
 
+    @asynccontextmanager
     async def lifespan(app):
         router.fleet.start()
         try:
