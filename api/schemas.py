@@ -242,6 +242,10 @@ class QueryOut(BaseModel):
     completion_tokens: int
     cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
                                "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
+    token_sources: dict[str, int] = Field(default_factory=dict, description="Prompt tokens by source (scheduler "
+                                          "path): document_cache_tokens (stored caches; shared_tier_tokens of them "
+                                          "fetched from the shared tier), encoded_tokens (encoded now), "
+                                          "prefix_tree_tokens.")
     finish_reason: Literal["stop", "length"]
     prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 

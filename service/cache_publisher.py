@@ -198,7 +198,7 @@ def start_publisher(settings, runtime) -> CachePublisher | None:
     pub = CachePublisher(connect(split_url(settings.events_url)[0]), replica, url, holdings, load,
                          settings.heartbeat_interval_s, settings.replica_ttl_s)
     for tier in tiers:
-        tier.events = pub
+        tier.cache_events = pub
     if local is not None:
-        local.events = pub
+        local.cache_events = pub
     return pub.start()

@@ -316,4 +316,5 @@ def _cancellable(engine, handle: RequestHandle):
 def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
     return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.prompt_tokens, rr.cached_tokens, rr.tree_tokens,
-                     set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv)
+                     set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv, rr.encoded_tokens,
+                     dict(rr.hit_sizes))

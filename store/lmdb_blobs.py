@@ -86,7 +86,7 @@ class LmdbBlobStore(BlobStore):
         self._db = self.env.db(BLOBS_DB)
         self.on_corrupt = on_corrupt
         self.on_evict = on_evict
-        self.events: CacheEvents = NO_EVENTS  # tier 'local' of store.cache_events (a router's index)
+        self.cache_events: CacheEvents = NO_EVENTS  # tier 'local' of store.cache_events (a router's index)
         self.clock = clock
         self.access = AccessStats(self.env, clock, stats_flush_s)
         self.checksum_failures = 0
@@ -138,7 +138,7 @@ class LmdbBlobStore(BlobStore):
             try:
                 self.env.write(write, reclaim=False)
                 self.access.forget(kraw)
-                self.events.stored("local", key, len(record.ids) // 8, nbytes)
+                self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
                 return nbytes
             except StoreFullError:
                 self.env.env.reader_check()
@@ -152,7 +152,7 @@ class LmdbBlobStore(BlobStore):
         existed = self.env.write(lambda txn: self._delete_in(txn, key))
         self.access.forget(key.encode())
         if existed:
-            self.events.removed("local", key)
+            self.cache_events.removed("local", key)
         return existed
 
     def _delete_in(self, txn, key: str) -> bool:
@@ -378,7 +378,7 @@ class LmdbBlobStore(BlobStore):
                 continue
             freed += nbytes
             self.evictions += 1
-            self.events.removed("local", key)
+            self.cache_events.removed("local", key)
             if self.on_evict is not None:
                 try:
                     self.on_evict(key)

@@ -68,7 +68,7 @@ class CacheTier:
         clock: seconds clock for recency and utility (injectable for tests).
         fmt: the retention and dtype entries are held at (:mod:`store.tier_format`; default lossless: the
             ``DocumentKV`` itself).
-        events: told of every entry stored and removed (:mod:`store.cache_events`; set :attr:`events` later to
+        events: told of every entry stored and removed (:mod:`store.cache_events`; set :attr:`cache_events` later to
             publish them), outside the tier's lock.
 
     Counters (``stats()``): ``hits``, ``misses``, ``evictions``, ``inserts``, ``rejected`` (did not
@@ -87,7 +87,7 @@ class CacheTier:
         events: CacheEvents = NO_EVENTS,
     ) -> None:
         self.name = name
-        self.events = events
+        self.cache_events = events
         self.format = fmt or TierFormat()
         self.byte_budget = int(byte_budget)
         self.policy = policy or LRUPolicy()
@@ -178,9 +178,9 @@ class CacheTier:
                 self.used_bytes += nbytes
                 self._count("inserts", tenant)
         for v in victims:
-            self.events.removed(self.name, v.key)
+            self.cache_events.removed(self.name, v.key)
         if e is not None:
-            self.events.stored(self.name, key, entry_tokens(kv), nbytes)
+            self.cache_events.stored(self.name, key, entry_tokens(kv), nbytes)
         if self.on_evict is not None:
             for v in victims:
                 self.on_evict(v)
@@ -212,7 +212,7 @@ class CacheTier:
             if e is None or e.pins:
                 return False
             self._remove(e)
-        self.events.removed(self.name, key)
+        self.cache_events.removed(self.name, key)
         return True
 
     def pin(self, key: str) -> bool:

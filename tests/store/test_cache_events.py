@@ -37,7 +37,7 @@ def test_inserts_evictions_demotions_and_removals_are_told():
 def test_the_local_store_tells_puts_deletes_and_evictions(lmdb_env):
     rec = Recorder()
     blobs = LmdbBlobStore(lmdb_env)
-    blobs.events = rec
+    blobs.cache_events = rec
     blobs.put("a", random_kv(tokens=8))
     assert blobs.delete("a") and not blobs.delete("a")
     assert rec.log == [("stored", "local", "a", 8), ("removed", "local", "a")]
