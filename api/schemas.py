@@ -61,11 +61,23 @@ class DocumentBatch(RequestBody):
 
 
 class DocumentUpdate(RequestBody):
-    """New text (and optionally title/metadata) of an existing document."""
+    """New text (and optionally title/metadata) of an existing document, or ``pinned`` alone: keep (true) or
+    stop keeping (false) its cache in this replica's host tier, within the tenant's pin budget."""
 
-    text: str = Field(..., min_length=1)
+    text: str | None = Field(None, min_length=1)
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
+    pinned: bool | None = None
+
+
+class PinOut(BaseModel):
+    """A document's pin on this replica and the tenant's pin budget (bytes)."""
+
+    id: str
+    pinned: bool
+    nbytes: int = Field(..., description="Host-tier bytes the document's pin holds (0 when unpinned).")
+    tenant_pinned_bytes: int
+    budget_bytes: int
 
 
 def _ingest_kind(value: Any) -> str:
