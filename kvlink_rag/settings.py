@@ -180,7 +180,8 @@ class Settings(BaseSettings):
                             "itself and publishes its cache events and load for `kvlink-rag router`; '' = none.")
     replica_id: str = Field("", max_length=200, description="This replica's name in the router's fleet; '' = "
                             "<hostname>-<port>.")
-    replica_url: str = Field("", description="URL the router reaches this replica at; '' = http://<host>:<port>.")
+    replica_url: str = Field("", description="URL the router reaches this replica at; '' = http://<host>:<port> "
+                             "(a wildcard host: this machine's hostname).")
     heartbeat_interval_s: float = Field(1.0, gt=0, le=60, description="Seconds between load heartbeats.")
     replica_ttl_s: float = Field(3.0, gt=0, le=600, description="A replica registration expires this many "
                                  "seconds after its last heartbeat (the router drops it).")

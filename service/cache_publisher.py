@@ -194,7 +194,8 @@ def start_publisher(settings, runtime) -> CachePublisher | None:
                 "host_used_bytes": host.used_bytes if host is not None else 0}
 
     replica = settings.replica_id or default_replica_id(settings.port)
-    url = settings.replica_url or f"http://{settings.host}:{settings.port}"
+    host = socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host  # a wildcard bind
+    url = settings.replica_url or f"http://{host}:{settings.port}"
     pub = CachePublisher(connect(split_url(settings.events_url)[0]), replica, url, holdings, load,
                          settings.heartbeat_interval_s, settings.replica_ttl_s)
     for tier in tiers:
