@@ -37,6 +37,7 @@ class ReplicaState:
     beat: float = 0.0  # the heartbeat's own time field
     stream_id: str = "0-0"
     in_flight: int = 0
+    last_done: float = 0.0  # wall-clock time a request the router forwarded here last finished
     down_until: float = 0.0
     resyncs: int = 0
 
@@ -65,8 +66,10 @@ class ReplicaState:
         return not gap
 
     def view(self) -> ReplicaView:
-        """The :class:`~router.scoring.ReplicaView` of this replica (a copy of its holding's references)."""
-        lo = self.load
+        """The :class:`~router.scoring.ReplicaView` of this replica (its holding by reference). A heartbeat
+        older than the last request the router saw finish here is stale (it may still count that request):
+        then only the router's own in-flight count is its load."""
+        lo = self.load if float(self.load.get("time") or 0) > self.last_done else {}
         return ReplicaView(self.url, self.held, int(lo.get("running", 0)), int(lo.get("waiting", 0)),
                            int(lo.get("queued_prefill_tokens", 0)), self.in_flight)
 

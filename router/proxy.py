@@ -16,6 +16,7 @@ import hmac
 import itertools
 import json
 import logging
+import time
 from collections import OrderedDict
 from contextlib import asynccontextmanager
 
@@ -133,7 +134,7 @@ class Router:
             rep.in_flight += 1
             try:
                 req = self.client.build_request(request.method, rep.url + url, headers=headers, content=body)
-                upstream = await self.client.send(req, stream=True)
+                upstream = await self._send_unless_left(request, req)
             except httpx.TransportError as e:
                 rep.in_flight -= 1
                 self.fleet.mark_down(rep.url)
@@ -141,6 +142,9 @@ class Router:
                 if last:
                     return _error(502, "replica_failed", f"the replica failed before answering: {e}")
                 continue
+            if upstream is None:  # the client left before the replica answered: its request was closed there
+                rep.in_flight -= 1
+                return Response(status_code=499)
             if upstream.status_code == 503 and not last:
                 rep.in_flight -= 1
                 await upstream.aclose()
@@ -150,6 +154,34 @@ class Router:
             return self._response(upstream, rep)
         return _error(502, "replica_failed", "no replica answered")  # not reached: the last attempt returns
 
+    async def _send_unless_left(self, request: Request, req: httpx.Request) -> httpx.Response | None:
+        """The replica's response (headers; the body streams later), or None when the client disconnected
+        first: the upstream request is then cancelled, which closes its connection, so the replica cancels it.
+
+        Raises:
+            httpx.TransportError: the replica failed before its first byte.
+        """
+        got: list = []
+
+        async def send(scope: anyio.CancelScope) -> None:
+            try:
+                got.append(await self.client.send(req, stream=True))
+            except httpx.TransportError as e:
+                got.append(e)
+            scope.cancel()
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, tg.cancel_scope)
+            tg.start_soon(watch, tg.cancel_scope)
+        if got and isinstance(got[0], Exception):
+            raise got[0]
+        return got[0] if got else None
+
     def _response(self, upstream: httpx.Response, rep: ReplicaState) -> StreamingResponse:
         async def chunks():
             try:
@@ -157,6 +189,7 @@ class Router:
                     yield chunk
             finally:  # also when the client left: closing the upstream connection cancels the request there
                 rep.in_flight -= 1
+                rep.last_done = time.time()
                 await upstream.aclose()
 
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP}  # raw bytes: encoding kept

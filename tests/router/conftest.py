@@ -43,7 +43,9 @@ def make_replica(tmp_path, redis_url):
         settings = Settings(home=tmp_path / name, model="unused", device="cpu", store_max_bytes=64 << 20,
                             index_url=redis_url, events_url=redis_url, replica_id=name, heartbeat_interval_s=0.2,
                             replica_ttl_s=1.0, playground=False, **overrides)
-        server = LiveServer(create_app(settings, engine))
+        app = create_app(settings, engine)
+        server = LiveServer(app)
+        server.app = app
         settings.replica_url = server.url
         with server:
             yield server

@@ -61,3 +61,10 @@ def test_a_publisher_is_seen_its_gap_resynced_and_its_silence_dropped(url):
     assert not client.exists(registration_key("rep-a"))
     wait_for(lambda: fleet.poll() or not fleet.replicas, 5, what="the silent replica dropped")
     client.delete(snapshot_request_key("rep-a"))
+
+
+def test_a_heartbeat_older_than_the_last_finished_request_is_not_counted():
+    r = ReplicaState("http://a", id="a", load={"running": 3, "waiting": 1, "queued_prefill_tokens": 50, "time": 100.0})
+    assert (r.view().running, r.view().queued_prefill_tokens) == (3, 50)
+    r.last_done, r.in_flight = 100.5, 1
+    assert (r.view().running, r.view().waiting, r.view().in_flight) == (0, 0, 1)

@@ -67,3 +67,33 @@ def test_a_listed_replica_that_is_down_costs_a_retry_and_no_failure(make_replica
         for _ in range(3):
             r = cr.post("/v1/query", json={"question": "q", "document_ids": [documents[0]["id"]]})
             assert r.status_code == 200 and r.headers["x-kvlink-replica"] == a.url
+
+
+def _leave_after(url: str, body: dict, after_s: float) -> None:
+    try:
+        with httpx.Client(timeout=httpx.Timeout(after_s, connect=5.0)) as client:
+            with client.stream("POST", f"{url}/v1/query", json=body) as r:
+                for _ in r.iter_bytes():
+                    pass
+    except httpx.TimeoutException:
+        return
+    raise AssertionError("answered although the model was busy")
+
+
+def test_a_client_that_leaves_the_router_cancels_its_request_on_the_replica(make_replica, make_router):
+    import threading
+
+    with make_replica("a", precompute_threads=0) as a, make_router(replicas=[a.url], events_url="") as router:
+        state = a.app.state.service
+        httpx.post(f"{router.url}/v1/documents", json={"id": "d", "text": "Harbour 3 had 5 cranes."}, timeout=30)
+        with state.model_lock:  # the replica's model is busy: the routed queries wait there
+            bodies = [{"question": "How many cranes?", "document_ids": ["d"], "stream": i % 2 == 0} for i in range(4)]
+            clients = [threading.Thread(target=_leave_after, args=(router.url, b, 0.3)) for b in bodies]
+            for t in clients:
+                t.start()
+            for t in clients:
+                t.join(30)
+            wait_for(lambda: state.gates.model.borrowed_tokens == 0, 10, interval=0.02,
+                     what="the replica released the slots of the queries whose clients left the router")
+        r = httpx.post(f"{router.url}/v1/query", json={"question": "q", "document_ids": ["d"]}, timeout=60)
+        assert r.status_code == 200
