@@ -113,10 +113,10 @@ class Fleet:
 
 
 def _host_counts(base: str) -> tuple[float, float]:
+    """``(hits, misses)`` of the replica's host tier (its /metrics)."""
     text = httpx.get(base + "/metrics", timeout=10).text
-    got = [float(m.group(2)) for what in ("hits", "misses") for m in
-           [re.search(rf'kvlink_cache_{what}_total\{{tier="host"\}} ([0-9.e+]+)', text) or re.match("(x)(0)", "x0")]]
-    return got[0], got[1]
+    found = [re.search(rf'^kvlink_cache_{what}_total{{tier="host"}} (\S+)$', text, re.M) for what in ("hits", "misses")]
+    return tuple(float(m.group(1)) if m else 0.0 for m in found)
 
 
 def _queries(n_docs: int, n: int, per_query: int, seed: int = 0) -> list[list[int]]:
