@@ -39,10 +39,21 @@ class StoreCollector:
     def describe(self):
         return []
 
+    def _pins(self):
+        pins = self.state.runtime.pins if self.state.runtime is not None else None
+        if pins is None:
+            return
+        g = GaugeMetricFamily("kvlink_pinned_bytes", "Host-tier bytes of pinned documents, per tenant.",
+                              labels=["tenant"])
+        for tenant, n in sorted(pins.bytes_by_tenant().items()):
+            g.add_metric([tenant], n)
+        yield g
+
     def collect(self):
         store = self.state.store
         if store is not None:
             yield from self._tiers(store)
+            yield from self._pins()
             blobs = store.blobs
             c = CounterMetricFamily("kvlink_checksum_failures", "Stored KV records that failed their checksum.")
             c.add_metric([], blobs.checksum_failures)

@@ -26,7 +26,7 @@ def usage(r: QueryResult) -> dict:
     (shared prefix tree, the prefix KV, stored document caches)."""
     return {"prompt_tokens": r.context_tokens, "completion_tokens": len(r.token_ids),
             "total_tokens": r.context_tokens + len(r.token_ids),
-            "prompt_tokens_details": {"cached_tokens": r.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": r.cached_tokens, **r.token_sources}}
 
 
 def extras(r: QueryResult) -> dict:
@@ -43,7 +43,7 @@ def n_usage(results: list[QueryResult]) -> dict:
     u = usage(results[0])
     done = sum(len(r.token_ids) for r in results)
     u.update(completion_tokens=done, total_tokens=u["prompt_tokens"] + done,
-             prompt_tokens_details={"cached_tokens": max(r.cached_tokens for r in results)})
+             prompt_tokens_details={**u["prompt_tokens_details"], "cached_tokens": max(r.cached_tokens for r in results)})
     return u
 
 

@@ -61,11 +61,23 @@ class DocumentBatch(RequestBody):
 
 
 class DocumentUpdate(RequestBody):
-    """New text (and optionally title/metadata) of an existing document."""
+    """New text (and optionally title/metadata) of an existing document, or ``pinned`` alone: keep (true) or
+    stop keeping (false) its cache in this replica's host tier, within the tenant's pin budget."""
 
-    text: str = Field(..., min_length=1)
+    text: str | None = Field(None, min_length=1)
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
+    pinned: bool | None = None
+
+
+class PinOut(BaseModel):
+    """A document's pin on this replica and the tenant's pin budget (bytes)."""
+
+    id: str
+    pinned: bool
+    nbytes: int = Field(..., description="Host-tier bytes the document's pin holds (0 when unpinned).")
+    tenant_pinned_bytes: int
+    budget_bytes: int
 
 
 def _ingest_kind(value: Any) -> str:
@@ -242,6 +254,10 @@ class QueryOut(BaseModel):
     completion_tokens: int
     cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
                                "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
+    token_sources: dict[str, int] = Field(default_factory=dict, description="Prompt tokens by source (scheduler "
+                                          "path): document_cache_tokens (stored caches; shared_tier_tokens of them "
+                                          "fetched from the shared tier), encoded_tokens (encoded now), "
+                                          "prefix_tree_tokens.")
     finish_reason: Literal["stop", "length"]
     prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 

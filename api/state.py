@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from api.concurrency import Gates
 from kvlink_rag.settings import Settings
+from service.cache_publisher import CachePublisher, start_publisher
 from service.index_watch import IndexWatch
 from service.model_lock import FairLock
 from service.probes import ProbeMonitor, runtime_checks
@@ -54,6 +55,7 @@ class ServiceState:
         self.started = 0.0
         self.probes: ProbeMonitor | None = None  # readiness checks in the background (service.probes)
         self.index_watch: IndexWatch | None = None  # a Redis index that lost its data is rebuilt
+        self.publisher: CachePublisher | None = None  # cache events and load for a router (KVLINK_RAG_EVENTS_URL)
 
     @property
     def store(self) -> Store | None:
@@ -103,6 +105,7 @@ class ServiceState:
         if s.index_url and s.index_watch_interval_s > 0:
             self.index_watch = IndexWatch(rt, s.index_watch_interval_s)
             self.index_watch.start()
+        self.publisher = start_publisher(s, rt)
         if not s.api_keys:
             log.warning("no API keys configured (KVLINK_RAG_API_KEYS): running single-tenant, every request is "
                         "tenant 'default' and no Authorization is required")
@@ -113,7 +116,7 @@ class ServiceState:
     def close(self) -> None:
         """Stop the background checks, the queue (embedded: finish its tasks) and flush the store's access
         stats."""
-        for background in (self.index_watch, self.probes):
+        for background in (self.publisher, self.index_watch, self.probes):
             if background is not None:
                 background.close()
         if self.runtime is not None:

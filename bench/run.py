@@ -25,7 +25,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
 
 
@@ -67,6 +67,10 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
 
             results["shared_tier"] = shared_tier_suite(engine, examples, question, Path(tmp) / "shared", repeats,
                                                        log=log)
+        if "routing" in suites:  # replicas and router as processes (bench.routing); needs Redis on loopback
+            from .routing import routing_suite
+
+            results["routing"] = routing_suite(nq_path, engine.settings.models_dir, Path(tmp) / "routing", log=log)
     engine.cache = None  # the runtimes below give each request its tenant's store cache
     if clients and "concurrency" in suites:
         from .concurrency import concurrency

@@ -41,6 +41,7 @@ class RunningRequest:
         tokens: generated ids; finish_reason once finished.
         tree_tokens, tree_docs: what the prefix tree served.
         encoded_tokens: tokens of documents encoded now (cache misses).
+        hit_sizes: cache key -> tokens of each document served from its stored cache (per-request accounting).
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
         context_tokens: positions the prompt spans (retention's dropped tokens count).
         own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
@@ -61,6 +62,7 @@ class RunningRequest:
         self.finish_reason: str | None = None
         self.tree_tokens, self.tree_docs = 0, set()
         self.encoded_tokens = self.cached_tokens = 0
+        self.hit_sizes: dict[str, int] = {}
         self.shared = False
         self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
         self.last_layer_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # with logits: the prompt's last layer
@@ -282,6 +284,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         tree.release(req.match)
         raise
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
+    req.hit_sizes = {lay.items[j][1]: lay.sizes[j] for j, hit in zip(todo_items, hits) if hit}
     req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
     req.pending = pending_prefill(eng.lm, lay, start, embeds)

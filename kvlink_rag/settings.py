@@ -176,6 +176,21 @@ class Settings(BaseSettings):
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
                                     "tree: system prompt, documents in order, earlier chat turns); 0 = no sharing.")
 
+    events_url: str = Field("", description="Redis (redis://host:port/db) where `kvlink-rag serve` registers "
+                            "itself and publishes its cache events and load for `kvlink-rag router`; '' = none.")
+    replica_id: str = Field("", max_length=200, description="This replica's name in the router's fleet; '' = "
+                            "<hostname>-<port>.")
+    replica_url: str = Field("", description="URL the router reaches this replica at; '' = http://<host>:<port> "
+                             "(a wildcard host: this machine's hostname).")
+    heartbeat_interval_s: float = Field(1.0, gt=0, le=60, description="Seconds between load heartbeats.")
+    replica_ttl_s: float = Field(3.0, gt=0, le=600, description="A replica registration expires this many "
+                                 "seconds after its last heartbeat (the router drops it).")
+    pinned_documents: list[str] = Field(
+        default_factory=list, description="Documents pinned in the host tier at start: 'doc_id' (tenant "
+        "default) or 'tenant/doc_id' (JSON list).")
+    pin_budget_bytes: int = Field(256 << 20, ge=0, description="Host-tier bytes one tenant may pin "
+                                  "(PUT /v1/documents/{id} with pinned: true); over it: 409.")
+
     @field_validator("kv_dtype")
     @classmethod
     def _check_kv_dtype(cls, v: str) -> str:

@@ -85,6 +85,8 @@ class GenResult:
         cached_tokens: prompt tokens not computed now: from the prefix tree or stored document caches.
         tree_tokens: prompt tokens found in the prefix tree.
         tree_docs: cache keys of documents whose KV came from the prefix tree.
+        encoded_tokens: prompt tokens of documents encoded now; hit_sizes: cache key -> tokens of each document
+            served from its stored cache.
         engine: the engine used (its cache view recorded per-document hits).
         logits: per generated token the ``[vocab]`` float32 logits it was sampled from (``keep_logits``).
         last_layer_kv: with ``keep_logits``, the prompt's last-layer ``(k, v)``, each ``[kv_heads,
@@ -105,6 +107,8 @@ class GenResult:
     logits: list | None = None
     last_layer_kv: tuple | None = None
     attention: tuple | None = None
+    encoded_tokens: int = 0
+    hit_sizes: dict[str, int] = field(default_factory=dict)
 
 
 class RequestHandle:

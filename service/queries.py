@@ -157,7 +157,8 @@ class QueryService:
         The adapter is checked again: its file may have been removed or rewritten since planning.
         """
         eng = copy.copy(self._check_links(plan.k, plan.adapter, load=True))  # the shared engines stay as they are
-        eng.cache = RecordingCache(self.store.cache.for_tenant(plan.tenant))
+        cache = self.store.cache.for_tenant(plan.tenant)
+        eng.cache = RecordingCache(cache, cache.shared_only)
         return eng
 
     def answer(self, plan: QueryPlan) -> QueryResult:
@@ -196,7 +197,7 @@ class QueryService:
         scheduler's thread when it is admitted; full prefill reports ``cache_load_s`` 0 and its prefill time
         as ``link_s``."""
         from service.explained import explanation
-        from service.scheduled import answer_of, scheduled_tokens, stage_timings, token_pieces
+        from service.scheduled import answer_of, scheduled_tokens, stage_timings, token_pieces, token_sources
 
         made: list[Engine] = []
 
@@ -208,16 +209,17 @@ class QueryService:
         gen = scheduled_tokens(self.scheduler, self.engine, plan, make_engine, text_ids)
         result = yield from token_pieces(gen, self.engine.lm.tokenizer, pieces)
         ans = answer_of(result, self.engine.lm.tokenizer)
-        done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens)
+        done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens,
+                            token_sources(result, made[-1].cache))
         done.attribution = explanation(made[-1], plan, result.attention)
         yield "done", done
 
     def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float],
-                tree_docs: set[str] = frozenset(), cached_tokens: int = 0) -> QueryResult:
+                tree_docs: set[str] = frozenset(), cached_tokens: int = 0, sources: dict | None = None) -> QueryResult:
         keys = [eng.cache_keys(d.document) for d in plan.docs]  # a chunked document: all its chunks
         hits = [all(eng.cache.hits.get(key, False) or key in tree_docs for key in ks) for ks in keys]
         result = QueryResult(ans.text, ans.token_ids, plan.docs, hits, timings, ans.context_tokens,
-                             ans.finish_reason, cached_tokens)
+                             ans.finish_reason, cached_tokens, token_sources=sources or {})
         if plan.mode == "full":  # a comparison that used no cache: no bookkeeping, no cache or TTFT metrics
             return result
         self._record(plan, hits, [next(filter(None, map(eng.cache.unstored.get, ks)), None) for ks in keys])

@@ -53,6 +53,7 @@ class QueryResult:
     finish_reason: str
     cached_tokens: int = 0
     attribution: dict | None = None
+    token_sources: dict[str, int] = field(default_factory=dict)
 
     def documents(self) -> list[dict]:
         """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution

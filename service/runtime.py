@@ -25,6 +25,7 @@ from service.retrieval import Retrieval
 if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
     from kvlink_rag.engine import Engine
+    from service.pins import PinRegistry
     from service.scheduler import Scheduler
     from store.factory import Store
 
@@ -52,6 +53,7 @@ class Runtime:
         queries: the query service; None until the engine is loaded.
         on_result: called with every finished query (metrics).
         timings: seconds of ``store_open_s``, ``model_load_s``, ``engine_setup_s``.
+        pins: documents pinned in the host tier (:mod:`service.pins`).
     """
 
     settings: Settings
@@ -62,6 +64,7 @@ class Runtime:
     engine: Engine | None = None
     queries: QueryService | None = None
     scheduler: Scheduler | None = None
+    pins: PinRegistry | None = None
     on_result: Callable[[QueryResult], None] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -182,6 +185,18 @@ def open_service_store(settings: Settings, queue: Queue) -> Store:
     return store
 
 
+def open_pins(settings: Settings, store: Store) -> PinRegistry | None:
+    """The pin registry of the store's host tier with ``settings.pinned_documents`` pinned (None without a host
+    tier)."""
+    from service.pins import PinRegistry, pin_listed
+
+    if not any(t.name == "host" for t in store.tiered.tiers):
+        return None
+    pins = PinRegistry(store.tiered, settings.pin_budget_bytes)
+    pin_listed(pins, settings.pinned_documents, store.index)
+    return pins
+
+
 def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: QueueKind = "auto",
                   on_result: Callable[[QueryResult], None] | None = None, recover: bool = True,
                   load_engine: bool = True, model_lock: threading.Lock | None = None) -> Runtime:
@@ -215,6 +230,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
             rt.load_engine(engine)
         if recover:
             recover_at_start(store, q, rt.engine)
+        rt.pins = open_pins(settings, store)
     except BaseException:
         rt.close()
         raise

@@ -21,6 +21,7 @@ from service.scheduler import QueueFull, Scheduler
 if TYPE_CHECKING:
     from kvlink_rag.answer import Answer
     from kvlink_rag.engine import Engine
+    from store.recording_cache import RecordingCache
 
 
 def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Callable[[], Engine],
@@ -97,3 +98,14 @@ def token_pieces(gen: Generator[int, None, GenResult], tokenizer, pieces: bool
         return box[0]
     finally:
         gen.close()
+
+
+def token_sources(result: GenResult, cache: RecordingCache) -> dict[str, int]:
+    """Prompt tokens of a finished request by source: ``document_cache_tokens`` (documents served from their
+    stored caches: memory tiers, local LMDB or the shared tier), ``shared_tier_tokens`` (those of them fetched
+    from the shared tier: ``cache.from_shared`` of a :class:`store.recording_cache.RecordingCache`),
+    ``encoded_tokens`` (documents encoded now) and ``prefix_tree_tokens`` (reused from the prefix tree)."""
+    shared = cache.from_shared
+    return {"document_cache_tokens": sum(result.hit_sizes.values()),
+            "shared_tier_tokens": sum(n for key, n in result.hit_sizes.items() if key in shared),
+            "encoded_tokens": result.encoded_tokens, "prefix_tree_tokens": result.tree_tokens}

@@ -126,10 +126,12 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def stats(self) -> dict:
-        """``{running, waiting, steps, tree: PrefixTree.stats(), running_own_bytes}`` (bytes)."""
+        """``{running, waiting, queued_prefill_tokens, steps, tree: PrefixTree.stats(), running_own_bytes}``
+        (bytes; queued_prefill_tokens: prompt tokens of the waiting requests)."""
         with self._cond:
             own = sum(rr.seq.own_bytes for _, rr in self.running if rr.seq is not None)
             return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps,
+                    "queued_prefill_tokens": sum(w.tokens for w in self.waiting),
                     "tree": self.tree.stats(), "running_own_bytes": own}
 
     def close(self) -> None:
@@ -321,4 +323,4 @@ def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
     return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.context_tokens, rr.cached_tokens,
                      rr.tree_tokens, set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
-                     rr.explained())
+                     rr.explained(), encoded_tokens=rr.encoded_tokens, hit_sizes=dict(rr.hit_sizes))

@@ -93,6 +93,12 @@ class StoreCache(DocumentCache):
                 out.append(kv)
         return out
 
+    def shared_only(self, key: str) -> bool:
+        """Whether only the shared tier holds ``key`` (its read is a fetch from Redis, not this host's disk)."""
+        from store.shared_tier import TieredBlobStore
+
+        return isinstance(self.blobs, TieredBlobStore) and not self.blobs.local.contains(key)
+
     def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
                method: str = "importance") -> LayeredDocuments:
         """Layer stream over in-memory and LMDB documents at ``retention`` (below 1: prefix reads of

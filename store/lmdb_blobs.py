@@ -30,6 +30,7 @@ from kvlink_rag.types import DocumentKV
 from store import codec, ordered_layout
 from store.access_stats import AccessStats
 from store.blob_store import BlobStore, RawRecord, encode_record
+from store.cache_events import NO_EVENTS, CacheEvents
 from store.codec import CorruptRecordError
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 
@@ -85,6 +86,7 @@ class LmdbBlobStore(BlobStore):
         self._db = self.env.db(BLOBS_DB)
         self.on_corrupt = on_corrupt
         self.on_evict = on_evict
+        self.cache_events: CacheEvents = NO_EVENTS  # tier 'local' of store.cache_events (a router's index)
         self.clock = clock
         self.access = AccessStats(self.env, clock, stats_flush_s)
         self.checksum_failures = 0
@@ -136,6 +138,7 @@ class LmdbBlobStore(BlobStore):
             try:
                 self.env.write(write, reclaim=False)
                 self.access.forget(kraw)
+                self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
                 return nbytes
             except StoreFullError:
                 self.env.env.reader_check()
@@ -148,6 +151,8 @@ class LmdbBlobStore(BlobStore):
         _check_key(key)
         existed = self.env.write(lambda txn: self._delete_in(txn, key))
         self.access.forget(key.encode())
+        if existed:
+            self.cache_events.removed("local", key)
         return existed
 
     def _delete_in(self, txn, key: str) -> bool:
@@ -373,6 +378,7 @@ class LmdbBlobStore(BlobStore):
                 continue
             freed += nbytes
             self.evictions += 1
+            self.cache_events.removed("local", key)
             if self.on_evict is not None:
                 try:
                     self.on_evict(key)

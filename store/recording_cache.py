@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 
@@ -12,11 +14,13 @@ class RecordingCache(DocumentCache):
     Every method of the contract is forwarded to ``inner``; lookups are recorded on the way.
     ``hits[key]`` is True when the first lookup of ``key`` found it (memory tier or LMDB) and False when
     it was missing and encoded now (a ``put``); ``unstored[key]`` says why a document encoded now could
-    not be stored (too large for the store).
+    not be stored (too large for the store); ``from_shared``: keys only the shared tier held when resolved
+    (``shared_only(key)``, e.g. :meth:`store.doc_cache.StoreCache.shared_only`).
     """
 
-    def __init__(self, inner: DocumentCache):
-        self.inner = inner
+    def __init__(self, inner: DocumentCache, shared_only: Callable[[str], bool] | None = None):
+        self.inner, self.shared_only = inner, shared_only
+        self.from_shared: set[str] = set()
         self.hits: dict[str, bool] = {}
         self.unstored: dict[str, str] = {}
         self._keys: dict[tuple[str, str], str] = {}
@@ -41,6 +45,8 @@ class RecordingCache(DocumentCache):
         items = self.inner.resolve(keys, retention, method)
         for k, it in zip(keys, items, strict=True):
             self.hits.setdefault(k, it is not None)
+            if isinstance(it, str) and self.shared_only is not None and self.shared_only(k):
+                self.from_shared.add(k)
         return items
 
     def stream(self, items: list[DocumentKV | str], retention: float = 1.0,

@@ -22,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from kvlink_rag.types import DocumentKV, RetainedKV
+from store.cache_events import NO_EVENTS, CacheEvents
 from store.policies import CacheEntry, EvictionPolicy, FairPolicy, LRUPolicy
 from store.tier_format import HeldKV, TierFormat, hold
 
@@ -33,6 +34,11 @@ def entry_nbytes(kv: DocumentKV | HeldKV) -> int:
     if isinstance(kv, HeldKV):
         return kv.nbytes
     return kv.nbytes + kv.token_ids.numel() * kv.token_ids.element_size()
+
+
+def entry_tokens(kv: DocumentKV | HeldKV) -> int:
+    """The document's length in tokens (a held one: the whole document's, not the tokens it keeps)."""
+    return kv.num_tokens if isinstance(kv, HeldKV) else int(kv.token_ids.numel())
 
 
 def _to_device(kv: DocumentKV | HeldKV, device: torch.device) -> DocumentKV | HeldKV:
@@ -62,6 +68,8 @@ class CacheTier:
         clock: seconds clock for recency and utility (injectable for tests).
         fmt: the retention and dtype entries are held at (:mod:`store.tier_format`; default lossless: the
             ``DocumentKV`` itself).
+        events: told of every entry stored and removed (:mod:`store.cache_events`; set :attr:`cache_events` later to
+            publish them), outside the tier's lock.
 
     Counters (``stats()``): ``hits``, ``misses``, ``evictions``, ``inserts``, ``rejected`` (did not
     fit), ``partial_misses`` (held at a lower retention than asked; also counted in ``misses``), overall and
@@ -76,8 +84,10 @@ class CacheTier:
         device: str | torch.device = "cpu",
         clock: Callable[[], float] = time.monotonic,
         fmt: TierFormat | None = None,
+        events: CacheEvents = NO_EVENTS,
     ) -> None:
         self.name = name
+        self.cache_events = events
         self.format = fmt or TierFormat()
         self.byte_budget = int(byte_budget)
         self.policy = policy or LRUPolicy()
@@ -167,6 +177,10 @@ class CacheTier:
                 self.usage[tenant] = self.usage.get(tenant, 0) + nbytes
                 self.used_bytes += nbytes
                 self._count("inserts", tenant)
+        for v in victims:
+            self.cache_events.removed(self.name, v.key)
+        if e is not None:
+            self.cache_events.stored(self.name, key, entry_tokens(kv), nbytes)
         if self.on_evict is not None:
             for v in victims:
                 self.on_evict(v)
@@ -198,7 +212,8 @@ class CacheTier:
             if e is None or e.pins:
                 return False
             self._remove(e)
-            return True
+        self.cache_events.removed(self.name, key)
+        return True
 
     def pin(self, key: str) -> bool:
         """Protect an entry from eviction (pins nest). False if absent."""
@@ -230,6 +245,11 @@ class CacheTier:
         finally:
             for k in done:
                 self.unpin(k)
+
+    def holdings(self) -> list[tuple[str, int]]:
+        """``[(key, document tokens)]`` of the entries, least recently used first (a snapshot for a router)."""
+        with self._lock:
+            return [(e.key, entry_tokens(e.kv)) for e in self.entries.values()]
 
     def keys(self) -> list[str]:
         """Cached keys, least recently used first."""

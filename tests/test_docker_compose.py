@@ -19,7 +19,7 @@ def test_services_commands_volumes_and_health_checks():
     c = _compose()
     services = c["services"]
     cluster = {"redis-node-1", "redis-node-2", "redis-node-3", "redis-cluster-init"}
-    assert set(services) == {"redis", "redis-cache", "model", "api", "worker"} | cluster
+    assert set(services) == {"redis", "redis-cache", "model", "api", "router", "worker"} | cluster
     for name in ("redis", "redis-cache", "redis-node-1"):
         assert services[name]["image"].startswith("redis:") and "--appendonly" in services[name]["command"]
     assert "allkeys-lru" in services["redis-cache"]["command"] and "--maxmemory" in services["redis-cache"]["command"]
@@ -30,6 +30,10 @@ def test_services_commands_volumes_and_health_checks():
     assert services["model"]["command"] == ["kvlink-rag", "model", "fetch"]
     assert services["api"]["command"][:2] == ["kvlink-rag", "serve"] and "0.0.0.0" in services["api"]["command"]
     assert services["worker"]["command"][:2] == ["kvlink-rag", "worker"]
+    assert services["router"]["command"][:2] == ["kvlink-rag", "router"] and services["router"]["ports"] == ["8080:8080"]
+    router_env = services["router"]["environment"]
+    assert router_env["KVLINK_RAG_ROUTER_EVENTS_URL"] == services["api"]["environment"]["KVLINK_RAG_EVENTS_URL"]
+    assert router_env["KVLINK_RAG_INDEX_URL"] == services["api"]["environment"]["KVLINK_RAG_INDEX_URL"]
     assert services["api"]["deploy"]["replicas"] == 2 and services["api"]["ports"] == ["8000-8003:8000"]
 
     for name in ("api", "worker", "model"):  # no shared store: only the model volume

@@ -11,12 +11,12 @@ import logging
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Response
 
 from api.deps import StateDep, TenantDep
 from api.errors import ApiError
 from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
-                         IngestBatchOut, IngestIn, IngestOut, NearDuplicate)
+                         IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
 from api.state import ServiceState
 from kvlink_rag.encodable import find_unencodable, sanitised
 from kvlink_rag.types import Document
@@ -139,19 +139,48 @@ def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
     return document_out(rec, stored["text"] if include_text and stored else None)
 
 
-@router.put("/{doc_id}", status_code=202, response_model=IngestOut)
-def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: DocumentUpdate) -> IngestOut:
-    """Replace the text: the old cache is never served again and is deleted once the new one is ready."""
+@router.put("/{doc_id}", status_code=202, response_model=IngestOut | PinOut,
+            responses={409: {"description": "pin: not ready, or over the tenant's pin budget"}})
+def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: DocumentUpdate, response: Response):
+    """Replace the text: the old cache is never served again and is deleted once the new one is ready (a pinned
+    document is unpinned). Or, with ``pinned`` alone (200): pin or unpin its cache in this replica's host tier."""
     rec = _record(state, tenant, doc_id)
+    pins = state.runtime.pins
+    if body.text is None:
+        if body.pinned is None or body.title is not None or body.metadata is not None:
+            raise ApiError(422, "invalid_request", "give the new text (with title, metadata), or pinned alone")
+        response.status_code = 200
+        return pin_document(pins, tenant, rec, body.pinned)
+    if body.pinned:
+        raise ApiError(422, "invalid_request", "pin a document once its new version is ready (PUT pinned alone)")
     title = rec.title if body.title is None else body.title
     check_limits(state, doc_id, body.text, title, body.metadata)
+    if pins is not None:
+        pins.unpin(tenant, doc_id)
     return _ingest(state, tenant, doc_id, body.text, title, body.metadata)
+
+
+def pin_document(pins, tenant: str, rec, pinned: bool) -> PinOut:
+    """Pin or unpin ``rec``'s caches (:class:`service.pins.PinRegistry`).
+
+    Raises:
+        ApiError: 409 not ready, over the pin budget or too large for the host tier; 422 without a host tier.
+    """
+    if pins is None:
+        raise ApiError(422, "no_host_tier", "pinning needs a host tier (KVLINK_RAG_HOST_CACHE_BYTES > 0)")
+    nbytes = pins.pin(tenant, rec.doc_id, rec.cache_keys) if pinned else 0
+    if not pinned:
+        pins.unpin(tenant, rec.doc_id)
+    return PinOut(id=rec.doc_id, pinned=pinned, nbytes=nbytes, tenant_pinned_bytes=pins.tenant_bytes(tenant),
+                  budget_bytes=pins.budget)
 
 
 @router.delete("/{doc_id}", response_model=Deleted)
 def delete_document(state: StateDep, tenant: TenantDep, doc_id: str) -> Deleted:
     """Remove the record, the text and the cache (unless another document has the same text); also a text
     whose record the index lost."""
+    if state.runtime.pins is not None:
+        state.runtime.pins.unpin(tenant, doc_id)
     if not state.store.catalog.delete(tenant, doc_id, state.engine):
         raise ApiError(404, "document_not_found", f"unknown document id: {doc_id}")
     state.retrieval.invalidate(tenant)

@@ -30,7 +30,8 @@ router = APIRouter(prefix="/v1", tags=["query"])
 def query_out(r: QueryResult) -> dict:
     """The response body of a finished query."""
     return QueryOut(answer=r.answer, documents=r.documents(), timings=r.timings, context_tokens=r.context_tokens,
-                    completion_tokens=len(r.token_ids), cached_tokens=r.cached_tokens, finish_reason=r.finish_reason,
+                    completion_tokens=len(r.token_ids), cached_tokens=r.cached_tokens, token_sources=r.token_sources,
+                    finish_reason=r.finish_reason,
                     prefix_attribution=r.attribution["prefix"] if r.attribution else None).model_dump()
 
 

@@ -1,0 +1,223 @@
+"""``kvlink-rag bench --suites routing``: the router's policies side by side on replicas as processes.
+
+Two replicas (uvicorn processes, each its own home with ``models/`` linked to this home's, a host tier of
+``host_fraction`` of the corpus' cache bytes) share one Redis DB (index, texts, the shared cache tier, the
+fleet's events); NQ passages are precomputed once; then per policy the replicas start afresh (empty host tiers),
+a ``kvlink-rag router`` with that policy starts in front of them, and ``clients`` threads send the same
+queries (``docs_per_query`` passages drawn Zipf(1.0)) as streamed ``/v1/query`` requests. Reported per
+policy: host-tier hit rate (the replicas' ``kvlink_cache_hits/misses{tier="host"}``), TTFT p50/p99 (to the
+stream's headers, sent with the first token), throughput and max/min requests per replica.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from kvlink_rag.nq import load_nq
+
+POLICIES = ("round-robin", "document-aware")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(pred, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if pred():
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def _empty_db(base: str) -> str:
+    import redis
+
+    for db in range(1, 15):
+        c = redis.Redis.from_url(f"{base}/{db}")
+        if c.dbsize() == 0 and c.set("kvlink-bench:claim", os.getpid(), nx=True, ex=3600):
+            return f"{base}/{db}"
+    raise RuntimeError(f"no empty Redis DB among 1-14 at {base}")
+
+
+class Fleet:
+    """The replica and router processes of one run (logs under ``folder``)."""
+
+    def __init__(self, folder: Path, url: str, models: Path, host_bytes: int):
+        self.folder, self.url, self.models, self.host_bytes = folder, url, models, host_bytes
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KVLINK_RAG_")}
+        self.env.update(KVLINK_RAG_INDEX_URL=url, KVLINK_RAG_SHARED_STORE_URL=url, KVLINK_RAG_DEVICE="cpu",
+                        KVLINK_RAG_TORCH_THREADS="1", OMP_NUM_THREADS="1", KVLINK_RAG_MAX_NEW_TOKENS="2",
+                        KVLINK_RAG_PLAYGROUND="false")
+        self.procs: list[subprocess.Popen] = []
+
+    def _start(self, args: list[str], env: dict, log: str) -> subprocess.Popen:
+        p = subprocess.Popen(args, env=env, stdout=open(self.folder / log, "ab"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def replica(self, name: str) -> str:
+        home = self.folder / name
+        if not home.exists():
+            home.mkdir(parents=True)
+            (home / "models").symlink_to(self.models, target_is_directory=True)
+        port = _port()
+        env = dict(self.env, KVLINK_RAG_HOME=str(home), KVLINK_RAG_EVENTS_URL=self.url, KVLINK_RAG_REPLICA_ID=name,
+                   KVLINK_RAG_REPLICA_URL=f"http://127.0.0.1:{port}", KVLINK_RAG_HOST_CACHE_BYTES=str(self.host_bytes))
+        self._start([sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--port", str(port),
+                     "--log-level", "warning"], env, f"{name}.log")
+        base = f"http://127.0.0.1:{port}"
+        _wait(lambda: httpx.get(base + "/readyz", timeout=2).status_code == 200, 300, f"replica {name}")
+        return base
+
+    def router(self, policy: str) -> str:
+        port = _port()
+        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1")
+        self._start([sys.executable, "-m", "cli", "router", "--events-url", self.url, "--policy", policy,
+                     "--port", str(port)], env, f"router-{policy}.log")
+        base = f"http://127.0.0.1:{port}"
+        _wait(lambda: len([r for r in httpx.get(base + "/router/status", timeout=2).json()["replicas"]
+                           if r["synced"]]) == 2, 60, "the router's fleet")
+        return base
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.procs.clear()
+
+
+def _host_counts(base: str) -> tuple[float, float]:
+    """``(hits, misses)`` of the replica's host tier (its /metrics)."""
+    text = httpx.get(base + "/metrics", timeout=10).text
+    found = [re.search(rf'^kvlink_cache_{what}_total{{tier="host"}} (\S+)$', text, re.M) for what in ("hits", "misses")]
+    return tuple(float(m.group(1)) if m else 0.0 for m in found)
+
+
+def _queries(n_docs: int, n: int, per_query: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    weights = [1.0 / (i + 1) for i in range(n_docs)]  # Zipf(1.0)
+    out = []
+    for _ in range(n):
+        picked: list[int] = []
+        while len(picked) < per_query:
+            d = rng.choices(range(n_docs), weights)[0]
+            if d not in picked:
+                picked.append(d)
+        out.append(picked)
+    return out
+
+
+def _run(router: str, queries: list[list[int]], questions: list[str], clients: int) -> dict:
+    ttft, replicas, lock, todo = [], {}, threading.Lock(), list(enumerate(queries))
+
+    def client() -> None:
+        with httpx.Client(base_url=router, timeout=300) as c:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i, q = todo.pop(0)
+                t0 = time.perf_counter()
+                body = {"question": questions[i % len(questions)], "document_ids": [f"d{d}" for d in q], "stream": True}
+                with c.stream("POST", "/v1/query", json=body) as r:
+                    first = time.perf_counter() - t0
+                    r.read()
+                with lock:
+                    ttft.append(first)
+                    rep = r.headers.get("x-kvlink-replica", "?")
+                    replicas[rep] = replicas.get(rep, 0) + 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttft.sort()
+    loads = sorted(replicas.values())
+    return {"ttft_p50_s": ttft[len(ttft) // 2], "ttft_p99_s": ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))],
+            "throughput_qps": len(queries) / wall, "requests_per_replica": replicas,
+            "max_min_load": loads[-1] / max(1, loads[0]) if len(loads) > 1 else float("inf")}
+
+
+def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "redis://127.0.0.1:6379",
+                  n_docs: int = 40, n_queries: int = 48, docs_per_query: int = 3, clients: int = 4,
+                  host_fraction: float = 0.1, log=print) -> dict:
+    """The policies side by side (see the module docstring); returns ``{setup, policies: {policy: row}}``."""
+    examples = load_nq(nq_path, limit=n_docs)
+    url = _empty_db(redis_base)
+    per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
+    fleet = Fleet(folder, url, models, int(host_fraction * n_docs * per_doc))
+    queries = _queries(n_docs, n_queries, docs_per_query)
+    out = {"setup": {"replicas": 2, "documents": n_docs, "queries": n_queries, "docs_per_query": docs_per_query,
+                     "clients": clients, "host_tier_bytes": fleet.host_bytes, "zipf": 1.0,
+                     "note": "measured on a busy shared 2-core CPU machine; compare policies within this run only"},
+           "policies": {}}
+    try:
+        a = fleet.replica("a")
+        log(f"routing: precomputing {n_docs} NQ passages")
+        docs = [{"id": f"d{i}", "text": e.gold.text, "title": e.gold.title or ""} for i, e in enumerate(examples)]
+        httpx.post(a + "/v1/documents", json={"documents": docs}, timeout=120).raise_for_status()
+        _wait(lambda: all(httpx.get(f"{a}/v1/documents/d{i}", timeout=10).json()["status"] == "ready"
+                          for i in range(n_docs)), 1200, "precompute")
+        fleet.stop()
+        for policy in POLICIES:
+            log(f"routing: policy {policy}")
+            reps = [fleet.replica("a"), fleet.replica("b")]
+            router = fleet.router(policy)
+            before = [_host_counts(r) for r in reps]
+            row = _run(router, queries, [e.question for e in examples], clients)
+            after = [_host_counts(r) for r in reps]
+            hits = sum(x[0] - y[0] for x, y in zip(after, before))
+            misses = sum(x[1] - y[1] for x, y in zip(after, before))
+            row["host_hit_rate"] = hits / max(1.0, hits + misses)
+            out["policies"][policy] = row
+            fleet.stop()
+    finally:
+        fleet.stop()
+        import redis
+
+        redis.Redis.from_url(url).flushdb()
+    return out
+
+
+@contextmanager
+def _tmp():
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kvlink-routing-") as d:
+        yield Path(d)
+
+
+if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR]
+    nq = Path(sys.argv[1])
+    models = Path(sys.argv[2]) if len(sys.argv) > 2 else Path.home() / ".cache" / "kvlink-rag" / "models"
+    with _tmp() as d:
+        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr)), indent=1))

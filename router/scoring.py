@@ -1,0 +1,120 @@
+"""Which replica serves a request: pure functions over a view of the fleet (no I/O, unit-tested on a fake one).
+
+Document-aware cost of a replica (lowest wins), in prompt tokens::
+
+    cost = sum over the request's documents of tokens x tier_cost(best tier of the replica holding it)
+         + queued_prefill_tokens + request_tokens x max(running + waiting, in_flight)
+
+``tier_cost``: 0 in the replica's device or host tier, :data:`TIER_COST` for its cold tier and local LMDB,
+``shared`` for a document only the shared tier holds (fetched, not encoded), 1 for an encode. Ties go to the
+least loaded replica, then the id (deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+TIER_COST = {"device": 0.0, "host": 0.0, "cold": 0.5, "local": 0.15}
+SHARED_COST = 0.3
+ENCODE_COST = 1.0
+
+
+@dataclass
+class ReplicaView:
+    """One live replica as the router sees it.
+
+    Attributes:
+        id: its name (its URL when listed by URL).
+        held: cache key -> tiers holding it (``device``, ``host``, ``cold``, ``local``), from its cache events.
+        running, waiting, queued_prefill_tokens: its last heartbeat (requests, requests, tokens).
+        in_flight: requests the router has forwarded to it and not finished.
+    """
+
+    id: str
+    held: Mapping[str, frozenset[str] | set[str]] = field(default_factory=dict)
+    running: int = 0
+    waiting: int = 0
+    queued_prefill_tokens: int = 0
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Cost of a document per tier (fractions of an encode), of a request in the queue (tokens), and whether
+    a shared tier exists (else a document no replica holds in memory is an encode wherever it goes)."""
+
+    tier_cost: Mapping[str, float] = field(default_factory=lambda: dict(TIER_COST))
+    shared_cost: float = SHARED_COST
+    shared_tier: bool = True
+    request_tokens: int = 256
+
+
+def document_cost(tiers: frozenset[str] | set[str] | None, w: Weights) -> float:
+    """Fraction of an encode that one document costs on a replica holding it in ``tiers`` (None: nowhere)."""
+    best = min((w.tier_cost.get(t, ENCODE_COST) for t in tiers or ()), default=ENCODE_COST)
+    return min(best, w.shared_cost) if w.shared_tier else best
+
+
+def uncached_tokens(docs: Sequence[tuple[str, int]], r: ReplicaView, w: Weights) -> float:
+    """Weighted prompt tokens ``r`` would compute or fetch for ``docs`` (``[(cache key, tokens)]``)."""
+    return sum(tokens * document_cost(r.held.get(key), w) for key, tokens in docs)
+
+
+def load_tokens(r: ReplicaView, w: Weights) -> float:
+    """``r``'s queued work in prompt tokens: its queued prefill plus ``request_tokens`` per request."""
+    return r.queued_prefill_tokens + w.request_tokens * max(r.running + r.waiting, r.in_flight)
+
+
+def load_key(r: ReplicaView, w: Weights) -> tuple[float, int, str]:
+    return load_tokens(r, w), r.in_flight, r.id
+
+
+def least_load(replicas: Sequence[ReplicaView], w: Weights) -> list[ReplicaView]:
+    """Replicas, least loaded first."""
+    return sorted(replicas, key=lambda r: load_key(r, w))
+
+
+def round_robin(replicas: Sequence[ReplicaView], turn: int) -> list[ReplicaView]:
+    """Replicas (ordered by id) rotated to start at ``turn`` modulo their number."""
+    ordered = sorted(replicas, key=lambda r: r.id)
+    if not ordered:
+        return []
+    i = turn % len(ordered)
+    return ordered[i:] + ordered[:i]
+
+
+def document_aware(docs: Sequence[tuple[str, int]], replicas: Sequence[ReplicaView], w: Weights) -> list[ReplicaView]:
+    """Replicas by :func:`uncached_tokens` + :func:`load_tokens`, cheapest first."""
+    return sorted(replicas, key=lambda r: (uncached_tokens(docs, r, w) + load_tokens(r, w), *load_key(r, w)))
+
+
+def prefix_only(matched: Mapping[str, int], total: int, replicas: Sequence[ReplicaView], w: Weights,
+                min_match: float = 0.5, balance_abs: float = 8, balance_rel: float = 1.5) -> list[ReplicaView]:
+    """SGLang's cache-aware rule on an approximate prefix index: the replica with the longest matched prefix of
+    the request text (``matched``: replica id -> characters; ``total``: the text's length) when it matches at
+    least ``min_match`` of it and the fleet is balanced; else least load. Unbalanced: the busiest replica's
+    load (requests) exceeds the idlest's by more than ``balance_abs`` and ``balance_rel`` times."""
+    by_load = least_load(replicas, w)
+    if not by_load:
+        return []
+    loads = [max(r.running + r.waiting, r.in_flight) for r in by_load]
+    if loads[-1] - loads[0] > balance_abs and loads[-1] > balance_rel * loads[0]:
+        return by_load
+    best = max(by_load, key=lambda r: matched.get(r.id, 0))  # max keeps the first (least loaded) of equals
+    if total and matched.get(best.id, 0) >= min_match * total:
+        return [best] + [r for r in by_load if r is not best]
+    return by_load
+
+
+def overloaded(r: ReplicaView, limit: int) -> bool:
+    """Whether ``r`` has ``limit`` requests in flight from the router or waiting in its scheduler."""
+    return r.in_flight >= limit or r.waiting >= limit
+
+
+def sticky_first(ranked: list[ReplicaView], sticky: str | None, limit: int) -> list[ReplicaView]:
+    """``ranked`` with the conversation's replica ``sticky`` first unless it is gone or :func:`overloaded`."""
+    for r in ranked:
+        if r.id == sticky and not overloaded(r, limit):
+            return [r] + [x for x in ranked if x is not r]
+    return ranked

@@ -1,0 +1,68 @@
+"""Routing decisions on a fake fleet (router.scoring: pure functions)."""
+
+from router.scoring import (ReplicaView, Weights, document_aware, document_cost, least_load, load_tokens, prefix_only,
+                            round_robin, sticky_first, uncached_tokens)
+
+W = Weights(request_tokens=100)
+DOCS = [("k1", 200), ("k2", 300)]
+
+
+def fleet(**held) -> list[ReplicaView]:
+    return [ReplicaView("a", held.get("a", {})), ReplicaView("b", held.get("b", {})), ReplicaView("c", held.get("c", {}))]
+
+
+def test_the_replica_holding_the_documents_in_its_host_tier_wins():
+    reps = fleet(b={"k1": {"host"}, "k2": {"host"}}, c={"k1": {"host"}})
+    assert [r.id for r in document_aware(DOCS, reps, W)] == ["b", "c", "a"]
+    assert uncached_tokens(DOCS, reps[1], W) == 0
+    assert uncached_tokens(DOCS, reps[2], W) == 300 * 0.3  # k2 fetched from the shared tier
+    assert uncached_tokens(DOCS, reps[0], W) == 500 * 0.3
+
+
+def test_a_shared_tier_copy_is_cheaper_than_an_encode_and_a_local_copy_cheaper_still():
+    assert document_cost(None, Weights(shared_tier=False)) == 1.0
+    assert document_cost(None, W) == 0.3
+    assert document_cost({"local"}, W) == 0.15
+    assert document_cost({"cold", "host"}, W) == 0.0
+
+
+def test_load_outweighs_holding_when_the_holder_is_busy_enough():
+    holder = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, running=1, waiting=1, queued_prefill_tokens=100)
+    idle = ReplicaView("a")
+    assert load_tokens(holder, W) == 100 + 2 * 100
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "a"  # 150 uncached < 300 queued
+    holder.queued_prefill_tokens = 0
+    holder.running = holder.waiting = 0
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "b"
+
+
+def test_in_flight_counts_when_heartbeats_lag():
+    a, b = ReplicaView("a", in_flight=3), ReplicaView("b", running=1)
+    assert [r.id for r in least_load([a, b], W)] == ["b", "a"]
+
+
+def test_ties_go_to_the_least_loaded_then_the_id():
+    a, b = ReplicaView("b"), ReplicaView("a")
+    assert [r.id for r in document_aware(DOCS, [a, b], W)] == ["a", "b"]
+
+
+def test_round_robin_rotates_over_the_ids():
+    reps = fleet()
+    assert [[r.id for r in round_robin(reps, t)][0] for t in range(4)] == ["a", "b", "c", "a"]
+    assert round_robin([], 3) == []
+
+
+def test_prefix_only_takes_the_longest_match_unless_the_fleet_is_unbalanced():
+    reps = fleet()
+    assert prefix_only({"c": 90, "a": 10}, 100, reps, W)[0].id == "c"
+    assert prefix_only({"c": 20}, 100, reps, W)[0].id == "a"  # too short a match: least load
+    reps[2].in_flight, reps[0].in_flight = 20, 1
+    assert prefix_only({"c": 90}, 100, reps, W)[0].id == "b"  # unbalanced: least load
+
+
+def test_a_conversation_sticks_unless_its_replica_is_overloaded_or_gone():
+    reps = fleet()
+    assert [r.id for r in sticky_first(reps, "c", 4)][0] == "c"
+    reps[2].in_flight = 4
+    assert sticky_first(reps, "c", 4)[0].id == "a"
+    assert sticky_first(reps, "gone", 4)[0].id == "a"
