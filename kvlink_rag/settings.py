@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         0.0, ge=0.0, le=1.0, description="CacheBlend (Yao et al., 2025): fraction of document tokens (0..1) "
         "recomputed in the joined context, those whose layer-1 values deviate most from the reused cache; 0 = off "
         "(reuse only). For models without trained link tokens; with link tokens it adds to them. A query's own "
-        "`recompute_ratio` overrides it; such queries run one at a time (not batched).")
+        "`recompute_ratio` overrides it; the recompute is the request's prefill in the batching scheduler.")
     importance_scores: bool = Field(
         True, description="Score token importance while precomputing (eager attention for that forward) and store "
         "each layer's tokens in importance order, so a retention below 1 reads a prefix of each record.")
