@@ -17,6 +17,7 @@ import torch
 
 from .engine import Engine
 from .generate import SamplingParams, sample_next, sampling_generator
+from .logprobs import TokenLogprob, token_logprob
 from .stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .ragged import mask_rows
@@ -60,6 +61,8 @@ class RunningRequest:
         self.generator = sampling_generator(params)
         self.budget = min(params.max_new_tokens, engine.lm.max_positions - layout.next_position)
         self.stops = StopStrings.of(engine.lm.tokenizer, params.stop)  # None without stop strings
+        self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
+        self.matcher = params.grammar.matcher() if params.grammar is not None else None  # its own grammar state
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}
 
     @property
@@ -86,7 +89,10 @@ class RunningRequest:
 
     def step(self, logits: torch.Tensor) -> int | None:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
-        request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
+        request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes. With a grammar
+        the logits are masked by the request's matcher before sampling (greedy or sampled); with ``logprobs``
+        the emitted token's :class:`~kvlink_rag.logprobs.TokenLogprob` (of the unmasked logits) is appended to
+        :attr:`logprobs`."""
         if self.logits is not None:
             self.logits.append(logits.detach().clone())
             if not self.shared:  # the prompt's last-layer KV, storage order: [kv_heads, prompt_tokens, head_dim]
@@ -97,12 +103,19 @@ class RunningRequest:
             self.shared = True
             self._share_prompt()
         self.fed = 0
-        tok = sample_next(logits, self.params, self.generator, len(self.tokens))
+        masked = logits if self.matcher is None else self.matcher.mask(logits)
+        tok = sample_next(masked, self.params, self.generator, len(self.tokens))
+        if self.matcher is not None:
+            self.matcher.accept(tok)
         if tok in self.params.stop_token_ids:
             self.finish_reason, self.pending = "stop", None
             return None
         self.tokens.append(tok)
+        if self.logprobs is not None:  # of the raw logits (vLLM's default), before any mask
+            self.logprobs.append(token_logprob(logits, tok, self.params.logprobs))
         if self.stops is not None and self.stops.push(tok):
+            self.finish_reason, self.pending = "stop", None
+        elif self.matcher is not None and self.matcher.finished:
             self.finish_reason, self.pending = "stop", None
         elif len(self.tokens) >= self.budget:
             self.finish_reason, self.pending = "length", None

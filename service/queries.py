@@ -176,7 +176,8 @@ class QueryService:
         return result
 
     def stream(self, plan: QueryPlan) -> Iterator[tuple[str, object]]:
-        """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``.
+        """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``; a plan with
+        ``logprobs`` also yields ``("logprobs", TokenLogprob)`` per token, before its piece.
 
         Holds the model lock while generating; closing the generator early releases it. Raises as
         :meth:`answer` (before the first token).
@@ -238,8 +239,9 @@ class QueryService:
         gen = scheduled_tokens(self.scheduler, self.engine, plan, make_engine, text_ids)
         result = yield from token_pieces(gen, self.engine.lm.tokenizer, pieces)
         ans = answer_of(result, self.engine.lm.tokenizer)
-        yield "done", self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs,
-                                   result.cached_tokens)
+        done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens)
+        done.logprobs = result.logprobs
+        yield "done", done
 
     def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float],
                 tree_docs: set[str] = frozenset(), cached_tokens: int = 0) -> QueryResult:

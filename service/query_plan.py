@@ -54,6 +54,7 @@ class QueryResult:
     finish_reason: str
     cached_tokens: int = 0
     attribution: dict | None = None
+    logprobs: list | None = None  # with sampling["logprobs"]: a TokenLogprob per generated token
 
     def documents(self) -> list[dict]:
         """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
