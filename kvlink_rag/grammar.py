@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 JSON_DEFAULTS = {"whitespace_flexible": False}
+_BITS = torch.arange(32, dtype=torch.int32)
 MAX_SCHEMA_CHARS = 100_000
 
 
@@ -47,30 +48,44 @@ class Grammar:
 
 
 class GrammarMatcher:
-    """One request's position in its grammar: :meth:`mask` the next logits, :meth:`accept` the token sampled."""
+    """One request's position in its grammar: :meth:`mask` the next logits, :meth:`accept` the token sampled.
+
+    The allowed-token bitmask (``[ceil(V / 32)]`` int32, bit ``i % 32`` of word ``i // 32`` set when token
+    ``i`` is allowed) is filled by llguidance and unpacked here in eager torch; llguidance's own
+    ``llguidance.torch`` helper is not used: it is ``torch.compile``d, which costs ~10-25 s on its first call
+    (measured here, in the scheduler's step under the model lock).
+    """
 
     def __init__(self, grammar: Grammar):
         import llguidance
-        import llguidance.torch as llt
 
         self._m = llguidance.LLMatcher(grammar.tokenizer, grammar.grammar)
-        self._bitmask = llt.allocate_token_bitmask(1, grammar.tokenizer.vocab_size)
+        self._words = torch.full(((grammar.tokenizer.vocab_size + 31) // 32,), -1, dtype=torch.int32)
         self.vocab = grammar.vocab
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """``[vocab]`` float logits with every token the grammar forbids next at ``-inf`` (a copy on CPU).
+    def allowed(self) -> torch.Tensor:
+        """``[vocab]`` bool: the tokens the grammar allows next.
 
         Raises:
             RuntimeError: the matcher is in an error state (a token it had not allowed was accepted).
         """
-        import llguidance.torch as llt
-
         if self._m.is_error():
             raise RuntimeError(f"grammar matcher failed: {self._m.get_error()}")
-        llt.fill_next_token_bitmask(self._m, self._bitmask, 0)
-        out = logits.detach().float().cpu().clone().reshape(1, -1)
-        llt.apply_token_bitmask_inplace(out, self._bitmask)
-        return out[0]
+        self._m.unsafe_compute_mask_ptr(self._words.data_ptr(), self._words.numel() * 4)
+        bits = (self._words.unsqueeze(1) >> _BITS) & 1  # [words, 32]
+        allowed = bits.reshape(-1).bool()
+        if allowed.numel() >= self.vocab:
+            return allowed[: self.vocab]
+        return torch.cat([allowed, torch.zeros(self.vocab - allowed.numel(), dtype=torch.bool)])
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """``[vocab]`` float32 logits (a CPU copy) with every token the grammar forbids next at ``-inf``.
+
+        Raises:
+            RuntimeError: as :meth:`allowed`.
+        """
+        out = logits.detach().float().cpu().reshape(-1)
+        return out.masked_fill(~self.allowed(), float("-inf"))
 
     def accept(self, token_id: int) -> None:
         """Advance past ``token_id`` (the one sampled from the masked logits; EOS ends the grammar)."""
