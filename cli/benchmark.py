@@ -159,6 +159,32 @@ def _peer_e2e(engine, nq: Path, settings, threads: int, questions: int) -> dict:
     return result
 
 
+@app.command("bench-attention")
+def bench_attention(
+    contexts: Annotated[str, typer.Option(help="Comma list of key counts per request.")] = "1300,4096",
+    blocks: Annotated[str, typer.Option(help="Comma list of block sizes (tokens) for the paged layouts.")] = "16,256",
+    flex: Annotated[bool, typer.Option(help="Also FlexAttention (torch.compile; ~2 min of compile per shape).")] = False,
+    repeats: Annotated[int, typer.Option(help="Timed repeats (the best is reported).")] = 3,
+    json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
+) -> None:
+    """One layer's attention over a request's KV in each candidate layout (contiguous, prefix pieces, a paged
+    block pool gathered or read per block, FlexAttention), decode and chunked-prefill steps, side by side."""
+    try:
+        ctx = [int(x) for x in contexts.split(",") if x.strip()]
+        sizes = [int(x) for x in blocks.split(",") if x.strip()]
+    except ValueError:
+        fail("--contexts and --blocks take comma-separated integers")
+    if not ctx or min(ctx) < 128 or (sizes and min(sizes) < 1) or repeats < 1:
+        fail("--contexts must be >= 128 keys each, --blocks >= 1 token, --repeats >= 1")
+    from bench.attention_layouts import attention_layouts, markdown
+
+    with results_only_stdout():
+        rows = attention_layouts(ctx, sizes, flex, repeats, log=lambda m: console.print(m))
+    out.print(markdown(rows))
+    if json_out is not None:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
 @app.command("bench-interference")
 def bench_interference(
     nq: Annotated[Path, typer.Option("--nq", "--data", help="NQ-open oracle JSONL(.gz) for real documents.")] = NQ_DEFAULT,

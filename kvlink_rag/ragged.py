@@ -126,12 +126,15 @@ class RaggedRow:
         start, length: where its new tokens sit in the packed row (tokens).
         mask: additive ``[length, seq.num_tokens + length]`` over all its keys in storage order, or None
             for a single token that sees everything before it.
+        attention: for a row whose attention probabilities are wanted (explain), the receiver of each layer's
+            mass per key (:class:`kvlink_rag.runtime.attention_probs.MassReceiver`); None for the others.
     """
 
     seq: SequenceKV
     start: int
     length: int
     mask: torch.Tensor | None = None
+    attention: object | None = None
 
 
 @dataclass
@@ -140,14 +143,15 @@ class RaggedBatch:
 
     rows: list[RaggedRow] = field(default_factory=list)
 
-    def add(self, seq: SequenceKV, length: int, mask: torch.Tensor | None = None) -> RaggedRow:
+    def add(self, seq: SequenceKV, length: int, mask: torch.Tensor | None = None, attention=None) -> RaggedRow:
         """Append a row of ``length`` new tokens; reserves room in ``seq``. Without ``mask`` several new
-        tokens are causal among themselves (the mask made once here, not per layer)."""
+        tokens are causal among themselves (the mask made once here, not per layer). ``attention``: see
+        :class:`RaggedRow`."""
         start = self.rows[-1].start + self.rows[-1].length if self.rows else 0
         seq.reserve(length)
         if mask is None:
             mask = _causal_tail(length, seq.num_tokens + length, seq.keys.dtype, seq.keys.device)
-        row = RaggedRow(seq, start, length, mask)
+        row = RaggedRow(seq, start, length, mask, attention)
         self.rows.append(row)
         return row
 

@@ -67,6 +67,8 @@ class RequestLayout:
         segments: the KVLink layout (linked) or one question segment (full).
         anchored: documents were encoded after the prefix.
         linked: False for full prefill (every item computed causally).
+        offsets: per ``doc`` item kept only in part (retention below 1), ``[kept]`` int64 sorted offsets within
+            its slot of the tokens it holds (the others' positions stay empty).
     """
 
     items: list = field(default_factory=list)
@@ -76,6 +78,7 @@ class RequestLayout:
     segments: list[Segment] = field(default_factory=list)
     anchored: bool = False
     linked: bool = True
+    offsets: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -99,20 +102,30 @@ class RequestLayout:
 
     def storage_positions(self, start: int = 0, end: int | None = None) -> torch.Tensor:
         """``[tokens]`` int64 position ids of the tokens of items ``start..end`` in storage order."""
-        spans = zip(self.positions[start:end], self.sizes[start:end])
-        parts = [torch.arange(p, p + s) for p, s in spans]
+        stop = len(self.items) if end is None else end
+        parts = [self.positions[i] + self.offsets[i] if i in self.offsets
+                 else torch.arange(self.positions[i], self.positions[i] + self.sizes[i]) for i in range(start, stop)]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
 def linked_layout(prefix_ids: list[int], doc_keys: list[str], doc_lens: list[int], num_links: int,
-                  text_ids: list[int], anchored: bool) -> RequestLayout:
-    """Layout of a linked prompt (lengths in tokens; ``text_ids`` is the question or conversation)."""
+                  text_ids: list[int], anchored: bool, kept: list[torch.Tensor] | None = None) -> RequestLayout:
+    """Layout of a linked prompt (lengths in tokens; ``text_ids`` is the question or conversation).
+
+    Args:
+        kept: per document the ``[kept]`` int64 offsets of the tokens retention keeps (None: every token);
+            a document's slot spans its whole length either way (dropped tokens keep their positions).
+    """
     segs = plan_layout(len(prefix_ids), doc_lens, num_links, len(text_ids))
     lay = RequestLayout(segments=segs, anchored=anchored, linked=True)
     for i, t in enumerate(prefix_ids):
         lay.add(int(t), 1, "prefix", i)
-    for key, s in zip(doc_keys, [s for s in segs if s.kind == "document"]):
-        lay.add(("doc", key), s.length, "doc", s.start)
+    for j, (key, s) in enumerate(zip(doc_keys, [s for s in segs if s.kind == "document"])):
+        if kept is not None and int(kept[j].numel()) < s.length:
+            lay.offsets[len(lay.items)] = kept[j].cpu()
+            lay.add(("doc", key), int(kept[j].numel()), "doc", s.start)
+        else:
+            lay.add(("doc", key), s.length, "doc", s.start)
     for s in segs:
         if s.kind == "link":
             lay.add(("link", s.index), s.length, "link", s.start)

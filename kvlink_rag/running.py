@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 import torch
 
+from .attention_rows import RowAttention
+from .blend_stage import blend_prefill
 from .engine import Engine
 from .generate import SamplingParams, sample_next, sampling_generator
 from .logprobs import TokenLogprob, token_logprob
@@ -23,7 +26,7 @@ from .prefix_tree import Match, PrefixTree, chunk_of
 from .ragged import mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
-from .types import ContextTooLong, Document
+from .types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
 
 
 class RunningRequest:
@@ -40,6 +43,10 @@ class RunningRequest:
         tree_tokens, tree_docs: what the prefix tree served.
         encoded_tokens: tokens of documents encoded now (cache misses).
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
+        context_tokens: positions the prompt spans (retention's dropped tokens count).
+        own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
+        fixup: CacheBlend's :class:`~kvlink_rag.blend_stage.BlendFixup`, applied once the prefill is complete.
+        attention: explain's :class:`~kvlink_rag.attention_rows.RowAttention`, handed to the runner with each row.
     """
 
     def __init__(self, engine: Engine, context: Hashable, layout: RequestLayout, params: SamplingParams,
@@ -64,6 +71,10 @@ class RunningRequest:
         self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
         self.matcher = params.grammar.matcher() if params.grammar is not None else None  # its own grammar state
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}
+        self.context_tokens = layout.next_position  # positions the prompt spans (retention: kept or not)
+        self.own_prompt = False  # keep the prompt's KV to itself (retention, CacheBlend, explain: see admit)
+        self.fixup = None  # CacheBlend: fresh KV to put in place once the prefill is complete
+        self.attention = None  # explain: kvlink_rag.attention_rows.RowAttention over the answer's rows
 
     @property
     def adapter(self) -> str | None:
@@ -85,6 +96,8 @@ class RunningRequest:
         p, a = self.pending, self.fed
         b = min(p.num_tokens, a + n)
         self.fed = b
+        if self.attention is not None:
+            self.attention.chunk(a, b)
         return PendingPrefill(p.embeds[a:b], p.positions[a:b], mask_rows(p.mask, a, b))
 
     def step(self, logits: torch.Tensor) -> int | None:
@@ -93,6 +106,9 @@ class RunningRequest:
         the logits are masked by the request's matcher before sampling (greedy or sampled); with ``logprobs``
         the emitted token's :class:`~kvlink_rag.logprobs.TokenLogprob` (of the unmasked logits) is appended to
         :attr:`logprobs`."""
+        if self.fixup is not None:  # CacheBlend: the recomputed document tokens' KV into their slots
+            self.fixup.apply(self.seq)
+            self.fixup = None
         if self.logits is not None:
             self.logits.append(logits.detach().clone())
             if not self.shared:  # the prompt's last-layer KV, storage order: [kv_heads, prompt_tokens, head_dim]
@@ -101,7 +117,10 @@ class RunningRequest:
                 self.last_layer_kv = (torch.cat([k for k, _ in pieces], 1).clone(), torch.cat([v for _, v in pieces], 1).clone())
         if not self.shared:
             self.shared = True
-            self._share_prompt()
+            if self.attention is not None:
+                self.attention.prompt_done()
+            if not self.own_prompt:
+                self._share_prompt()
         self.fed = 0
         masked = logits if self.matcher is None else self.matcher.mask(logits)
         tok = sample_next(masked, self.params, self.generator, len(self.tokens))
@@ -139,6 +158,17 @@ class RunningRequest:
         else:
             self.tree.release(again)
 
+    def explained(self) -> tuple | None:
+        """With explain: ``(AttentionMass, LinkedContext)``, the mass collected and a context holding the
+        prompt's layout (segments, ``[prompt slots]`` storage positions; no cache) for
+        :func:`kvlink_rag.explain.attribution`; else None."""
+        if self.attention is None:
+            return None
+        lay = self.layout
+        ctx = LinkedContext(cache=None, segments=lay.segments, storage_positions=lay.storage_positions(0, self.prompt_items),
+                            next_position=self.context_tokens, last_logits=torch.zeros(0), timings=Timings())
+        return self.attention.mass, ctx
+
     def finish(self) -> None:
         """Store the fed generated tokens' KV in the tree (the next turn of a chat finds them) and unpin."""
         if self.match is None:
@@ -153,18 +183,21 @@ class RunningRequest:
         self.match = None
 
 
-def _fill(req: RunningRequest, todo: list[Document]) -> tuple[int, list[bool]]:
-    """:func:`fill_cached` from the stored caches of ``todo``; a record that vanished or failed its checksum
-    while streaming is encoded instead (as :meth:`Engine.link_context` does). Returns the first item to
-    compute and per-document cache hits."""
+def _fill(req: RunningRequest, todo: list[Document], retention: float = 1.0, source=None,
+          hits: list[bool] | None = None) -> tuple[int, list[bool]]:
+    """:func:`fill_cached` from the stored caches of ``todo`` (``source`` and ``hits``: already resolved at
+    ``retention``); a record that vanished or failed its checksum while streaming is encoded instead (as
+    :meth:`Engine.link_context` does). Returns the first item to compute and per-document cache hits."""
     eng, lay = req.engine, req.layout
     capacity = req.seq.keys.shape[2]
-    source, hits = eng.resolve_documents(todo) if todo else (None, [])
+    if source is None:
+        source, hits = eng.resolve_documents(todo, retention) if todo else (None, [])
     try:
         return fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, source), hits
     except LookupError:
         req.seq = new_sequence(eng.lm, req.match.chunks, capacity)
         kvs = [eng.get_or_encode(d)[0] for d in todo]
+        kvs = LayeredDocuments.from_documents(kvs, retention) if retention < 1 else kvs
         return fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, kvs), [False] * len(todo)
 
 
@@ -174,8 +207,9 @@ def _too_long(lay: RequestLayout, max_positions: int) -> str:
         return (f"prompt of {lay.num_tokens} tokens plus 1 new token(s) exceeds the model's context of "
                 f"{max_positions} positions")
     count = {kind: sum(s for k, s in zip(lay.kinds, lay.sizes) if k == kind) for kind in ("prefix", "doc", "link", "text")}
+    count["doc"] = sum(s.length for s in lay.segments if s.kind == "document")  # retention: dropped tokens too
     n_docs = sum(k == "doc" for k in lay.kinds)
-    return (f"the prompt needs {lay.num_tokens} tokens (prefix {count['prefix']}, {n_docs} documents {count['doc']}, "
+    return (f"the prompt needs {lay.next_position} tokens (prefix {count['prefix']}, {n_docs} documents {count['doc']}, "
             f"link tokens {count['link']}, question {count['text']}) plus 1 new token(s); the model's context holds "
             f"{max_positions}")
 
@@ -186,7 +220,8 @@ def context_key(eng: Engine, mode: str, k: int) -> tuple:
     return (mode, eng.adapter, links, k, eng.fingerprint)
 
 
-def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k: int) -> RequestLayout:
+def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k: int,
+            kept: list[torch.Tensor] | None = None) -> RequestLayout:
     if mode == "plain":  # a raw prompt (legacy completions): the ids alone, no system prompt
         return full_layout(list(text_ids))
     prefix_ids = eng.prefix.token_ids.tolist()
@@ -195,13 +230,36 @@ def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k
         return full_layout(ids)
     keys = [eng.cache_key(d) for d in docs]
     lens = [int(eng.document_ids(d).numel()) for d in docs]
-    return linked_layout(prefix_ids, keys, lens, k, list(text_ids), eng.anchored)
+    return linked_layout(prefix_ids, keys, lens, k, list(text_ids), eng.anchored, kept)
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """How a linked request reuses its documents beyond link tokens.
+
+    Attributes:
+        retention: fraction of each document's tokens kept (0 < r <= 1; :mod:`kvlink_rag.retention`).
+        recompute_ratio: CacheBlend's fraction of document tokens recomputed (:mod:`kvlink_rag.blend_stage`).
+        explain: collect the answer's attention over the slots (:mod:`kvlink_rag.attention_rows`).
+    """
+
+    retention: float = 1.0
+    recompute_ratio: float = 0.0
+    explain: bool = False
+
+    @property
+    def own(self) -> bool:
+        """The request computes its documents' part itself: it matches only the system prompt in the prefix
+        tree (a retained or blended cache differs from the shared one; explain counts every question row)
+        and keeps its prompt out of the tree."""
+        return self.retention < 1.0 or self.recompute_ratio > 0 or self.explain
 
 
 def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
-          mode: str = "linked", k: int | None = None) -> RunningRequest:
+          mode: str = "linked", k: int | None = None, reuse: Reuse = Reuse()) -> RunningRequest:
     """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
-    ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents).
+    ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents);
+    ``reuse`` (linked only): retention, CacheBlend recompute and explain.
 
     Raises:
         ValueError: linked mode without documents, empty text.
@@ -213,12 +271,18 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         raise ValueError("at least one document is required to link (a question alone has no documents)")
     docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.chunking)
     k_used = 0 if eng.link_tokens is None or mode != "linked" else (eng.link_tokens.k if k is None else k)
-    lay = _layout(eng, docs, text_ids, mode, k_used)
-    if lay.num_tokens + 1 > eng.lm.max_positions:
+    own = mode == "linked" and reuse.own
+    source = found = None
+    t0 = time.perf_counter()
+    if own and reuse.retention < 1.0:  # the kept tokens (stored importance order) make the layout
+        source, found = eng.resolve_documents(docs, reuse.retention)
+    kept = None if source is None else [source.offsets(j) for j in range(len(docs))]
+    lay = _layout(eng, docs, text_ids, mode, k_used, kept)
+    if lay.next_position + 1 > eng.lm.max_positions:
         raise ContextTooLong(_too_long(lay, eng.lm.max_positions))
     req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
-    t0 = time.perf_counter()
-    req.match = tree.match(req.context, lay.items[:-1])  # the last prompt item is always computed
+    req.own_prompt = own
+    req.match = tree.match(req.context, lay.items[: lay.kinds.count("prefix") if own else -1])
     req.tree_tokens = req.match.tokens
     req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
     req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
@@ -226,7 +290,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     todo_items = [j for j in doc_items if j >= req.match.items]
     todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
     try:
-        start, hits = _fill(req, todo) if mode == "linked" else (req.match.items, [])
+        start, hits = _fill(req, todo, reuse.retention, source, found) if mode == "linked" else (req.match.items, [])
     except BaseException:  # e.g. the request was cancelled while loading: unpin its prefix-tree path
         tree.release(req.match)
         raise
@@ -234,5 +298,11 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
     req.pending = pending_prefill(eng.lm, lay, start, embeds)
+    if own and reuse.recompute_ratio > 0:  # CacheBlend: the selected document tokens join the prefill
+        ids = [eng.document_ids(d) for d in docs]
+        req.pending, req.fixup = blend_prefill(eng.lm, lay, start, req.seq, eng.prefix, ids, embeds, req.pending,
+                                               reuse.recompute_ratio)
+    if own and reuse.explain:  # the link tokens come first in the prefill and are not counted
+        req.attention = RowAttention(sum(lay.sizes[j] for j in range(start, len(lay.items)) if lay.kinds[j] == "link"))
     req.cached_tokens = lay.num_tokens - req.pending.num_tokens - req.encoded_tokens
     return req

@@ -162,8 +162,8 @@ class Settings(BaseSettings):
         "Redis restarted empty under a running host is refilled from this host's text mirror and the index "
         "rebuilt in the background); 0 = only at start.")
     playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
-    scheduler: bool = Field(True, description="Serve queries and chat through the batching scheduler (continuous "
-                            "batching, prefix sharing); False: one request at a time under the model lock.")
+    scheduler: bool = Field(True, description="Batch queries and chat in the scheduler (continuous batching, "
+                            "prefix sharing); False: the scheduler runs one request at a time.")
     max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")
     max_waiting_requests: int = Field(256, ge=0, description="Requests queued for the model before new ones get 503.")
     max_prefill_tokens: int = Field(2048, ge=1, description="Prefill tokens admitted into one scheduler step.")

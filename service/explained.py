@@ -1,22 +1,19 @@
-"""Retention and explain for a query: the checks of the request's fields and the attention capture around
-its linked answer (single-request path; the batching scheduler runs neither).
+"""Retention and explain for a query: the checks of the request's fields, and the attribution of an
+explained answer.
 
-``explain`` captures the attention of the question and answer tokens (eager kernel for the link forward and
-decoding steps, :mod:`kvlink_rag.explain`) and returns each document's share and top passages.
+``explain`` collects, inside the batching scheduler's steps, the attention the question and answer tokens pay
+to each KV slot (the model runner's probabilities for those rows, :mod:`kvlink_rag.attention_rows`) and
+returns each document's share and top passages (:mod:`kvlink_rag.explain`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from kvlink_rag.attribution import AttentionMass
     from kvlink_rag.engine import Engine
-    from kvlink_rag.types import LinkedContext
 
 
 def check_explained(mode: str, retention: float | None, explain: bool) -> None:
@@ -37,22 +34,12 @@ def check_explained(mode: str, retention: float | None, explain: bool) -> None:
                            "(mode 'linked'), not to the full-prefill comparison")
 
 
-@contextmanager
-def explained_scope(eng: Engine, plan) -> Iterator[AttentionMass | None]:
-    """Around linking and decoding a plan: the captured attention mass with ``plan.explain``, else None."""
-    if not plan.explain:
-        yield None
-        return
-    from kvlink_rag.explain import explaining
-
-    with explaining(eng, [d.document for d in plan.docs], plan.k) as mass:
-        yield mass
-
-
-def explanation(eng: Engine, plan, mass: AttentionMass | None, ctx: LinkedContext) -> dict | None:
-    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`), or None without explain."""
-    if mass is None:
+def explanation(eng: Engine, plan, attention: tuple | None) -> dict | None:
+    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`) from a scheduled request's
+    ``(AttentionMass, LinkedContext)`` (:attr:`service.gen_request.GenResult.attention`), or None without explain."""
+    if attention is None:
         return None
     from kvlink_rag.explain import attribution, attribution_json
 
+    mass, ctx = attention
     return attribution_json(attribution(eng, mass, ctx, [d.document for d in plan.docs]))

@@ -40,6 +40,10 @@ class GenRequest:
         adapter: the adapter's name as asked (requests running at once use at most ``max_adapters``
             distinct ones: loading another could unload one in use).
         keep_logits: keep every step's ``[vocab]`` float32 logits in the result (``kvlink-rag verify``).
+        retention: fraction of each document's tokens kept (linked; :mod:`kvlink_rag.retention`).
+        recompute_ratio: CacheBlend's fraction of document tokens recomputed (linked; 0 = none).
+        explain: collect the attention the question and answer pay to each slot (linked; the result's
+            ``attention``).
     """
 
     make_engine: Callable[[], Engine]
@@ -51,11 +55,18 @@ class GenRequest:
     t0: float = field(default_factory=time.perf_counter)
     keep_logits: bool = False
     adapter: str | None = None
+    retention: float = 1.0
+    recompute_ratio: float = 0.0
+    explain: bool = False
 
     def shared_prefix_key(self) -> tuple | None:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
-        the system prompt, documents and link tokens), or None without documents."""
-        if not self.docs:
+        the system prompt, documents and link tokens), or None without documents or when the request keeps
+        its document KV to itself (retention below 1, CacheBlend, explain: it reads no documents from the
+        prefix tree, :class:`kvlink_rag.running.Reuse`)."""
+        from kvlink_rag.running import Reuse
+
+        if not self.docs or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
             return None
         return (self.mode, self.k, self.adapter, tuple((d.text, d.title) for d in self.docs))
 
@@ -71,7 +82,7 @@ class GenResult:
     Attributes:
         token_ids: generated ids (stop token excluded).
         finish_reason: ``'stop'`` or ``'length'``.
-        prompt_tokens: tokens in the prompt.
+        prompt_tokens: positions the prompt spans (its tokens; retention's dropped tokens count too).
         cached_tokens: prompt tokens not computed now: from the prefix tree or stored document caches.
         tree_tokens: prompt tokens found in the prefix tree.
         tree_docs: cache keys of documents whose KV came from the prefix tree.
@@ -83,6 +94,7 @@ class GenResult:
             :class:`~kvlink_rag.logprobs.TokenLogprob` (raw model log-softmax), else None.
         timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
             ``total_s`` (all from ``t0``).
+        attention: with ``explain``, ``(AttentionMass, LinkedContext)`` (:meth:`RunningRequest.explained`).
     """
 
     token_ids: list[int]
@@ -95,6 +107,7 @@ class GenResult:
     timings: dict[str, float]
     logits: list | None = None
     last_layer_kv: tuple | None = None
+    attention: tuple | None = None
     logprobs: list | None = None
 
 

@@ -10,7 +10,6 @@ waiter run at the next step boundary.
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
 
 
 class FairLock:
@@ -59,21 +58,3 @@ class FairLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-def locked_steps(gen: Generator, lock) -> Generator:
-    """Run ``gen`` one step at a time under ``lock`` and yield each item with the lock released (the
-    batching scheduler's steps and document precompute take the model between a one-request answer's
-    tokens, rather than waiting for the whole answer); returns what ``gen`` returns. Closing this generator
-    closes ``gen`` under the lock."""
-    try:
-        while True:
-            with lock:
-                try:
-                    item = next(gen)
-                except StopIteration as stop:
-                    return stop.value
-            yield item
-    finally:
-        with lock:
-            gen.close()

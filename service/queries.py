@@ -1,11 +1,12 @@
 """Answering a query for a tenant: validate, pick documents (ids or BM25), link cached KV, generate.
 
 The engine is shared by all requests; each request works on a shallow copy whose ``cache`` is the
-tenant's view of the store wrapped in a :class:`RecordingCache` (per-document hit/miss). With the
-batching scheduler (the default) a query is submitted to it (:mod:`service.scheduled`); otherwise, and
-for explain or retention below 1, it runs here under the one model lock. Planning never takes that lock
-(a named adapter is only checked then, and loaded into the model when the query runs). Documents are
-chosen and loaded by :mod:`service.documents_choice`; plans and results are :mod:`service.query_plan`.
+tenant's view of the store wrapped in a :class:`RecordingCache` (per-document hit/miss). Every query (linked,
+full, chat, retention below 1, CacheBlend recompute, explain, named adapters) is submitted to the batching
+scheduler (:mod:`service.scheduled`); there is no other path to the model. Planning never takes the model
+lock (a named adapter is only checked then, and loaded into the model when the request is admitted).
+Documents are chosen and loaded by :mod:`service.documents_choice`; plans and results are
+:mod:`service.query_plan`.
 
 All timings are seconds measured from the start of :meth:`QueryService.plan` (request accepted).
 A plan's ``mode`` is ``linked`` (the cached KV re-linked) or ``full`` (ordinary full prefill of the same
@@ -18,16 +19,14 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from kvlink_rag.types import ContextTooLong
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
                                 choose_documents)
-from service.explained import check_explained, explained_scope, explanation
-from service.model_lock import locked_steps
+from service.explained import check_explained
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
@@ -50,14 +49,14 @@ class QueryService:
         engine: the shared engine; its cache is the store's ``StoreCache`` (the store's cache keys).
         store: the store (texts, index, catalog, cache).
         retrieval: BM25 over each tenant's documents.
-        model_lock: serialises model calls.
+        model_lock: serialises model calls (the scheduler's steps, bookkeeping).
         settings: limits (question length, top_k, max_new_tokens, documents per query).
         on_result: called with every finished :class:`QueryResult` (metrics).
+        scheduler: the batching scheduler every answer runs in.
     """
 
     def __init__(self, engine: Engine, store: Store, retrieval: Retrieval, model_lock: threading.Lock,
-                 settings: Settings, on_result: Callable[[QueryResult], None] | None = None,
-                 scheduler: Scheduler | None = None):
+                 settings: Settings, scheduler: Scheduler, on_result: Callable[[QueryResult], None] | None = None):
         from kvlink_rag.adapter_registry import AdapterVariants
 
         self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
@@ -100,8 +99,6 @@ class QueryService:
         plan.explain = explain
         if mode == "linked" and not explain:  # KVLINK_RAG_RECOMPUTE_RATIO
             plan.recompute_ratio = self.settings.recompute_ratio if recompute_ratio is None else recompute_ratio
-        # explain, retention < 1 and CacheBlend run on the single-request path
-        plan.batched = not explain and plan.retention == 1.0 and plan.recompute_ratio == 0
         return plan
 
     def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,
@@ -179,8 +176,8 @@ class QueryService:
         """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``; a plan with
         ``logprobs`` also yields ``("logprobs", TokenLogprob)`` per token, before its piece.
 
-        Holds the model lock while generating; closing the generator early releases it. Raises as
-        :meth:`answer` (before the first token).
+        The model lock is held only inside the scheduler's steps; closing the generator early cancels the
+        request (its KV is freed before the next step). Raises as :meth:`answer` (before the first token).
         """
         return self._events(plan, pieces=True)
 
@@ -193,40 +190,13 @@ class QueryService:
         return stopped_events(events, stops, self.engine.lm.tokenizer) if stops else events
 
     def _generate(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
-        """Link (or fully prefill) the plan's documents and run :meth:`Engine.generate` under the model lock:
-        ``("token", piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``.
+        """Run the plan through the batching scheduler (linked, full, chat, retention, CacheBlend and explain
+        alike): ``("token", piece)`` per text piece (with ``pieces``), then ``("done", QueryResult)``.
 
-        Full prefill reports ``cache_load_s`` 0 and its prefill time as ``link_s``. With a scheduler (and a
-        plan it can batch) the request runs there instead (:meth:`_scheduled`)."""
-        if self.scheduler is not None and plan.batched:
-            yield from self._scheduled(plan, pieces)
-            return
-        if plan.text_ids is not None:
-            raise ServiceError(422, "conversation_unsupported", "multi-turn conversations and completions need "
-                               "the batching scheduler (KVLINK_RAG_SCHEDULER=true)")
-        t_call, eng, ans, attribution = yield from locked_steps(self._unbatched(plan, pieces), self.model_lock)
-        end = time.perf_counter()
-        timings = {"retrieval_s": plan.retrieval_s, "queue_wait_s": t_call - plan.t0 - plan.retrieval_s,
-                   "cache_load_s": ans.timings["load_s"],
-                   "link_s": ans.timings["rope_s"] + ans.timings["link_forward_s"],
-                   "ttft_s": t_call - plan.t0 + ans.ttft_s, "total_s": end - plan.t0}
-        result = self._finish(plan, eng, ans, timings)
-        result.attribution = attribution
-        yield "done", result
-
-    def _unbatched(self, plan: QueryPlan, pieces: bool):
-        """The one-request path (explain, retention < 1, CacheBlend, no scheduler): link or prefill, then
-        decode; yields ``("token", piece)`` and returns ``(t_call, engine, Answer, attribution)``. Each of its
-        steps runs under the model lock (:func:`locked_steps`), so scheduler steps run between its tokens."""
-        t_call = time.perf_counter()
-        eng = self._request_engine(plan)
-        with explained_scope(eng, plan) as mass:  # attention capture only with explain
-            ctx = _context(eng, plan)
-            ans = yield from _tokens(eng.generate(ctx, eng.sampling(**plan.sampling), t_call, pieces=pieces))
-        return t_call, eng, ans, explanation(eng, plan, mass, ctx)
-
-    def _scheduled(self, plan: QueryPlan, pieces: bool) -> Iterator[tuple[str, object]]:
-        """:meth:`_generate` through the batching scheduler: same events, same bookkeeping."""
+        The request's engine (its adapter loaded, a recording view of the tenant's cache) is made in the
+        scheduler's thread when it is admitted; full prefill reports ``cache_load_s`` 0 and its prefill time
+        as ``link_s``."""
+        from service.explained import explanation
         from service.scheduled import answer_of, scheduled_tokens, stage_timings, token_pieces
 
         made: list[Engine] = []
@@ -240,6 +210,7 @@ class QueryService:
         result = yield from token_pieces(gen, self.engine.lm.tokenizer, pieces)
         ans = answer_of(result, self.engine.lm.tokenizer)
         done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens)
+        done.attribution = explanation(made[-1], plan, result.attention)
         done.logprobs = result.logprobs
         yield "done", done
 
@@ -275,32 +246,3 @@ class QueryService:
             log.warning("index unreachable; query bookkeeping skipped (%s)", e)
         except ValueError as e:  # the document was marked failed (e.g. its cache does not fit the store)
             log.warning("query bookkeeping: %s", e)
-
-
-def _context(eng: Engine, plan: QueryPlan):
-    """The plan's context: linked from the document caches, or (mode ``full``) fully prefilled.
-
-    Raises:
-        ServiceError: 422 ``context_too_long`` when the prompt leaves no position for a new token.
-    """
-    docs = [d.document for d in plan.docs]
-    try:
-        if plan.mode == "full":
-            return eng.full_context(plan.question, docs)
-        return eng.link_context(plan.question, docs, plan.k, plan.retention, recompute_ratio=plan.recompute_ratio)[0]
-    except ContextTooLong as e:
-        raise ServiceError(422, "context_too_long", str(e)) from e
-
-
-def _tokens(gen: Generator[str, None, Answer]) -> Generator[tuple[str, str], None, Answer]:
-    """``("token", piece)`` for each piece of an :meth:`Engine.generate` generator; returns its Answer.
-    Closing this generator closes ``gen`` (decoding stops, the adapter scope ends)."""
-    try:
-        while True:
-            try:
-                piece = next(gen)
-            except StopIteration as stop:
-                return stop.value
-            yield "token", piece
-    finally:
-        gen.close()

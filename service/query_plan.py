@@ -35,7 +35,6 @@ class QueryPlan:
     sampling: dict = field(default_factory=dict)
     mode: str = "linked"
     text_ids: list[int] | None = None
-    batched: bool = True
     retention: float | None = None
     explain: bool = False
     recompute_ratio: float = 0.0

@@ -87,7 +87,7 @@ class Runtime:
         self.engine = engine
         if isinstance(self.queue, EmbeddedQueue):
             self.queue.engine = engine
-        if self.scheduler is None and self.settings.scheduler:
+        if self.scheduler is None:
             self.scheduler = build_scheduler(self.settings, engine, self.model_lock)
             if isinstance(self.queue, EmbeddedQueue):  # precompute chunks wait while queries are served
                 self.queue.model_busy = self.scheduler.busy
@@ -106,12 +106,14 @@ class Runtime:
 
 
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
-    """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget."""
+    """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
+    query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
     from kvlink_rag.prefix_tree import PrefixTree
     from service.admission import make_policy
     from service.scheduler import Scheduler, SchedulerLimits
 
-    limits = SchedulerLimits(max_running=settings.max_running_requests, max_waiting=settings.max_waiting_requests,
+    running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time
+    limits = SchedulerLimits(max_running=running, max_waiting=settings.max_waiting_requests,
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
                              max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits,

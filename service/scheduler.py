@@ -193,7 +193,7 @@ class Scheduler:
         return chosen
 
     def _step(self, chosen: list[_Waiting]) -> None:
-        from kvlink_rag.running import admit
+        from kvlink_rag.running import Reuse, admit
 
         waits = []
         with self.model_lock:
@@ -204,7 +204,8 @@ class Scheduler:
                     continue
                 try:
                     eng = _cancellable(req.make_engine(), w.handle)
-                    rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
+                    rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k,
+                               Reuse(req.retention, req.recompute_ratio, req.explain))
                     rr.logits = [] if req.keep_logits else None
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)
@@ -221,6 +222,7 @@ class Scheduler:
             for adapter, members in groups.items():
                 self._forward(adapter, members)
                 rows += len(members)
+            self._drop_cancelled()  # cancelled during this step: KV freed now, not after the next admission
             self.steps += 1
         if self.observe is not None:
             self.observe(rows, waits)
@@ -236,7 +238,7 @@ class Scheduler:
 
         batch = RaggedBatch()
         for _, rr, chunk in members:
-            batch.add(rr.seq, chunk.num_tokens, chunk.mask)
+            batch.add(rr.seq, chunk.num_tokens, chunk.mask, rr.attention)  # attention: explain's rows
         embeds = torch.cat([chunk.embeds for _, _, chunk in members])
         positions = torch.cat([chunk.positions for _, _, chunk in members])
         t0 = time.perf_counter()
@@ -249,6 +251,8 @@ class Scheduler:
             return
         dt = time.perf_counter() - t0
         for (h, rr, _), lg in zip(members, logits):
+            if h.cancelled:  # its client left during the forward: nothing more is emitted
+                continue
             first = not rr.shared
             if first:
                 rr.timings["prefill_s"] += dt  # every chunk of its prefill
@@ -282,6 +286,8 @@ class Scheduler:
                     self.tree.release(rr.match)
                     rr.match = None
         finally:
+            if error is not None or cancelled:
+                rr.seq = rr.pending = None  # its own KV goes now (the handle may outlive the request)
             with self._cond:
                 self.running = [(x, r) for x, r in self.running if x is not h]
         if error is not None:
@@ -313,6 +319,6 @@ def _cancellable(engine, handle: RequestHandle):
 
 def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
-    return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.prompt_tokens, rr.cached_tokens, rr.tree_tokens,
-                     set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
-                     rr.logprobs)
+    return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.context_tokens, rr.cached_tokens,
+                     rr.tree_tokens, set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
+                     rr.explained(), rr.logprobs)

@@ -15,20 +15,16 @@ if TYPE_CHECKING:
 def add_outputs(queries: QueryService, plan: QueryPlan, logprobs: int | None, response_spec: dict | None) -> None:
     """Put ``logprobs`` and the grammar of ``response_spec`` (an OpenAI ``response_format``, None for text) into
     ``plan.sampling`` (their :class:`~kvlink_rag.generate.SamplingParams` fields). The grammar is compiled here,
-    once per request (its ``n`` choices share it). Both need the batching scheduler.
+    once per request (its ``n`` choices share it). Every request runs in the batching scheduler, whose step
+    computes both from its own logits (explain, retention and CacheBlend included).
 
     Raises:
         ServiceError: 400 ``invalid_response_format`` (unknown type, invalid schema: the message says why);
             422 ``unsupported_combination`` (a grammar with ``ignore_eos`` or ``min_tokens`` above 0, which
-            could forbid the only token that ends a complete JSON value; either one off the batching scheduler).
+            could forbid the only token that ends a complete JSON value).
     """
     from kvlink_rag.grammar import InvalidGrammar, response_grammar
 
-    used = [name for name, v in (("logprobs", logprobs), ("response_format", response_spec)) if v is not None]
-    if used and not (plan.batched and queries.scheduler is not None):
-        raise ServiceError(422, "unsupported_combination", f"{' and '.join(used)} need the batching scheduler: "
-                           "not with explain, retention below 1 or recompute_ratio above 0, nor with "
-                           "KVLINK_RAG_SCHEDULER=false")
     if logprobs is not None:
         plan.sampling["logprobs"] = logprobs
     if response_spec is None:

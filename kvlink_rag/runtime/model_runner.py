@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..model import LoadedModel
 from ..ragged import RaggedBatch, attend
 from ..rope import rope_cos_sin
+from .attention_probs import attention_mass
 from .linear import TokenSplit
 from .lora import LayerLora, LowRank, adapter_terms
 from .weights import LayerWeights, ModelWeights, model_weights
@@ -112,7 +113,10 @@ class ModelRunner:
         for row in batch.rows:
             s, e = row.start, row.start + row.length
             row.seq.write(i, k[:, s:e], v[:, s:e])
-            out[:, s:e] = attend(q[:, s:e], list(row.seq.layer_kv(i, row.length)), row.mask, scale)
+            pieces = list(row.seq.layer_kv(i, row.length))
+            out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale)
+            if row.attention is not None:  # explain: the probabilities too, for the rows that ask
+                row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip))
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
         o = layer.o(attn, split)
         if lora is not None:

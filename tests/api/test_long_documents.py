@@ -17,7 +17,7 @@ def test_a_long_document_is_cached_as_chunks_and_an_update_replaces_one(client):
     assert client.post("/v1/documents", json={"id": "notes", "text": "\n\n".join(paras)}).status_code == 202
     keys = wait_ready(client, "notes")["cache_key"].split()
     assert len(keys) > 2
-    for batched in (True, False):  # the scheduler, and the one-request path (retention below 1)
+    for batched in (True, False):  # all documents, and retention below 1 (its own layout in the scheduler)
         ask = {"question": "Which stone?", "document_ids": ["notes"], "max_new_tokens": 2}
         r = client.post("/v1/query", json=ask if batched else {**ask, "retention": 0.9})
         assert r.status_code == 200, r.text

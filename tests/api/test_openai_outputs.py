@@ -92,6 +92,8 @@ def test_chat_logprobs_and_top_logprobs_streamed_not_and_with_n(server):
     two = server.client.chat.completions.create(n=2, **{**kw, "temperature": 1.0, "seed": 3})
     for c in two.choices:
         assert len(c.logprobs.content) == 5 and all(len(e.top_logprobs) == 4 for e in c.logprobs.content)
+    explained = server.client.chat.completions.create(**{**kw, "extra_body": {**kw["extra_body"], "explain": True}})
+    assert len(explained.choices[0].logprobs.content) == 5  # explain runs in the scheduler too
     bare = server.client.chat.completions.create(**{**kw, "top_logprobs": None})
     assert all(e.top_logprobs == [] for e in bare.choices[0].logprobs.content)
     assert [e.logprob for e in bare.choices[0].logprobs.content] == pytest.approx([e.logprob for e in content])
@@ -112,8 +114,6 @@ def test_bad_logprobs_and_response_format_get_a_4xx_naming_the_problem(server):
                 extra_body={"document_ids": ["volcano"]})
     for bad, match in (({"top_logprobs": 2}, "top_logprobs needs logprobs"),
                        ({"logprobs": True, "top_logprobs": 21}, "less than or equal to 20"),
-                       ({"logprobs": True, "extra_body": {"document_ids": ["volcano"], "explain": True}},
-                        "batching scheduler"),
                        ({"response_format": {"type": "json_object"},
                          "extra_body": {"document_ids": ["volcano"], "ignore_eos": True}}, "ignore_eos")):
         with pytest.raises(openai.UnprocessableEntityError, match=match):

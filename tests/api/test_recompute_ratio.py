@@ -26,7 +26,7 @@ def test_recompute_is_served_and_ratio_zero_answers_as_plain_reuse(ready):
     assert blended.status_code == 200, blended.text
     assert blended.json()["context_tokens"] == base["context_tokens"]  # the same layout, a part recomputed
     plan = ready.app_state.queries.plan("default", ASK["question"], ASK["document_ids"], recompute_ratio=0.3)
-    assert plan.recompute_ratio == 0.3 and not plan.batched  # CacheBlend runs on the single-request path
+    assert plan.recompute_ratio == 0.3  # served by the scheduler, like every query
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "x"])
@@ -51,7 +51,7 @@ def test_the_recompute_setting_applies_when_a_query_names_none(make_client, fixt
         off = c.app_state.queries.plan("default", ASK["question"], ASK["document_ids"], recompute_ratio=0)
         full = c.app_state.queries.plan("default", ASK["question"], ASK["document_ids"], mode="full")
     assert served.status_code == 200, served.text
-    assert plan.recompute_ratio == 0.25 and not plan.batched
+    assert plan.recompute_ratio == 0.25  # served by the scheduler, like every query
     assert off.recompute_ratio == 0 and full.recompute_ratio == 0
 
 

@@ -77,6 +77,6 @@ def test_the_retention_setting_applies_when_a_query_names_none(make_client, fixt
         explicit = c.post("/v1/query", json={**ASK, "retention": 0.5}).json()
         full = c.post("/v1/query", json={**ASK, "retention": 1.0}).json()
         plan = c.app_state.queries.plan("default", ASK["question"], ASK["document_ids"])
-    assert plan.retention == 0.5 and not plan.batched  # retention runs on the single-request path
+    assert plan.retention == 0.5  # served by the scheduler, like every query
     assert by_setting["answer"] == explicit["answer"]
     assert full["context_tokens"] == by_setting["context_tokens"]

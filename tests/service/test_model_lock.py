@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from service.model_lock import FairLock, locked_steps
+from service.model_lock import FairLock
 
 
 def test_waiters_get_the_lock_in_arrival_order_even_against_a_greedy_holder():
@@ -39,27 +39,3 @@ def test_non_blocking_acquire_and_misuse():
         lock.release()
     with pytest.raises(ValueError):
         lock.acquire(timeout=1)
-
-
-def test_a_one_request_answer_releases_the_model_lock_between_its_tokens():
-    """locked_steps: each step of the answer runs under the lock, the consumer holds none between them, and
-    closing early closes the answer under the lock."""
-    lock = threading.Lock()
-    seen, closed = [], []
-
-    def answer():
-        try:
-            for i in range(3):
-                seen.append(lock.locked())
-                yield i
-            return "done"
-        finally:
-            closed.append(lock.locked())
-
-    gen = locked_steps(answer(), lock)
-    assert next(gen) == 0 and not lock.locked()  # the scheduler could take the model now
-    assert next(gen) == 1 and not lock.locked()
-    gen.close()
-    assert seen == [True, True] and closed == [True]
-    full = locked_steps(answer(), lock)
-    assert list(full) == [0, 1, 2]
