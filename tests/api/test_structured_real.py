@@ -68,6 +68,6 @@ def test_json_object_answers_parse_on_chat_and_completions(client):
     with pytest.raises(json.JSONDecodeError):  # unconstrained, the model goes on past the object
         json.loads(free.choices[0].text)
     done = client.completions.create(model="kvlink-rag", prompt=prompt, max_tokens=48,
-                                     temperature=0, response_format={"type": "json_object"})
+                                     temperature=0, extra_body={"response_format": {"type": "json_object"}})
     assert done.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(done.choices[0].text), dict), done.choices[0].text
