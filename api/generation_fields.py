@@ -42,11 +42,10 @@ class GenerationFields(RequestBody):
 # OpenAI fields without an implementation, and the values that mean "not used" (those pass).
 UNSUPPORTED = {
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
     "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
     "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,), "web_search_options": (None,),
     "best_of": (None, 1), "echo": (None, False), "suffix": (None, ""), "repetition_penalty": (None, 1, 1.0),
-    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
+    "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
     "structured_outputs": (None,), "use_beam_search": (None, False), "n": (None, 1),
 }
 IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options", "reasoning_effort",

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from sse_starlette import EventSourceResponse
 
 from api.errors import stream_error_body
+from api.logprobs_format import LogprobsFormat
 from api.streaming import query_stream, started
 from service.queries import QueryResult
 
@@ -60,10 +61,16 @@ class ChunkStream:
         choice: builds a chunk's choice (see :data:`Choice`).
         include_usage: ``stream_options.include_usage``.
         where: the route (for logged errors).
+        logprobs: with ``logprobs`` asked: each chunk's choice carries the ``logprobs`` of the tokens that came
+            since that choice's previous chunk (a text piece held back, by a stop string or an unfinished
+            character, moves them to the next chunk).
     """
 
-    def __init__(self, head: dict, choice: Choice, include_usage: bool, where: str):
+    def __init__(self, head: dict, choice: Choice, include_usage: bool, where: str,
+                 logprobs: LogprobsFormat | None = None):
         self.head, self.choice, self.include_usage, self.where = head, choice, include_usage, where
+        self.logprobs = logprobs
+        self._pending: dict[int, list] = {}
 
     def chunk(self, choices: list[dict], **extra) -> dict:
         """One SSE event (``usage: null`` on every chunk when usage is asked for)."""
@@ -73,7 +80,11 @@ class ChunkStream:
         return {"data": json.dumps(body)}
 
     def _indexed(self, index: int, text: str | None, finish: str | None) -> dict:
-        return {**self.choice(text, finish), "index": index}
+        out = {**self.choice(text, finish), "index": index}
+        pending = self._pending.pop(index, None)
+        if self.logprobs is not None and pending:  # the tokens that arrived since the last chunk of this choice
+            out["logprobs"] = self.logprobs.of(pending, index)
+        return out
 
     async def events(self, items: AsyncIterator[tuple[int, str, object]], n: int, first: Choice | None = None
                      ) -> AsyncIterator[dict]:
@@ -85,6 +96,9 @@ class ChunkStream:
             if first:
                 yield self.chunk([{**first(None, None), "index": i} for i in range(n)])
             async for i, kind, value in items:
+                if kind == "logprobs":
+                    self._pending.setdefault(i, []).append(value)
+                    continue
                 if kind == "token":
                     yield self.chunk([self._indexed(i, value, None)])
                     continue
@@ -98,11 +112,11 @@ class ChunkStream:
 
 
 async def stream_response(state, plans: list, head: dict, choice: Choice, include_usage: bool, where: str,
-                          first: Choice | None = None):
+                          first: Choice | None = None, logprobs: LogprobsFormat | None = None):
     """The SSE response of ``plans`` (one per choice) as :class:`ChunkStream` chunks. It starts once the first
     token is there (:func:`api.streaming.started`), so a refusal before it (a full queue: 503 with
     ``Retry-After``; a prompt past the context: 422) raises here and is an HTTP status, not a started stream."""
-    stream = ChunkStream(head, choice, include_usage, where)
+    stream = ChunkStream(head, choice, include_usage, where, logprobs)
     return EventSourceResponse(stream.events(await started(merged(state, plans)), len(plans), first))
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from api.generation_fields import GenerationFields, OpenAIFields
+from api.output_fields import ChatOutputFields
 
 from api.request_body import RequestBody
 
@@ -289,10 +290,10 @@ class StreamOptions(RequestBody):
     include_usage: bool = Field(False, description="A last chunk with empty choices carries the usage.")
 
 
-class ChatIn(OpenAIFields):
+class ChatIn(ChatOutputFields, OpenAIFields):
     """``/v1/chat/completions``: the last user message is the question; documents by ``document_ids``
     or ``top_k`` (extra fields, e.g. the openai client's ``extra_body``). OpenAI fields the service does not
-    implement (``tools``, ``response_format``, ``logprobs``, penalties...) are refused with a 422
+    implement (``tools``, ``logit_bias``, penalties...) are refused with a 422
     naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
     model_config = ConfigDict(strict=True, extra="allow")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
@@ -15,6 +16,9 @@ from .ragged import SequenceKV
 from .runtime.hf_cache import cache_view, prefill, runs_on_runner, sequence_from_cache
 from .stop_strings import StopStrings
 from .types import ContextTooLong, LinkedContext, Segment, Timings
+
+if TYPE_CHECKING:
+    from .grammar import Grammar
 
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily (vLLM's _SAMPLING_EPS)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
@@ -36,6 +40,11 @@ class SamplingParams:
         stop_token_ids: generation ends after any of these (not included in the text).
         min_tokens: the stop tokens cannot be sampled before this many tokens were generated (vLLM's).
         stop: stop strings (:mod:`kvlink_rag.stop_strings`): generation ends with the token completing one.
+        logprobs: None (not asked), else how many most likely alternatives (0..20) to report with each
+            generated token's log-probability (:mod:`kvlink_rag.logprobs`: raw model log-softmax, vLLM's default).
+            Batching scheduler only (:class:`kvlink_rag.running.RunningRequest`).
+        grammar: a compiled :class:`kvlink_rag.grammar.Grammar` the answer must follow (``response_format``):
+            each request masks its logits with its own matcher before sampling. Batching scheduler only.
     """
 
     max_new_tokens: int = 32
@@ -45,6 +54,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     min_tokens: int = 0
     stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    grammar: Grammar | None = None
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

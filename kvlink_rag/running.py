@@ -20,6 +20,7 @@ from .attention_rows import RowAttention
 from .blend_stage import blend_prefill
 from .engine import Engine
 from .generate import SamplingParams, sample_next, sampling_generator
+from .logprobs import TokenLogprob, token_logprob
 from .stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .ragged import mask_rows
@@ -69,6 +70,8 @@ class RunningRequest:
         self.generator = sampling_generator(params)
         self.budget = min(params.max_new_tokens, engine.lm.max_positions - layout.next_position)
         self.stops = StopStrings.of(engine.lm.tokenizer, params.stop)  # None without stop strings
+        self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
+        self.matcher = params.grammar.matcher() if params.grammar is not None else None  # its own grammar state
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}
         self.context_tokens = layout.next_position  # positions the prompt spans (retention: kept or not)
         self.own_prompt = False  # keep the prompt's KV to itself (retention, CacheBlend, explain: see admit)
@@ -101,7 +104,10 @@ class RunningRequest:
 
     def step(self, logits: torch.Tensor) -> int | None:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
-        request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes."""
+        request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes. With a grammar
+        the logits are masked by the request's matcher before sampling (greedy or sampled); with ``logprobs``
+        the emitted token's :class:`~kvlink_rag.logprobs.TokenLogprob` (of the unmasked logits) is appended to
+        :attr:`logprobs`."""
         if self.fixup is not None:  # CacheBlend: the recomputed document tokens' KV into their slots
             self.fixup.apply(self.seq)
             self.fixup = None
@@ -118,12 +124,19 @@ class RunningRequest:
             if not self.own_prompt:
                 self._share_prompt()
         self.fed = 0
-        tok = sample_next(logits, self.params, self.generator, len(self.tokens))
+        masked = logits if self.matcher is None else self.matcher.mask(logits)
+        tok = sample_next(masked, self.params, self.generator, len(self.tokens))
+        if self.matcher is not None:
+            self.matcher.accept(tok)
         if tok in self.params.stop_token_ids:
             self.finish_reason, self.pending = "stop", None
             return None
         self.tokens.append(tok)
+        if self.logprobs is not None:  # of the raw logits (vLLM's default), before any mask
+            self.logprobs.append(token_logprob(logits, tok, self.params.logprobs))
         if self.stops is not None and self.stops.push(tok):
+            self.finish_reason, self.pending = "stop", None
+        elif self.matcher is not None and self.matcher.finished:
             self.finish_reason, self.pending = "stop", None
         elif len(self.tokens) >= self.budget:
             self.finish_reason, self.pending = "length", None

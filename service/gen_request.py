@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
     from kvlink_rag.generate import SamplingParams
+    from kvlink_rag.logprobs import TokenLogprob
     from kvlink_rag.types import Document
 
 
@@ -91,6 +92,8 @@ class GenResult:
         logits: per generated token the ``[vocab]`` float32 logits it was sampled from (``keep_logits``).
         last_layer_kv: with ``keep_logits``, the prompt's last-layer ``(k, v)``, each ``[kv_heads,
             prompt_tokens, head_dim]`` in storage order (keys after RoPE).
+        logprobs: with ``params.logprobs``: per generated token its
+            :class:`~kvlink_rag.logprobs.TokenLogprob` (raw model log-softmax), else None.
         timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
             ``total_s`` (all from ``t0``).
         attention: with ``explain``, ``(AttentionMass, LinkedContext)`` (:meth:`RunningRequest.explained`).
@@ -109,6 +112,7 @@ class GenResult:
     attention: tuple | None = None
     encoded_tokens: int = 0
     hit_sizes: dict[str, int] = field(default_factory=dict)
+    logprobs: list | None = None
 
 
 class RequestHandle:
@@ -124,8 +128,9 @@ class RequestHandle:
         self.result: GenResult | None = None
 
     # -- scheduler side ----------------------------------------------------------------------------
-    def put_token(self, token_id: int) -> None:
-        self._events.put(("token", token_id))
+    def put_token(self, token_id: int, logprob: TokenLogprob | None = None) -> None:
+        """Hand over a sampled token (with its log-probability when the request asked for them)."""
+        self._events.put(("token", token_id if logprob is None else (token_id, logprob)))
 
     def finish(self, result: GenResult) -> None:
         self._events.put(("done", result))
@@ -145,8 +150,9 @@ class RequestHandle:
             self._cancelled.set()
             self._events.put(("cancelled", None))
 
-    def tokens(self) -> Generator[int, None, GenResult]:
-        """Token ids as sampled; returns the :class:`GenResult`. Closing the generator cancels the request.
+    def tokens(self) -> Generator[int | tuple[int, TokenLogprob], None, GenResult]:
+        """Token ids as sampled (``(id, TokenLogprob)`` pairs when the request asked for ``logprobs``);
+        returns the :class:`GenResult`. Closing the generator cancels the request.
 
         Raises:
             RequestCancelled: :meth:`cancel` was called (the client went away).

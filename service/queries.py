@@ -174,7 +174,8 @@ class QueryService:
         return result
 
     def stream(self, plan: QueryPlan) -> Iterator[tuple[str, object]]:
-        """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``.
+        """Yield ``("token", text piece)`` as generated, then ``("done", QueryResult)``; a plan with
+        ``logprobs`` also yields ``("logprobs", TokenLogprob)`` per token, before its piece.
 
         The model lock is held only inside the scheduler's steps; closing the generator early cancels the
         request (its KV is freed before the next step). Raises as :meth:`answer` (before the first token).
@@ -212,6 +213,7 @@ class QueryService:
         done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens,
                             token_sources(result, made[-1].cache))
         done.attribution = explanation(made[-1], plan, result.attention)
+        done.logprobs = result.logprobs
         yield "done", done
 
     def _finish(self, plan: QueryPlan, eng: Engine, ans: Answer, timings: dict[str, float],

@@ -54,6 +54,7 @@ class QueryResult:
     cached_tokens: int = 0
     attribution: dict | None = None
     token_sources: dict[str, int] = field(default_factory=dict)
+    logprobs: list | None = None  # with sampling["logprobs"]: a TokenLogprob per generated token
 
     def documents(self) -> list[dict]:
         """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution

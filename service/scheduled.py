@@ -78,24 +78,31 @@ def stage_timings(plan, result: GenResult) -> dict[str, float]:
 
 
 def token_pieces(gen: Generator[int, None, GenResult], tokenizer, pieces: bool
-                 ) -> Generator[tuple[str, str], None, GenResult]:
+                 ) -> Generator[tuple[str, object], None, GenResult]:
     """``("token", piece)`` for the text of a token-id generator (with ``pieces``); returns what it returns.
-    Closing this generator closes ``gen`` (the scheduled request is cancelled)."""
-    from kvlink_rag.generate import stream_text
+    When ``gen`` yields ``(id, TokenLogprob)`` pairs (the request asked for ``logprobs``), each token's
+    ``("logprobs", TokenLogprob)`` comes before the piece its text ends up in. Closing this generator closes
+    ``gen`` (the scheduled request is cancelled)."""
+    from kvlink_rag.generate import whole_text
 
-    box: list = []
-
-    def ids():
-        box.append((yield from gen))
-
+    ids: list[int] = []
+    emitted = ""
     try:
-        if pieces:
-            for piece in stream_text(tokenizer, ids()):
-                yield "token", piece
-        else:
-            for _ in ids():
-                pass
-        return box[0]
+        while True:
+            try:
+                item = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            if not pieces:
+                continue
+            if isinstance(item, tuple):
+                item, lp = item
+                yield "logprobs", lp
+            ids.append(item)
+            text = whole_text(tokenizer, ids)  # the rule of kvlink_rag.generate.stream_text
+            if len(text) > len(emitted):
+                yield "token", text[len(emitted):]
+                emitted = text
     finally:
         gen.close()
 

@@ -268,7 +268,7 @@ class Scheduler:
             if first:
                 rr.timings["ttft_s"] = time.perf_counter() - h.request.t0
             if tok is not None:
-                h.put_token(tok)
+                h.put_token(tok, rr.logprobs[-1] if rr.logprobs else None)
             if rr.done:
                 self._end(h, rr)
 
@@ -323,4 +323,5 @@ def _result(req: GenRequest, rr) -> GenResult:
     timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
     return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.context_tokens, rr.cached_tokens,
                      rr.tree_tokens, set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
-                     rr.explained(), encoded_tokens=rr.encoded_tokens, hit_sizes=dict(rr.hit_sizes))
+                     rr.explained(), encoded_tokens=rr.encoded_tokens, hit_sizes=dict(rr.hit_sizes),
+                     logprobs=rr.logprobs)

@@ -19,6 +19,9 @@ def stopped_events(events: Generator[tuple[str, object], None, None], stops: tup
     f = StopFilter(stops)
     try:
         for kind, value in events:
+            if kind == "logprobs":  # a token's log-probabilities (its text is cut below, they are not)
+                yield kind, value
+                continue
             if kind == "token":
                 out = f.feed(value)
                 if out:

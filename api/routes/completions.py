@@ -2,9 +2,10 @@
 
 No documents, no chat template, no system prompt (:mod:`service.completions`); ``max_tokens``,
 ``temperature``, ``top_p``, ``seed``, ``stop``, vLLM's ``ignore_eos`` and ``min_tokens``, ``stream`` with
-``stream_options.include_usage``. A batch of prompts is refused (one prompt per request), and so are the
-OpenAI fields without an implementation (``echo``, ``suffix``, ``best_of``, ``logprobs``...); ``n``
-choices sample with seeds ``seed + i``.
+``stream_options.include_usage``, ``logprobs`` (0..5 alternatives) and ``response_format`` / ``guided_json``
+(:mod:`api.output_fields`). A batch of prompts is refused (one prompt per request), and so are the
+OpenAI fields without an implementation (``echo``, ``suffix``, ``best_of``...); ``n`` choices sample with
+seeds ``seed + i``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ from pydantic import ConfigDict, Field, field_validator
 
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.generation_fields import OpenAIFields
+from api.logprobs_format import LogprobsFormat
+from api.output_fields import CompletionOutputFields
 from api.openai_format import MODEL_ID, answers, n_usage, stream_response
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from kvlink_rag.stop_strings import cut
 from service.query_plan import choice_plans
+from service.structured import add_outputs
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 MAX_PROMPT_IDS = 1 << 20
 
 
-class CompletionIn(OpenAIFields):
+class CompletionIn(CompletionOutputFields, OpenAIFields):
     """``/v1/completions``: one prompt (a string, a list of one string, token ids or a list of one list of
     token ids) and the sampling fields; unknown fields are ignored with a warning (vLLM's rule)."""
 
@@ -64,15 +68,26 @@ async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep
 
     sampling = dict(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     seed=body.seed, **body.generation())
-    plan = await state.gates.run_planning(lambda: plan_completion(queries, tenant, body.prompt, **sampling))
+    spec = body.response_spec()
+
+    def plan_it():
+        p = plan_completion(queries, tenant, body.prompt, **sampling)
+        add_outputs(queries, p, body.logprobs_asked(), spec)
+        return p
+
+    plan = await state.gates.run_planning(plan_it)
     plans = choice_plans(state.settings, plan, body.n)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": body.model or MODEL_ID}
+    tok = queries.engine.lm.tokenizer
+    fmt = LogprobsFormat(tok, chat=False) if body.logprobs_asked() is not None else None
     if body.stream:
         return await stream_response(state, plans, head, _choice,
-                                     bool(body.stream_options and body.stream_options.include_usage), "/v1/completions")
+                                     bool(body.stream_options and body.stream_options.include_usage),
+                                     "/v1/completions", logprobs=fmt)
     results = await answers(state, plans)
-    tok, stops = queries.engine.lm.tokenizer, plan.sampling.get("stop", ())
-    choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i}
+    stops = plan.sampling.get("stop", ())
+    choices = [{**_choice(cut(tok.decode(r.token_ids, skip_special_tokens=True), stops), r.finish_reason), "index": i,
+                "logprobs": fmt and fmt.of(r.logprobs or [], i)}
                for i, r in enumerate(results)]  # not stripped: the raw text
     return {**head, "choices": choices, "usage": n_usage(results)}

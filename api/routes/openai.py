@@ -12,7 +12,9 @@ response carries the usual fields plus ``kvlink: {documents, timings}``; with ``
 the stream has started sends an error object (``{"error": {...}}``, which the openai client raises) and
 then ``data: [DONE]``. The stream starts once the first token is there: a refusal before it (a full queue:
 503 with ``Retry-After``; a conversation longer than the context: 422) is an HTTP error response, as
-without ``stream``.
+without ``stream``. ``logprobs`` / ``top_logprobs`` (raw model log-softmax, vLLM's default) and
+``response_format`` (``json_object``, ``json_schema``; vLLM's ``guided_json``: grammar-constrained decoding)
+are :mod:`api.output_fields`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import uuid
 from fastapi import APIRouter
 
 from api.deps import QueriesDep, StateDep, TenantDep
+from api.logprobs_format import LogprobsFormat
 from api.openai_format import MODEL_ID, answers, extras, n_usage, stream_response
 from api.schemas import ChatIn
 from service.query_plan import choice_plans
+from service.structured import add_outputs
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -44,20 +48,29 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     from kvlink_rag.conversation import Turn
 
     turns = [Turn(m.role, m.text()) for m in body.messages]
-    plan = await state.gates.run_planning(lambda: queries.plan_chat(
-        tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
-        recompute_ratio=body.recompute_ratio, cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
+    spec = body.response_spec()
+
+    def plan_it():
+        p = queries.plan_chat(tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention,
+                              explain=body.explain, recompute_ratio=body.recompute_ratio,
+                              cutoff=(body.min_relative_score, body.min_score), **body.sampling())
+        add_outputs(queries, p, body.logprobs_asked(), spec)
+        return p
+
+    plan = await state.gates.run_planning(plan_it)
     plans = choice_plans(state.settings, plan, body.n)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body.model or MODEL_ID}
+    fmt = LogprobsFormat(queries.engine.lm.tokenizer, chat=True) if body.logprobs_asked() is not None else None
     if body.stream:
         return await stream_response(state, plans, head, _delta,
                                      bool(body.stream_options and body.stream_options.include_usage),
-                                     "/v1/chat/completions", _role)
+                                     "/v1/chat/completions", _role, fmt)
     results = await answers(state, plans)
     return {**head, "object": "chat.completion",
             "choices": [{"index": i, "message": {"role": "assistant", "content": r.answer},
-                         "finish_reason": r.finish_reason, "logprobs": None} for i, r in enumerate(results)],
+                         "finish_reason": r.finish_reason, "logprobs": fmt and fmt.of(r.logprobs or [], i)}
+                        for i, r in enumerate(results)],
             "usage": n_usage(results), "kvlink": extras(results[0])}
 
 

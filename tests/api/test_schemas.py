@@ -107,8 +107,9 @@ def test_loose_types_are_refused_naming_the_field_and_integers_still_count_as_nu
         assert refused(c, "/v1/query", body).startswith(f"body.{field}: Input should be a valid"), (field, value)
     for field, value in (("stream", "yes"), ("max_tokens", "3"), ("n", "1"), ("top_p", "1")):
         assert refused(c, "/v1/chat/completions", {**CHAT, field: value}).startswith(f"body.{field}: "), field
-    # logprobs is an OpenAI field this server does not implement: refused by name whatever its value's type
-    assert "logprobs is not supported" in refused(c, "/v1/chat/completions", {**CHAT, "logprobs": "no"})
+    assert refused(c, "/v1/chat/completions", {**CHAT, "logprobs": "no"}).startswith("body.logprobs: Input should be a valid boolean")
+    # presence_penalty is an OpenAI field this server does not implement: refused by name whatever its value's type
+    assert "presence_penalty is not supported" in refused(c, "/v1/chat/completions", {**CHAT, "presence_penalty": "no"})
     assert refused(c, "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": 5}]}).startswith(
         "body.messages.0.content")
     for field, value in (("text", 5), ("title", 5), ("metadata", "x"), ("id", 7)):
