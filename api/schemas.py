@@ -164,6 +164,9 @@ MinScore = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Retrie
 Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
                                 "tokens' attention (documents[].attribution) and its top passages (character "
                                 "offsets). Linked answers only; costs the eager attention kernel.")]
+AttributionField = Annotated[Literal["leave_one_out", "attention"], Field(
+    description="With explain: how documents are attributed (default KVLINK_RAG_ATTRIBUTION): leave_one_out (one "
+    "more link forward per document, no document re-encoded) or attention (the attention shares only).")]
 
 
 class Passage(BaseModel):
@@ -205,6 +208,7 @@ class QueryIn(Sampling):
                                             "every cache_hit false, cache_load_s 0, link_s the prefill time).")
     retention: Retention | None = None
     explain: Explain = False
+    attribution: AttributionField | None = None
     recompute_ratio: RecomputeRatio | None = None
     min_relative_score: MinRelativeScore | None = None
     min_score: MinScore | None = None
@@ -217,8 +221,12 @@ class UsedDocument(BaseModel):
     content_hash: str
     cache_hit: bool = Field(..., description="True: KV came from the cache; False: encoded for this query.")
     score: float | None = Field(None, description="BM25 score when retrieved.")
-    attribution: float | None = Field(None, description="With explain: this document's share of the attention "
-                                      "question and answer tokens paid to the prefix and the documents.")
+    attribution: float | None = Field(None, description="With explain: this document's share (0..1) by the request's "
+                                      "attribution method: of the answer log-likelihood lost when each document "
+                                      "is left out (leave_one_out), or of the attention question and answer "
+                                      "tokens paid to the prefix and the documents (attention).")
+    log_likelihood_drop: float | None = Field(None, description="With explain and attribution leave_one_out: "
+                                              "log p(answer | all) - log p(answer | all but this one), nats.")
     passages: list[Passage] | None = Field(None, description="With explain: the most-attended spans, most first.")
 
 
@@ -243,7 +251,9 @@ class QueryOut(BaseModel):
     cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
                                "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
     finish_reason: Literal["stop", "length"]
-    prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
+    prefix_attribution: float | None = Field(None, description="With explain: the system prompt's attention share.")
+    attribution_method: Literal["leave_one_out", "attention"] | None = Field(
+        None, description="With explain: the method behind documents[].attribution.")
 
 
 # -- OpenAI-compatible chat --------------------------------------------------------------------------
@@ -296,6 +306,7 @@ class ChatIn(OpenAIFields):
     k: LinkK | None = None
     retention: Retention | None = None
     explain: Explain = False
+    attribution: AttributionField | None = None
     recompute_ratio: RecomputeRatio | None = None
     min_relative_score: MinRelativeScore | None = None
     min_score: MinScore | None = None

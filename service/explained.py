@@ -19,12 +19,18 @@ if TYPE_CHECKING:
     from kvlink_rag.types import LinkedContext
 
 
-def check_explained(mode: str, retention: float | None, explain: bool) -> None:
-    """Raise for a retention outside (0, 1] or explain with mode ``full``.
+def check_explained(mode: str, retention: float | None, explain: bool, attribution: str | None = None) -> None:
+    """Raise for a retention outside (0, 1], explain with mode ``full``, or an ``attribution`` method that is
+    unknown or given without explain.
 
     Raises:
-        ServiceError: 422 ``retention_out_of_range`` / ``explain_unsupported``.
+        ServiceError: 422 ``retention_out_of_range`` / ``explain_unsupported`` / ``invalid_attribution``.
     """
+    from kvlink_rag.settings import ATTRIBUTION_METHODS as METHODS
+
+    if attribution is not None and (attribution not in METHODS or not explain):
+        raise ServiceError(422, "invalid_attribution", f"attribution must be one of {', '.join(METHODS)} and "
+                           f"comes with explain: true; got {attribution!r}" + ("" if explain else " without explain"))
     from kvlink_rag.retention import check_retention
 
     if retention is not None:
@@ -49,10 +55,23 @@ def explained_scope(eng: Engine, plan) -> Iterator[AttentionMass | None]:
         yield mass
 
 
-def explanation(eng: Engine, plan, mass: AttentionMass | None, ctx: LinkedContext) -> dict | None:
-    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`), or None without explain."""
+def explanation(eng: Engine, plan, mass: AttentionMass | None, ctx: LinkedContext,
+                answer_ids: list[int] | None = None) -> dict | None:
+    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`), or None without explain.
+
+    With ``plan.attribution`` ``leave_one_out`` and the answer's ``answer_ids``, the document shares are
+    leave-one-document-out's (:func:`kvlink_rag.leave_one_out.leave_one_out`: one more link forward per
+    document, after decoding, outside the capture); otherwise (or without ids) the attention's. The body
+    names its ``method``.
+    """
     if mass is None:
         return None
     from kvlink_rag.explain import attribution, attribution_json
 
-    return attribution_json(attribution(eng, mass, ctx, [d.document for d in plan.docs]))
+    docs = [d.document for d in plan.docs]
+    body = {**attribution_json(attribution(eng, mass, ctx, docs)), "method": "attention"}
+    if plan.attribution != "leave_one_out" or answer_ids is None:
+        return body
+    from kvlink_rag.leave_one_out import leave_one_out, with_leave_one_out
+
+    return with_leave_one_out(body, leave_one_out(eng, plan.question, docs, answer_ids, plan.k, plan.retention))

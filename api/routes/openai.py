@@ -46,6 +46,7 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
     turns = [Turn(m.role, m.text()) for m in body.messages]
     plan = await state.gates.run_planning(lambda: queries.plan_chat(
         tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention, explain=body.explain,
+        attribution=body.attribution,
         recompute_ratio=body.recompute_ratio, cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
     plans = choice_plans(state.settings, plan, body.n)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
