@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .attribution import Attribution, DocumentAttribution
 from .engine import Engine
 from .linker import link
 from .lora import adapter_scope
@@ -121,3 +122,15 @@ def with_leave_one_out(att_json: dict, loo: LeaveOneOut) -> dict:
            "documents": [{**d, "share": round(s, 6), "log_likelihood_drop": round(drop, 6)}
                          for d, s, drop in zip(docs, loo.shares, loo.drops)]}
     return out
+
+
+def apply_leave_one_out(att: Attribution, loo: LeaveOneOut) -> Attribution:
+    """``att`` (the attention's, for token masses and passages) with ``loo``'s document shares.
+
+    Raises:
+        ValueError: other numbers of documents.
+    """
+    if len(att.documents) != len(loo.shares):
+        raise ValueError(f"{len(loo.shares)} leave-one-out scores for {len(att.documents)} documents")
+    return Attribution(att.prefix, [DocumentAttribution(s, d.token_mass, d.passages)
+                                    for d, s in zip(att.documents, loo.shares)])

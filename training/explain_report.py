@@ -65,14 +65,16 @@ def attribution_markdown(rows: list[dict]) -> str:
 def method_rates(rows: list[dict]) -> dict[str, dict]:
     """Per attribution method of :mod:`training.attribution_eval` rows (``attention``, ``loo``): ``{"top1":
     (rate, lo, hi), "top1_correct": (rate, lo, hi), "n_correct", "seconds": mean extra seconds per question,
-    "n"}``; top-1 is the gold slot holding the highest score (ties: the first slot)."""
+    "n_timed", "n"}``; top-1 is the gold slot holding the highest score (ties: the first slot). The attention's
+    extra seconds are explained minus plain answer time, over the rows that timed a plain answer."""
     out: dict[str, dict] = {}
-    cost = {"attention": lambda r: r["explain_s"] - r["plain_s"], "loo": lambda r: r["loo_s"]}
+    plain = [r for r in rows if r.get("plain_s") is not None]
+    cost = {"attention": [r["explain_s"] - r["plain_s"] for r in plain], "loo": [r["loo_s"] for r in rows]}
     for method, seconds in cost.items():
         top = [float(_top(r[method]) == r["gold_slot"]) for r in rows]
         correct = [t for t, r in zip(top, rows) if r["em"] > 0]
-        out[method] = {"n": len(rows), "n_correct": len(correct),
-                       "seconds": sum(seconds(r) for r in rows) / max(1, len(rows))}
+        out[method] = {"n": len(rows), "n_correct": len(correct), "n_timed": len(seconds),
+                       "seconds": sum(seconds) / max(1, len(seconds))}
         for name, vals in (("top1", top), ("top1_correct", correct)):
             lo, hi = bootstrap_ci(vals)
             out[method][name] = (sum(vals) / len(vals) if vals else 0.0, lo, hi)
@@ -80,13 +82,14 @@ def method_rates(rows: list[dict]) -> dict[str, dict]:
 
 
 def methods_markdown(rows: list[dict]) -> str:
-    """Markdown table of :func:`method_rates` (mean plain-answer seconds in the caption row)."""
+    """Markdown table of :func:`method_rates` (mean plain-answer seconds in the header)."""
     names = {"attention": "attention share (capture while answering)", "loo": "leave-one-document-out"}
-    plain = sum(r["plain_s"] for r in rows) / max(1, len(rows))
+    timed = [r["plain_s"] for r in rows if r.get("plain_s") is not None]
+    plain = sum(timed) / max(1, len(timed))
     lines = ["| method | gold doc top-1 [95% CI] | top-1, correct answers | extra s / question "
-             f"(plain answer {plain:.2f} s) | n |", "|---|---|---|---|---|"]
+             f"(plain answer {plain:.2f} s) | n (timed) |", "|---|---|---|---|---|"]
     for m, s in method_rates(rows).items():
         t, c = s["top1"], s["top1_correct"]
         lines.append(f"| {names[m]} | {t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}] | {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}] "
-                     f"(n={s['n_correct']}) | {s['seconds']:.2f} | {s['n']} |")
+                     f"(n={s['n_correct']}) | {s['seconds']:.2f} | {s['n']} ({s['n_timed']}) |")
     return "\n".join(lines) + "\n"
