@@ -281,6 +281,8 @@ class ChatMessage(RequestBody):
 
 class StreamOptions(RequestBody):
     include_usage: bool = Field(False, description="A last chunk with empty choices carries the usage.")
+    continuous_usage_stats: bool = Field(False, description="vLLM's option, accepted for its clients (guidellm sends "
+                                         "it): the usage still comes on the last chunk only.")
 
 
 class ChatIn(OpenAIFields):

@@ -24,7 +24,8 @@ def bench(
     requests: Annotated[int, typer.Option(help="HTTP queries per concurrency level (60/30/10% short/medium/long).")] = 32,
     repeats: Annotated[int, typer.Option()] = 3,
     suites: Annotated[str, typer.Option(help="Comma-separated groups: ttft, bandwidth, precompute, scaling, "
-                                             "concurrency, serving, shared (the shared Redis tier; default all).")] = "all",
+                                             "concurrency, serving, shared (the shared Redis tier), guidellm (vLLM's "
+                                             "client over --clients levels, skipped when not installed; default all).")] = "all",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Folder for PNG plots.")] = None,
