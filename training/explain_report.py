@@ -92,4 +92,9 @@ def methods_markdown(rows: list[dict]) -> str:
         t, c = s["top1"], s["top1_correct"]
         lines.append(f"| {names[m]} | {t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}] | {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}] "
                      f"(n={s['n_correct']}) | {s['seconds']:.2f} | {s['n']} ({s['n_timed']}) |")
+    exp, loo = [r["explain_s"] for r in rows], [r["loo_s"] for r in rows]
+    if rows:
+        lines += ["", f"Medians, seconds per question: plain answer {median(timed) if timed else float('nan'):.2f} "
+                  f"(n={len(timed)}), the same answer under attention capture {median(exp):.2f}, leave-one-out after "
+                  f"it {median(loo):.2f} (n={len(rows)})."]
     return "\n".join(lines) + "\n"
