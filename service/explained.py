@@ -2,7 +2,9 @@
 its linked answer (single-request path; the batching scheduler runs neither).
 
 ``explain`` captures the attention of the question and answer tokens (eager kernel for the link forward and
-decoding steps, :mod:`kvlink_rag.explain`) and returns each document's share and top passages.
+decoding steps, :mod:`kvlink_rag.explain`) and returns each document's share and top passages; with the
+``attribution`` method ``leave_one_out`` (the default, ``KVLINK_RAG_ATTRIBUTION``) the shares are
+leave-one-document-out's (:mod:`kvlink_rag.leave_one_out`), computed after decoding.
 """
 
 from __future__ import annotations
