@@ -179,5 +179,5 @@ def guidellm_section(results: dict) -> list[str]:
     for r in g["rows"]:
         lines.append(f"| {r['streams']} | {r['requests']} ({r['errors'] or 0}) | {f(r['ttft_ms_p50'])} "
                      f"| {f(r['ttft_ms_p99'])} | {f(r['itl_ms_p50'])} | {f(r['itl_ms_p99'])} "
-                     f"| {f(r['output_tokens_per_s'])} | {f(r['requests_per_s'], 3)} | {f(r['output_tokens_mean'])} |")
+                     f"| {f(r['output_tokens_per_s'], 2)} | {f(r['requests_per_s'], 3)} | {f(r['output_tokens_mean'])} |")
     return lines
