@@ -35,6 +35,7 @@ def extras(r: QueryResult) -> dict:
     out = {"documents": r.documents(), "timings": r.timings}
     if r.attribution is not None:  # explain: documents carry attribution and passages
         out["prefix_attribution"] = r.attribution["prefix"]
+        out["attribution_method"] = r.attribution.get("method")
     return out
 
 

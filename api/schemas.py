@@ -177,6 +177,9 @@ MinScore = Annotated[float, Field(ge=0, allow_inf_nan=False, description="Retrie
 Explain = Annotated[bool, Field(description="Also return each document's share of the question and answer "
                                 "tokens' attention (documents[].attribution) and its top passages (character "
                                 "offsets). Linked answers only; costs the eager attention kernel.")]
+AttributionField = Annotated[Literal["leave_one_out", "attention"], Field(
+    description="With explain: how documents are attributed (default KVLINK_RAG_ATTRIBUTION): leave_one_out (one "
+    "more link forward per document, no document re-encoded) or attention (the attention shares only).")]
 
 
 class Passage(BaseModel):
@@ -218,6 +221,7 @@ class QueryIn(Sampling):
                                             "every cache_hit false, cache_load_s 0, link_s the prefill time).")
     retention: Retention | None = None
     explain: Explain = False
+    attribution: AttributionField | None = None
     recompute_ratio: RecomputeRatio | None = None
     min_relative_score: MinRelativeScore | None = None
     min_score: MinScore | None = None
@@ -230,8 +234,12 @@ class UsedDocument(BaseModel):
     content_hash: str
     cache_hit: bool = Field(..., description="True: KV came from the cache; False: encoded for this query.")
     score: float | None = Field(None, description="BM25 score when retrieved.")
-    attribution: float | None = Field(None, description="With explain: this document's share of the attention "
-                                      "question and answer tokens paid to the prefix and the documents.")
+    attribution: float | None = Field(None, description="With explain: this document's share (0..1) by the request's "
+                                      "attribution method: of the answer log-likelihood lost when each document "
+                                      "is left out (leave_one_out), or of the attention question and answer "
+                                      "tokens paid to the prefix and the documents (attention).")
+    log_likelihood_drop: float | None = Field(None, description="With explain and attribution leave_one_out: "
+                                              "log p(answer | all) - log p(answer | all but this one), nats.")
     passages: list[Passage] | None = Field(None, description="With explain: the most-attended spans, most first.")
 
 
@@ -260,7 +268,9 @@ class QueryOut(BaseModel):
                                           "fetched from the shared tier), encoded_tokens (encoded now), "
                                           "prefix_tree_tokens.")
     finish_reason: Literal["stop", "length"]
-    prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
+    prefix_attribution: float | None = Field(None, description="With explain: the system prompt's attention share.")
+    attribution_method: Literal["leave_one_out", "attention"] | None = Field(
+        None, description="With explain: the method behind documents[].attribution.")
 
 
 # -- OpenAI-compatible chat --------------------------------------------------------------------------
@@ -288,6 +298,8 @@ class ChatMessage(RequestBody):
 
 class StreamOptions(RequestBody):
     include_usage: bool = Field(False, description="A last chunk with empty choices carries the usage.")
+    continuous_usage_stats: bool = Field(False, description="vLLM's option, accepted for its clients (guidellm sends "
+                                         "it): the usage still comes on the last chunk only.")
 
 
 class ChatIn(ChatOutputFields, OpenAIFields):
@@ -313,6 +325,7 @@ class ChatIn(ChatOutputFields, OpenAIFields):
     k: LinkK | None = None
     retention: Retention | None = None
     explain: Explain = False
+    attribution: AttributionField | None = None
     recompute_ratio: RecomputeRatio | None = None
     min_relative_score: MinRelativeScore | None = None
     min_score: MinScore | None = None

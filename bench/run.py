@@ -25,7 +25,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "guidellm")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
 
 
@@ -82,6 +82,11 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
 
         log("serving: batching scheduler and prefix sharing")
         results["serving"] = serving_suite(engine, examples, clients, log=log)
+    if clients and "guidellm" in suites:  # skipped, with the reason, when guidellm is not installed
+        from .guidellm_sweep import guidellm_suite
+
+        log("guidellm sweep through /v1/chat/completions")
+        results["guidellm"] = guidellm_suite(engine, clients, requests=max(1, requests // 8), log=log)
     return results
 
 

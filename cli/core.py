@@ -82,7 +82,7 @@ def ask(
     _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose,
                   attribution_dict(att) if att is not None else None, engine.recompute_ratio(recompute_ratio))
     if att is not None and not as_json:
-        print_attribution(att, documents)
+        print_attribution(att, documents, settings.attribution)
 
 
 def _answer(engine, question, documents, compare, sampling, timings, retention=None, explain=False,
@@ -101,6 +101,11 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
             from kvlink_rag.explain import explain_answer
 
             linked, att = explain_answer(engine, question, documents, retention=retention, **sampling)
+            if engine.settings.attribution == "leave_one_out":  # KVLINK_RAG_ATTRIBUTION, as the service
+                from kvlink_rag.leave_one_out import apply_leave_one_out, leave_one_out
+
+                att = apply_leave_one_out(att, leave_one_out(engine, question, documents, linked.token_ids,
+                                                             retention=retention))
         else:
             linked = engine.answer(question, documents, retention=retention, recompute_ratio=recompute_ratio,
                                    **sampling)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +15,10 @@ KV_DTYPES = ("float32", "bfloat16", "float16")
 def default_home() -> Path:
     """``~/.cache/kvlink-rag``: the one folder that holds every piece of kept state."""
     return Path.home() / ".cache" / "kvlink-rag"
+
+
+AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.leave_one_out)
+ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 
 
 class Settings(BaseSettings):
@@ -101,6 +105,11 @@ class Settings(BaseSettings):
         "recomputed in the joined context, those whose layer-1 values deviate most from the reused cache; 0 = off "
         "(reuse only). For models without trained link tokens; with link tokens it adds to them. A query's own "
         "`recompute_ratio` overrides it; the recompute is the request's prefill in the batching scheduler.")
+    attribution: AttributionMethod = Field(
+        "leave_one_out", description="How explain attributes an answer to its documents: `leave_one_out` (the drop "
+        "in the answer's log-likelihood when a document is left out of the link, one link forward per document, "
+        "kvlink_rag.leave_one_out) or `attention` (the question and answer tokens' attention share only). Top "
+        "passages come from the attention either way. A request's own `attribution` overrides it.")
     importance_scores: bool = Field(
         True, description="Score token importance while precomputing (eager attention for that forward) and store "
         "each layer's tokens in importance order, so a retention below 1 reads a prefix of each record.")

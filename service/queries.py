@@ -68,9 +68,11 @@ class QueryService:
     def plan(self, tenant: str, question: str, document_ids: list[str] | None = None, top_k: int | None = None,
              k: int | None = None, adapter: str | None = None, mode: str = "linked", retention: float | None = None,
              explain: bool = False, recompute_ratio: float | None = None, required: bool = True,
-             cutoff: tuple[float | None, float | None] = (None, None), **sampling) -> QueryPlan:
+             cutoff: tuple[float | None, float | None] = (None, None), attribution: str | None = None,
+             **sampling) -> QueryPlan:
         """Check the limits and pick the documents; ``mode`` is one of :data:`MODES`; ``retention`` (0 < r <= 1,
         default the setting) is the fraction of each document's tokens kept; ``explain`` adds the attribution;
+        ``attribution`` its method (``leave_one_out`` or ``attention``, default the setting);
         ``recompute_ratio`` (0..1, default the setting) the fraction of document tokens CacheBlend recomputes.
         ``cutoff`` is ``(min_relative_score, min_score)`` of retrieval (None: the settings). Without
         ``required``, a question that retrieves no document is planned without documents (a plain
@@ -87,7 +89,7 @@ class QueryService:
             raise ServiceError(422, "invalid_mode", f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         question = check_request(self.settings, question, document_ids, top_k, sampling.get("max_new_tokens"))
         sampling = check_generation(self.settings, sampling)
-        check_explained(mode, retention, explain)
+        check_explained(mode, retention, explain, attribution)
         check_recompute(mode, recompute_ratio, explain)
         self._check_links(k, adapter)
         docs = choose_documents(self.choice, tenant, question, document_ids, top_k, required, cutoff)
@@ -97,6 +99,7 @@ class QueryService:
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
         plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
         plan.explain = explain
+        plan.attribution = attribution or self.settings.attribution  # KVLINK_RAG_ATTRIBUTION
         if mode == "linked" and not explain:  # KVLINK_RAG_RECOMPUTE_RATIO
             plan.recompute_ratio = self.settings.recompute_ratio if recompute_ratio is None else recompute_ratio
         return plan
@@ -212,7 +215,7 @@ class QueryService:
         ans = answer_of(result, self.engine.lm.tokenizer)
         done = self._finish(plan, made[-1], ans, stage_timings(plan, result), result.tree_docs, result.cached_tokens,
                             token_sources(result, made[-1].cache))
-        done.attribution = explanation(made[-1], plan, result.attention)
+        done.attribution = explanation(made[-1], plan, result.attention, ans.token_ids, self.model_lock)
         done.logprobs = result.logprobs
         yield "done", done
 

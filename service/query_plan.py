@@ -37,6 +37,7 @@ class QueryPlan:
     text_ids: list[int] | None = None
     retention: float | None = None
     explain: bool = False
+    attribution: str = "attention"  # explain's method: "attention" or "leave_one_out" (kvlink_rag.leave_one_out)
     recompute_ratio: float = 0.0
 
 
@@ -63,7 +64,8 @@ class QueryResult:
                  "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
                 for d, hit in zip(self.docs, self.cache_hits, strict=True)]
         for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
-            d.update(attribution=att["share"], passages=att["passages"])
+            d.update(attribution=att["share"], passages=att["passages"],
+                     **({"log_likelihood_drop": att["log_likelihood_drop"]} if "log_likelihood_drop" in att else {}))
         return docs
 
 

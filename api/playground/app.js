@@ -21,6 +21,7 @@ function resetAnswers() {
   $("full-box").hidden = !$("compare").checked;
   $("ttft-compare").textContent = "";
   $("used-docs").replaceChildren();
+  $("used-method").textContent = "";
   for (const key of TIMINGS) document.querySelector(`[data-timing="${key}"]`).textContent = "-";
 }
 
@@ -46,21 +47,42 @@ async function answerInto(el, body) {
   }
 }
 
-function showUsed(docs) {
-  const top = Math.max(0, ...docs.map((d) => d.score || 0));
-  $("used-docs").replaceChildren(...docs.map((d) => {
+// Documents used, in prompt order; when explained, each one's attribution share as a bar and percentage
+// (data-share) and its top passages quoted from the document's text (read once per answer).
+function showUsed(docs, method) {
+  const explained = docs.some((d) => d.attribution != null);
+  const order = docs;
+  $("used-method").textContent = explained ? `attribution: ${method === "leave_one_out"
+    ? "share of the answer's log-likelihood lost when the document is left out" : "share of the attention"}` : "";
+  $("used-docs").replaceChildren(...order.map((d) => {
     const li = make("li", "used");
     li.dataset.docId = d.id;
     const bar = make("span", "bar");
     const fill = make("span", "bar-fill");
-    fill.style.width = (top > 0 && d.score != null ? (100 * d.score) / top : 0) + "%";
+    fill.style.width = (explained ? 100 * d.attribution : 0) + "%";
     bar.append(fill);
-    if (d.score == null) bar.style.visibility = "hidden"; // named documents have no retrieval score
+    if (!explained) bar.style.visibility = "hidden";
     bar.setAttribute("aria-hidden", "true");
+    const share = make("span", "score", explained ? Math.round(100 * d.attribution) + "%" : "");
+    if (explained) share.dataset.share = String(d.attribution);
     li.append(make("span", "cache " + (d.cache_hit ? "hit" : "miss"), d.cache_hit ? "hit" : "miss"),
-              make("span", "used-title", d.title || d.id), bar, make("span", "score", d.score == null ? "" : d.score.toFixed(2)));
+              make("span", "used-title", d.title || d.id), bar, share);
+    if (explained && d.passages && d.passages.length) {
+      const quotes = make("ol", "passages");
+      li.append(quotes);
+      showPassages(quotes, d.id, d.passages);
+    }
     return li;
   }));
+}
+
+async function showPassages(list, id, passages) {
+  try {
+    const doc = await kvApi.request("GET", docPath(id) + "?include_text=true");
+    list.replaceChildren(...passages.map((p) => make("li", "passage", `\u201c${doc.text.slice(p.start, p.end).trim()}\u201d`)));
+  } catch (e) {
+    list.remove();  // the document went away since the answer: no passages to quote
+  }
 }
 
 function showTimings(timings) {
@@ -82,6 +104,7 @@ function queryBody() {
   if (ids.length) body.document_ids = ids;
   else if ($("top-k").value !== "") body.top_k = Number($("top-k").value);
   if ($("adapter").value && $("adapter").value !== "default") body.adapter = $("adapter").value;
+  if ($("explain").checked) body.explain = true;  // the server's attribution method (KVLINK_RAG_ATTRIBUTION)
   return body;
 }
 
@@ -101,12 +124,13 @@ async function ask(ev) {
     }
     const linked = await answerInto($("answer"), body);
     if (!linked) return;
-    showUsed(linked.documents);
+    showUsed(linked.documents, linked.attribution_method);
     showTimings(linked.timings);
     if (!$("compare").checked) return;
     $("full-box").hidden = false; // after the linked answer, never beside it: the model is shared
     const ids = linked.documents.map((d) => d.id);
-    const full = await answerInto($("answer-full"), { ...body, top_k: undefined, document_ids: ids, mode: "full" });
+    const full = await answerInto($("answer-full"), { ...body, top_k: undefined, document_ids: ids, mode: "full",
+                                                      explain: undefined });  // explain is for linked answers
     if (!full) return;
     const a = linked.timings.ttft_s, b = full.timings.ttft_s;
     // a repeated full prefill reads its earlier KV from the prefix tree: say so instead of a cold-looking ratio

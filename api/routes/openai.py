@@ -52,7 +52,8 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
 
     def plan_it():
         p = queries.plan_chat(tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention,
-                              explain=body.explain, recompute_ratio=body.recompute_ratio,
+                              explain=body.explain, attribution=body.attribution,
+                              recompute_ratio=body.recompute_ratio,
                               cutoff=(body.min_relative_score, body.min_score), **body.sampling())
         add_outputs(queries, p, body.logprobs_asked(), spec)
         return p

@@ -32,7 +32,8 @@ def query_out(r: QueryResult) -> dict:
     return QueryOut(answer=r.answer, documents=r.documents(), timings=r.timings, context_tokens=r.context_tokens,
                     completion_tokens=len(r.token_ids), cached_tokens=r.cached_tokens, token_sources=r.token_sources,
                     finish_reason=r.finish_reason,
-                    prefix_attribution=r.attribution["prefix"] if r.attribution else None).model_dump()
+                    prefix_attribution=r.attribution["prefix"] if r.attribution else None,
+                    attribution_method=r.attribution.get("method") if r.attribution else None).model_dump()
 
 
 async def sse_events(items):
@@ -58,7 +59,8 @@ async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: St
     A stream starts once its first token is there: what refuses the query before it is an HTTP status."""
     plan = await state.gates.run_planning(lambda: queries.plan(
         tenant, body.question, body.document_ids, body.top_k, body.k, body.adapter, body.mode,
-        retention=body.retention, explain=body.explain, recompute_ratio=body.recompute_ratio,
+        retention=body.retention, explain=body.explain, attribution=body.attribution,
+        recompute_ratio=body.recompute_ratio,
         cutoff=(body.min_relative_score, body.min_score), **body.sampling()))
     if body.stream:
         return EventSourceResponse(sse_events(await started(query_stream(state, plan))))

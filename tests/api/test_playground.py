@@ -10,7 +10,7 @@ from api.routes.playground import PLAYGROUND_DIR
 
 CONTRACT_IDS = {"api-key", "adapter", "doc-id", "doc-title", "doc-text", "doc-add", "doc-file", "doc-message",
                 "doc-list", "question", "top-k", "compare", "ask", "answer", "answer-full", "ttft-compare",
-                "used-docs", "timings", "error"}
+                "used-docs", "used-method", "explain", "timings", "error"}
 TIMINGS = {"retrieval_s", "cache_load_s", "link_s", "ttft_s", "total_s", "queue_wait_s"}
 
 
@@ -41,6 +41,7 @@ def test_the_page_has_every_element_of_the_dom_contract(client):
     assert CONTRACT_IDS <= set(found)
     assert {f"timing:{t}" for t in TIMINGS} <= set(found)
     assert found["api-key"][1]["type"] == "password" and found["compare"][1]["type"] == "checkbox"
+    assert found["explain"][1]["type"] == "checkbox" and "checked" in found["explain"][1]  # attribution by default
     assert found["doc-file"][1]["accept"] == ".txt,.md,.jsonl" and found["top-k"][1]["value"] == "3"
     assert found["doc-list"][0] == "ul" and found["used-docs"][0] == "ul" and found["question"][0] == "input"
     for answer in ("answer", "answer-full"):

@@ -20,9 +20,10 @@ ASK = {"question": "Who kept the lighthouse lamp burning?", "document_ids": ["li
 
 
 def test_explain_returns_shares_that_sum_to_one_and_passages_inside_each_text(client, ready):
-    r = client.post("/v1/query", json={**ASK, "explain": True})
+    r = client.post("/v1/query", json={**ASK, "explain": True, "attribution": "attention"})
     assert r.status_code == 200, r.text
     body = r.json()
+    assert body["attribution_method"] == "attention"
     shares = [d["attribution"] for d in body["documents"]]
     assert all(0 <= s <= 1 for s in shares) and 0 <= body["prefix_attribution"] <= 1
     assert abs(sum(shares) + body["prefix_attribution"] - 1) < 1e-4
@@ -62,10 +63,31 @@ def test_explain_with_full_prefill_is_422(client, ready):
 def test_chat_kvlink_field_carries_the_attribution(client, ready):
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": ASK["question"]}],
                                                   "document_ids": ASK["document_ids"], "explain": True,
-                                                  "retention": 0.8})
+                                                  "retention": 0.8, "attribution": "attention"})
     assert r.status_code == 200, r.text
     kv = r.json()["kvlink"]
     assert abs(sum(d["attribution"] for d in kv["documents"]) + kv["prefix_attribution"] - 1) < 1e-4
+
+
+def test_explain_defaults_to_leave_one_out_whose_drops_give_the_shares(client, ready):
+    r = client.post("/v1/query", json={**ASK, "explain": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["attribution_method"] == "leave_one_out"
+    drops = [d["log_likelihood_drop"] for d in body["documents"]]
+    positive = [max(x, 0.0) for x in drops]
+    for d, p in zip(body["documents"], positive):
+        assert abs(d["attribution"] - (p / sum(positive) if sum(positive) > 0 else 0.0)) < 1e-4
+        assert 1 <= len(d["passages"]) <= 2  # the passages are the attention's
+    chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": ASK["question"]}],
+                                                     "document_ids": ASK["document_ids"], "explain": True})
+    assert chat.json()["kvlink"]["attribution_method"] == "leave_one_out"
+
+
+@pytest.mark.parametrize("extra", [{"attribution": "saliency", "explain": True}, {"attribution": "attention"}])
+def test_an_unknown_attribution_or_one_without_explain_is_422(client, ready, extra):
+    r = client.post("/v1/query", json={**ASK, **extra})
+    assert r.status_code == 422 and "attribution" in r.text
 
 
 def test_the_retention_setting_applies_when_a_query_names_none(make_client, fixture_docs):

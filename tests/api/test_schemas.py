@@ -167,3 +167,14 @@ def test_numeric_chat_and_listing_fields_at_their_edges(paris):
                            ({"limit": 1000}, 200), ({"limit": 1001}, 422), ({"limit": 0}, 422),
                            ({"limit": "1e3"}, 422), ({"offset": str(2**70)}, 422)):
         assert c.get("/v1/documents", params=params).status_code == status, params
+
+
+def test_guidellms_chat_body_validates_continuous_usage_stats_included():
+    """guidellm 0.8.1 sends vLLM's ``stream_options.continuous_usage_stats``, ``stop: null``, ``ignore_eos``."""
+    from api.schemas import ChatIn
+
+    body = ChatIn.model_validate_json(json.dumps({
+        "model": "kvlink-rag", "messages": [{"role": "user", "content": "hello"}], "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "max_completion_tokens": 16,
+        "stop": None, "ignore_eos": True, "min_tokens": 16}))
+    assert body.stream_options.include_usage and body.stream_options.continuous_usage_stats

@@ -42,6 +42,8 @@ USED_DOCS_JS = """
 return [...document.querySelectorAll('#used-docs li.used')].map(
     li => [li.dataset.docId, (li.querySelector('.cache') || {}).textContent?.trim()]);
 """
+SHARES_JS = "return [...document.querySelectorAll('#used-docs [data-share]')].map(e => Number(e.dataset.share));"
+PASSAGES_JS = "return [...document.querySelectorAll('#used-docs li.passage')].map(e => e.textContent);"
 NO_HORIZONTAL_SCROLL_JS = "return document.documentElement.scrollWidth <= window.innerWidth;"
 
 
@@ -150,6 +152,12 @@ def test_ingest_ask_with_enter_stream_and_delete(driver, server, tmp_path):
     assert used and "lighthouse" in [doc_id for doc_id, _ in used], used
     assert {doc_id for doc_id, _ in used} <= driver.execute_script(DOC_STATUS_JS).keys()
     assert all(cache == "hit" for _, cache in used), used  # every document was ready: served from its cache
+    shares = driver.execute_script(SHARES_JS)  # explained by default: per-document attribution, top passages
+    assert len(shares) == len(used) and all(0 <= s <= 1 for s in shares), shares
+    assert abs(sum(shares) - 1) < 1e-3 or sum(shares) == 0, shares
+    assert "left out" in _by_id(driver, "used-method").text
+    _wait(driver, lambda d: d.execute_script(PASSAGES_JS), "quoted passages under the documents used")
+    assert all(q.startswith("\u201c") and q.endswith("\u201d") for q in driver.execute_script(PASSAGES_JS))
     timings = {name: driver.execute_script(
         f"return document.querySelector('#timings [data-timing=\"{name}\"]')?.textContent.trim() || ''")
         for name in ("retrieval_s", "cache_load_s", "link_s", "ttft_s", "total_s", "queue_wait_s")}

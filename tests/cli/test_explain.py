@@ -42,15 +42,52 @@ def test_explain_prints_shares_and_writes_a_heatmap(tmp_path, env):
     b.write_text("Paris is the capital of France. The Seine flows through the city.")
     png = tmp_path / "heat.png"
     result = runner.invoke(app, ["explain", "--doc", str(a), "--doc", str(b), "--png", str(png), "--json",
-                                 "--retention", "0.5", "Who kept the lamp burning?"], env=env)
+                                 "--retention", "0.5", "--attribution", "attention", "Who kept the lamp burning?"],
+                           env=env)
     assert result.exit_code == 0, result.output
     res = json.loads(result.stdout)
     att = res["attribution"]
-    assert len(att["documents"]) == 2
+    assert len(att["documents"]) == 2 and att["method"] == "attention"
     assert abs(att["prefix"] + sum(d["share"] for d in att["documents"]) - 1) < 1e-4
     for d, text in zip(att["documents"], (a.read_text(), b.read_text())):
         assert all(0 <= p["start"] < p["end"] <= len(text) for p in d["passages"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_explain_by_leave_one_out_is_the_default_and_its_shares_sum_to_one_or_zero(tmp_path, env):
+    a, b = tmp_path / "lighthouse.txt", tmp_path / "paris.txt"
+    a.write_text("The lighthouse on Skerry Point was built in 1851. Agnes Moray kept the lamp burning.")
+    b.write_text("Paris is the capital of France. The Seine flows through the city.")
+    png = tmp_path / "heat.png"
+    result = runner.invoke(app, ["explain", "--doc", str(a), "--doc", str(b), "--png", str(png), "--json",
+                                 "Who kept the lamp burning?"], env=env)
+    assert result.exit_code == 0, result.output
+    att = json.loads(result.stdout)["attribution"]
+    shares = [d["share"] for d in att["documents"]]
+    assert att["method"] == "leave_one_out" and all(0 <= s <= 1 for s in shares)
+    assert abs(sum(shares) - 1) < 1e-4 or sum(shares) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_unknown_attribution_method_is_a_one_line_error(env):
+    result = runner.invoke(app, ["explain", "--doc", "README.md", "--attribution", "saliency", "q?"], env=env)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --attribution 'saliency': must be one of leave_one_out, attention")
+
+
+def test_attribution_eval_report_prints_both_methods(tmp_path, env):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [
+        {"index": 0, "gold_slot": 1, "em": 1.0, "attention": [0.2, 0.1], "loo": [0.1, 2.0],
+         "plain_s": 1.0, "explain_s": 1.5, "loo_s": 3.0},
+        {"index": 1, "gold_slot": 0, "em": 0.0, "attention": [0.3, 0.1], "loo": [-0.1, 0.5],
+         "plain_s": None, "explain_s": 1.1, "loo_s": 2.0}]) + "\n")  # plain answers timed on some rows only
+    result = runner.invoke(app, ["attribution-eval", "--nq", "unused", "--rows", "unused", "--report", str(rows)],
+                           env=env)
+    assert result.exit_code == 0, result.output
+    att, loo = [line for line in result.stdout.splitlines() if line.startswith(("| attention", "| leave"))]
+    assert att.startswith("| attention share") and "| 0.500 [" in att and "| 0.50 | 2 (1) |" in att
+    assert loo.startswith("| leave-one-document-out | 0.500 [") and "(n=1) | 2.50 | 2 (2) |" in loo
 
 
 def test_query_explain_on_the_store(tmp_path, env):
@@ -61,6 +98,8 @@ def test_query_explain_on_the_store(tmp_path, env):
     assert result.exit_code == 0, result.output
     res = json.loads(result.stdout)
     shares = [d["attribution"] for d in res["documents"]]
-    assert abs(sum(shares) + res["prefix_attribution"] - 1) < 1e-4
+    assert res["attribution_method"] == "leave_one_out"  # the default: shares of the log-likelihood lost
+    assert abs(sum(shares) - 1) < 1e-4 or sum(shares) == 0
+    assert all(isinstance(d["log_likelihood_drop"], float) for d in res["documents"])
 
 
