@@ -217,6 +217,8 @@ class UsedDocument(BaseModel):
     content_hash: str
     cache_hit: bool = Field(..., description="True: KV came from the cache; False: encoded for this query.")
     score: float | None = Field(None, description="BM25 score when retrieved.")
+    chunk: int | None = Field(None, description="A retrieved chunk of a document stored as chunks: its index "
+                              "(only that chunk was linked); None: the whole document.")
     attribution: float | None = Field(None, description="With explain: this document's share of the attention "
                                       "question and answer tokens paid to the prefix and the documents.")
     passages: list[Passage] | None = Field(None, description="With explain: the most-attended spans, most first.")

@@ -39,6 +39,8 @@ class RunningRequest:
         tree_tokens, tree_docs: what the prefix tree served.
         encoded_tokens: tokens of documents encoded now (cache misses).
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
+        cold: computed without the prefix tree (mode ``full`` with documents, the comparison): nothing is
+            read from it and its KV is not inserted.
     """
 
     def __init__(self, engine: Engine, context: Hashable, layout: RequestLayout, params: SamplingParams,
@@ -55,6 +57,7 @@ class RunningRequest:
         self.tree_tokens, self.tree_docs = 0, set()
         self.encoded_tokens = self.cached_tokens = 0
         self.shared = False
+        self.cold = False
         self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
         self.last_layer_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # with logits: the prompt's last layer
         self.generator = sampling_generator(params)
@@ -95,7 +98,8 @@ class RunningRequest:
                 self.last_layer_kv = (torch.cat([k for k, _ in pieces], 1).clone(), torch.cat([v for _, v in pieces], 1).clone())
         if not self.shared:
             self.shared = True
-            self._share_prompt()
+            if not self.cold:
+                self._share_prompt()
         self.fed = 0
         tok = sample_next(logits, self.params, self.generator, len(self.tokens))
         if tok in self.params.stop_token_ids:
@@ -132,7 +136,7 @@ class RunningRequest:
             return
         seq = self.seq
         fed = len(self.layout.items)
-        if seq.length and seq.shared_tokens == self.prompt_tokens:
+        if seq.length and seq.shared_tokens == self.prompt_tokens and not self.cold:
             own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
             self.tree.insert(self.context, self.layout.items[:fed], self.layout.sizes[:fed], own,
                              kv_from=self.prompt_items)
@@ -189,6 +193,8 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
           mode: str = "linked", k: int | None = None) -> RunningRequest:
     """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
     ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents).
+    ``full`` with documents is the comparison with linking and runs cold (no prefix-tree read or insert,
+    ``cached_tokens`` 0) unless ``full_mode_cached`` is set; without documents (a plain chat) it shares.
 
     Raises:
         ValueError: linked mode without documents, empty text.
@@ -204,8 +210,10 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     if lay.num_tokens + 1 > eng.lm.max_positions:
         raise ContextTooLong(_too_long(lay, eng.lm.max_positions))
     req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
+    req.cold = mode == "full" and bool(docs) and not eng.settings.full_mode_cached
     t0 = time.perf_counter()
-    req.match = tree.match(req.context, lay.items[:-1])  # the last prompt item is always computed
+    # the last prompt item is always computed; a cold request matches nothing
+    req.match = Match([], 0, 0, None) if req.cold else tree.match(req.context, lay.items[:-1])
     req.tree_tokens = req.match.tokens
     req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
     req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)

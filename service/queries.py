@@ -264,6 +264,8 @@ class QueryService:
             for d, hit, why in zip(plan.docs, hits, unstored, strict=True):
                 if hit:
                     self.store.index.incr_hits(plan.tenant, d.doc_id)
+                elif d.chunk is not None:  # one chunk encoded on the spot: the document's record stays as is
+                    continue
                 elif why is not None:
                     catalog.fail(plan.tenant, d.doc_id, d.version, why)
                 else:

@@ -56,10 +56,11 @@ class QueryResult:
     attribution: dict | None = None
 
     def documents(self) -> list[dict]:
-        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
+        """``[{id, title, version, content_hash, cache_hit, score, chunk}]`` in prompt order (``chunk``: the
+        index of a retrieved chunk, None for a whole document); with an attribution
         (``explain``) also ``attribution`` (share) and ``passages`` (``[{start, end, share}]``) per document."""
         docs = [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
-                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
+                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score, "chunk": d.chunk}
                 for d, hit in zip(self.docs, self.cache_hits, strict=True)]
         for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
             d.update(attribution=att["share"], passages=att["passages"])
