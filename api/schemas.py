@@ -201,8 +201,9 @@ class QueryIn(Sampling):
                                 "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links "
                                 "(GET /v1/adapters).")
     mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
-                                            "'full' (full prefill of the same prompt, for comparison: no cache used, "
-                                            "every cache_hit false, cache_load_s 0, link_s the prefill time).")
+                                            "'full' (full prefill of the same prompt, for comparison: cold, no cache "
+                                            "or prefix tree used, cached_tokens 0, every cache_hit false, "
+                                            "cache_load_s 0, link_s the prefill time).")
     retention: Retention | None = None
     explain: Explain = False
     recompute_ratio: RecomputeRatio | None = None
@@ -243,7 +244,8 @@ class QueryOut(BaseModel):
     context_tokens: int
     completion_tokens: int
     cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
-                               "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
+                               "in mode 'full' only with KVLINK_RAG_FULL_MODE_CACHED: an earlier full request's KV), the "
+                               "prefix KV, stored document caches; 0 in mode 'full'.")
     finish_reason: Literal["stop", "length"]
     prefix_attribution: float | None = Field(None, description="With explain: the system prompt's share.")
 

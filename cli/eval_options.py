@@ -177,7 +177,8 @@ TagOpt = Annotated[str, typer.Option(help="Appended to every mode label as @TAG 
                                      "eval-report compares runs of one mode with different artifacts.")]
 RetrieveOpt = Annotated[int, typer.Option(help="nq: link only the K best BM25 matches of the question among its "
                                           "--docs candidates (after the cut-off below); 0 links every candidate. "
-                                          "Prints recall@1/3/5/10 of the gold passage over the candidates.")]
+                                          "Prints recall@1/3/5/10 of the gold passage over the candidates, the "
+                                          "documents kept per question and how often the gold one is among them.")]
 MinRelativeOpt = Annotated[float, typer.Option(help="--retrieve: keep matches scoring at least this fraction of the "
                                              "best (the server's KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE; 0: all K).")]
 MinScoreOpt = Annotated[float, typer.Option(help="--retrieve: keep matches scoring at least this (BM25).")]
@@ -197,7 +198,8 @@ def retrieving(task: str, top_k: int, cutoff: tuple[float, float], build, exampl
         fail("--retrieve K (K >= 1) is an option of --task nq, with --min-relative-score in [0, 1] and --min-score >= 0")
     from training.retrieved import Retrieve, recall_at
 
-    recall = recall_at(examples, n, start, n_docs, positions, seed, build)
+    retrieve = Retrieve(top_k, relative, floor)
+    recall = recall_at(examples, n, start, n_docs, positions, seed, build, retrieve)
     print("retrieval over the candidates: " + ", ".join(f"{k} {v:.3f}" if k != "n" else f"n {v}"
                                                            for k, v in recall.items()), flush=True)
-    return Retrieve(top_k, relative, floor).build(build), {"retrieval": recall}
+    return retrieve.build(build), {"retrieval": recall}

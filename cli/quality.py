@@ -70,9 +70,8 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
-    chunk_tokens: Annotated[Optional[str], typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block; default 0,512).")] = None,
-    retrieve: RetrieveOpt = 0, min_relative_score: MinRelativeOpt = 0.0, min_score: MinScoreOpt = 0.0,
-) -> None:
+    chunk_tokens: Annotated[Optional[str], typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block; default 0,512).")] = None, retrieve: RetrieveOpt = 0,
+    min_relative_score: MinRelativeOpt = 0.0, min_score: MinScoreOpt = 0.0) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ or key-value retrieval.
 
     Accuracy is best_subspan_em (kv-retrieval: exact match) with a 95% bootstrap interval; TTFT is the median.
@@ -84,10 +83,8 @@ def eval_cmd(
     variants = with_blend_ratios(retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
     examples, build, metric, title = task_examples(task, data, n, docs, pairs_per_doc, seed)
     from training.eval import evaluate, position_for, summarise
-
     n = min(n, len(examples))
-    build, recall = retrieving(task, retrieve, (min_relative_score, min_score), build, examples, n, start, docs,
-                               positions, seed)
+    build, recall = retrieving(task, retrieve, (min_relative_score, min_score), build, examples, n, start, docs, positions, seed)
     stored_docs = _check_run(start, n, doc_cache, task, int8, retention)
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8, stored_docs)

@@ -190,11 +190,11 @@ def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k
 
 
 def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
-          mode: str = "linked", k: int | None = None) -> RunningRequest:
+          mode: str = "linked", k: int | None = None, cold: bool = False) -> RunningRequest:
     """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
     ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents).
-    ``full`` with documents is the comparison with linking and runs cold (no prefix-tree read or insert,
-    ``cached_tokens`` 0) unless ``full_mode_cached`` is set; without documents (a plain chat) it shares.
+    ``cold``: computed without the prefix tree (no read, no insert; ``cached_tokens`` 0): the service
+    asks it for mode ``full`` with documents, the comparison with linking (KVLINK_RAG_FULL_MODE_CACHED).
 
     Raises:
         ValueError: linked mode without documents, empty text.
@@ -210,7 +210,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     if lay.num_tokens + 1 > eng.lm.max_positions:
         raise ContextTooLong(_too_long(lay, eng.lm.max_positions))
     req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
-    req.cold = mode == "full" and bool(docs) and not eng.settings.full_mode_cached
+    req.cold = cold
     t0 = time.perf_counter()
     # the last prompt item is always computed; a cold request matches nothing
     req.match = Match([], 0, 0, None) if req.cold else tree.match(req.context, lay.items[:-1])

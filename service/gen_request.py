@@ -39,6 +39,7 @@ class GenRequest:
         adapter: the adapter's name as asked (requests running at once use at most ``max_adapters``
             distinct ones: loading another could unload one in use).
         keep_logits: keep every step's ``[vocab]`` float32 logits in the result (``kvlink-rag verify``).
+        cold: computed without the prefix tree, read or written (mode ``full``'s comparison).
     """
 
     make_engine: Callable[[], Engine]
@@ -50,11 +51,12 @@ class GenRequest:
     t0: float = field(default_factory=time.perf_counter)
     keep_logits: bool = False
     adapter: str | None = None
+    cold: bool = False
 
     def shared_prefix_key(self) -> tuple | None:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
-        the system prompt, documents and link tokens), or None without documents."""
-        if not self.docs:
+        the system prompt, documents and link tokens), or None without documents or when cold."""
+        if not self.docs or self.cold:
             return None
         return (self.mode, self.k, self.adapter, tuple((d.text, d.title) for d in self.docs))
 

@@ -98,6 +98,7 @@ class QueryService:
                          {k_: v for k_, v in sampling.items() if v is not None}, mode)
         plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
         plan.explain = explain
+        plan.cold = mode == "full" and bool(docs) and not self.settings.full_mode_cached
         if mode == "linked" and not explain:  # KVLINK_RAG_RECOMPUTE_RATIO
             plan.recompute_ratio = self.settings.recompute_ratio if recompute_ratio is None else recompute_ratio
         # explain, retention < 1 and CacheBlend run on the single-request path

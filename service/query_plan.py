@@ -39,6 +39,7 @@ class QueryPlan:
     retention: float | None = None
     explain: bool = False
     recompute_ratio: float = 0.0
+    cold: bool = False  # mode full's comparison: no prefix-tree read or insert (KVLINK_RAG_FULL_MODE_CACHED)
 
 
 @dataclass

@@ -204,7 +204,7 @@ class Scheduler:
                     continue
                 try:
                     eng = _cancellable(req.make_engine(), w.handle)
-                    rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k)
+                    rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k, req.cold)
                     rr.logits = [] if req.keep_logits else None
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)

@@ -20,14 +20,6 @@ def _texts(docs: list[Document]) -> list[str]:
     return [f"{d.title or ''}\n{d.text}" for d in docs]
 
 
-def gold_rank(docs: list[Document], gold: int, question: str) -> int | None:
-    """1-based BM25 rank of ``docs[gold]`` for ``question`` among ``docs``; None when it scores 0."""
-    for r, (i, _) in enumerate(rank(_texts(docs), question), 1):
-        if i == gold:
-            return r
-    return None
-
-
 @dataclass(frozen=True)
 class Retrieve:
     """``top_k`` best candidates kept, then those scoring at least ``relative`` x the best and ``floor``."""
@@ -49,15 +41,26 @@ class Retrieve:
 
 
 def recall_at(examples, n: int, start: int, n_docs: int, positions: list[str], seed: int,
-              build: Callable[..., tuple[list[Document], int]], ks: tuple[int, ...] = RECALL_KS) -> dict:
+              build: Callable[..., tuple[list[Document], int]], kept_by: Retrieve | None = None,
+              ks: tuple[int, ...] = RECALL_KS) -> dict:
     """``{"recall@k": fraction of questions start..n-1 whose gold passage ranks within k, ..., "n": count}``
-    over each question's ``n_docs`` candidates (``build``'s, at each gold position; BM25 ignores order)."""
+    over each question's ``n_docs`` candidates (``build``'s, at each gold position; BM25 ignores order); with
+    ``kept_by`` also ``"kept"`` (documents linked per question, mean) and ``"gold_kept"`` (fraction of
+    questions whose gold passage is among them) after its top_k and cut-off."""
     from training.eval import position_for
 
-    ranks = []
+    ranks, kept, gold_kept = [], 0, 0
     for layout in positions:
         for i in range(start, n):
             docs, gold = build(examples, i, n_docs, position_for(layout, i), seed)
-            ranks.append(gold_rank(docs, gold, examples[i].question))
+            ranked = rank(_texts(docs), examples[i].question)
+            ranks.append(next((r for r, (j, _) in enumerate(ranked, 1) if j == gold), None))
+            if kept_by is not None:
+                hits = above_cutoff(ranked[: kept_by.top_k], kept_by.relative, kept_by.floor)
+                kept += len(hits)
+                gold_kept += gold in [j for j, _ in hits]
     total = max(len(ranks), 1)
-    return {**{f"recall@{k}": sum(r is not None and r <= k for r in ranks) / total for k in ks}, "n": len(ranks)}
+    out = {**{f"recall@{k}": sum(r is not None and r <= k for r in ranks) / total for k in ks}, "n": len(ranks)}
+    if kept_by is not None:
+        out.update(kept=kept / total, gold_kept=gold_kept / total)
+    return out
