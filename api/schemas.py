@@ -217,8 +217,9 @@ class QueryIn(Sampling):
                                 "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links "
                                 "(GET /v1/adapters).")
     mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
-                                            "'full' (full prefill of the same prompt, for comparison: no cache used, "
-                                            "every cache_hit false, cache_load_s 0, link_s the prefill time).")
+                                            "'full' (full prefill of the same prompt, for comparison: cold, no cache "
+                                            "or prefix tree used, cached_tokens 0, every cache_hit false, "
+                                            "cache_load_s 0, link_s the prefill time).")
     retention: Retention | None = None
     explain: Explain = False
     attribution: AttributionField | None = None
@@ -234,6 +235,8 @@ class UsedDocument(BaseModel):
     content_hash: str
     cache_hit: bool = Field(..., description="True: KV came from the cache; False: encoded for this query.")
     score: float | None = Field(None, description="BM25 score when retrieved.")
+    chunk: int | None = Field(None, description="A retrieved chunk of a document stored as chunks: its index "
+                              "(only that chunk was linked); None: the whole document.")
     attribution: float | None = Field(None, description="With explain: this document's share (0..1) by the request's "
                                       "attribution method: of the answer log-likelihood lost when each document "
                                       "is left out (leave_one_out), or of the attention question and answer "
@@ -262,7 +265,8 @@ class QueryOut(BaseModel):
     context_tokens: int
     completion_tokens: int
     cached_tokens: int = Field(0, description="Prompt tokens not computed for this query: the prefix tree (also "
-                               "in mode 'full': an earlier full request's KV), the prefix KV, stored document caches.")
+                               "in mode 'full' only with KVLINK_RAG_FULL_MODE_CACHED: an earlier full request's KV), the "
+                               "prefix KV, stored document caches; 0 in mode 'full'.")
     token_sources: dict[str, int] = Field(default_factory=dict, description="Prompt tokens by source (scheduler "
                                           "path): document_cache_tokens (stored caches; shared_tier_tokens of them "
                                           "fetched from the shared tier), encoded_tokens (encoded now), "

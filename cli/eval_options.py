@@ -175,3 +175,31 @@ EvalDocCacheOpt = Annotated[str, typer.Option(help="memory: document caches in t
                                               "long-docs; not with --int8 or --retention).")]
 TagOpt = Annotated[str, typer.Option(help="Appended to every mode label as @TAG (e.g. the artifact's name), so "
                                      "eval-report compares runs of one mode with different artifacts.")]
+RetrieveOpt = Annotated[int, typer.Option(help="nq: link only the K best BM25 matches of the question among its "
+                                          "--docs candidates (after the cut-off below); 0 links every candidate. "
+                                          "Prints recall@1/3/5/10 of the gold passage over the candidates, the "
+                                          "documents kept per question and how often the gold one is among them.")]
+MinRelativeOpt = Annotated[float, typer.Option(help="--retrieve: keep matches scoring at least this fraction of the "
+                                             "best (the server's KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE; 0: all K).")]
+MinScoreOpt = Annotated[float, typer.Option(help="--retrieve: keep matches scoring at least this (BM25).")]
+
+
+def retrieving(task: str, top_k: int, cutoff: tuple[float, float], build, examples, n: int, start: int,
+               n_docs: int, positions: list[str], seed: int) -> tuple[object, dict]:
+    """``(documents builder, {"retrieval": recall@k})`` of ``--retrieve``: ``build`` followed by BM25 over the
+    candidates (:class:`training.retrieved.Retrieve`) and the recall printed; ``(build, {})`` without it; or
+    exit on a bad value."""
+    relative, floor = cutoff
+    if not top_k and (relative or floor):
+        fail("--min-relative-score and --min-score apply with --retrieve K")
+    if not top_k:
+        return build, {}
+    if task != "nq" or top_k < 0 or not 0 <= relative <= 1 or floor < 0:
+        fail("--retrieve K (K >= 1) is an option of --task nq, with --min-relative-score in [0, 1] and --min-score >= 0")
+    from training.retrieved import Retrieve, recall_at
+
+    retrieve = Retrieve(top_k, relative, floor)
+    recall = recall_at(examples, n, start, n_docs, positions, seed, build, retrieve)
+    print("retrieval over the candidates: " + ", ".join(f"{k} {v:.3f}" if k != "n" else f"n {v}"
+                                                           for k, v in recall.items()), flush=True)
+    return retrieve.build(build), {"retrieval": recall}

@@ -13,7 +13,7 @@ from rich.table import Table
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, checked_doc_cache, doc_cache_engine, fail,
                         make_settings, out, progress_bar, results_only_stdout)
 from cli.eval_options import (ADAPTED, EvalDocCacheOpt, PositionsOpt, RatiosOpt, StartOpt, TagOpt, TaskOpt,
-                              chunk_sizes, eval_choices, new_tokens,
+                              MinRelativeOpt, MinScoreOpt, RetrieveOpt, chunk_sizes, eval_choices, new_tokens, retrieving,
                               question_step, retention_variants, task_engines, task_examples, too_long_exits,
                               with_blend_ratios)
 from training.modes import MODES
@@ -70,8 +70,8 @@ def eval_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="Also run every linked mode explained (attention "
                                           "captured): per-document attribution, the gold passage's rank, and "
                                           "the TTFT cost of explaining.")] = False,
-    chunk_tokens: Annotated[Optional[str], typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block; default 0,512).")] = None,
-) -> None:
+    chunk_tokens: Annotated[Optional[str], typer.Option(help="long-docs: comma list of chunk sizes linked modes run at (0 = one block; default 0,512).")] = None, retrieve: RetrieveOpt = 0,
+    min_relative_score: MinRelativeOpt = 0.0, min_score: MinScoreOpt = 0.0) -> None:
     """Accuracy, answer NLL and TTFT per mode on multi-document NQ or key-value retrieval.
 
     Accuracy is best_subspan_em (kv-retrieval: exact match) with a 95% bootstrap interval; TTFT is the median.
@@ -83,8 +83,8 @@ def eval_cmd(
     variants = with_blend_ratios(retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
     examples, build, metric, title = task_examples(task, data, n, docs, pairs_per_doc, seed)
     from training.eval import evaluate, position_for, summarise
-
     n = min(n, len(examples))
+    build, recall = retrieving(task, retrieve, (min_relative_score, min_score), build, examples, n, start, docs, positions, seed)
     stored_docs = _check_run(start, n, doc_cache, task, int8, retention)
     settings = make_settings(k, encoding, kv_dtype, shipped_links=False)  # base = untrained link tokens
     by_mode = _eval_engines(settings, wanted, links, adapter, int8, stored_docs)
@@ -104,7 +104,7 @@ def eval_cmd(
                            f"gold {gold_position}, {settings.encoding}, K={settings.link_k}")
     if json_out is not None:
         run = _run_settings(options, settings, metric, n=n, gold_positions=positions, max_new_tokens=max_new_tokens)
-        json_out.write_text(json.dumps({**summary, "settings": run}, indent=2))
+        json_out.write_text(json.dumps({**summary, **recall, "settings": run}, indent=2))
     _eval_reports(summary, rows, plot, retention is not None, explain)
 
 
@@ -120,7 +120,8 @@ def _run_settings(args: dict, settings: Settings, metric, **resolved) -> dict:
                 data=str(a["data"]), links=str(a["links"]) if a["links"] else None,
                 adapter=str(a["adapter"]) if a["adapter"] else None, max_new_tokens=a["max_new_tokens"],
                 int8=a["int8"], retention=a["retention"], retention_methods=a["retention_methods"],
-                recompute_ratio=a["recompute_ratio"], task=task, metric=metric.__name__, **extra)
+                recompute_ratio=a["recompute_ratio"], task=task, metric=metric.__name__, retrieve=a["retrieve"] or None,
+                min_relative_score=a["min_relative_score"], min_score=a["min_score"], **extra)
 
 def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention: bool, explain: bool) -> None:
     """``--plot``: accuracy by gold position, and with ``--retention`` the retention curve beside it

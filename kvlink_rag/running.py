@@ -48,6 +48,8 @@ class RunningRequest:
         own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
         fixup: CacheBlend's :class:`~kvlink_rag.blend_stage.BlendFixup`, applied once the prefill is complete.
         attention: explain's :class:`~kvlink_rag.attention_rows.RowAttention`, handed to the runner with each row.
+        cold: computed without the prefix tree (mode ``full`` with documents, the comparison): nothing is
+            read from it and its KV is not inserted.
     """
 
     def __init__(self, engine: Engine, context: Hashable, layout: RequestLayout, params: SamplingParams,
@@ -65,6 +67,7 @@ class RunningRequest:
         self.encoded_tokens = self.cached_tokens = 0
         self.hit_sizes: dict[str, int] = {}
         self.shared = False
+        self.cold = False
         self.logits: list[torch.Tensor] | None = None  # [vocab] float32 per step, when kept (verification)
         self.last_layer_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # with logits: the prompt's last layer
         self.generator = sampling_generator(params)
@@ -121,7 +124,7 @@ class RunningRequest:
             self.shared = True
             if self.attention is not None:
                 self.attention.prompt_done()
-            if not self.own_prompt:
+            if not self.own_prompt and not self.cold:
                 self._share_prompt()
         self.fed = 0
         masked = logits if self.matcher is None else self.matcher.mask(logits)
@@ -177,7 +180,7 @@ class RunningRequest:
             return
         seq = self.seq
         fed = len(self.layout.items)
-        if seq.length and seq.shared_tokens == self.prompt_tokens:
+        if seq.length and seq.shared_tokens == self.prompt_tokens and not self.cold:
             own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
             self.tree.insert(self.context, self.layout.items[:fed], self.layout.sizes[:fed], own,
                              kv_from=self.prompt_items)
@@ -258,10 +261,12 @@ class Reuse:
 
 
 def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
-          mode: str = "linked", k: int | None = None, reuse: Reuse = Reuse()) -> RunningRequest:
+          mode: str = "linked", k: int | None = None, reuse: Reuse = Reuse(), cold: bool = False) -> RunningRequest:
     """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
     ``full`` (system prompt, documents and text prefilled) or ``plain`` (``text_ids`` alone, no documents);
-    ``reuse`` (linked only): retention, CacheBlend recompute and explain.
+    ``reuse`` (linked only): retention, CacheBlend recompute and explain. ``cold``: computed without the
+    prefix tree (no read, no insert; ``cached_tokens`` 0): the service asks it for mode ``full`` with
+    documents, the comparison with linking (KVLINK_RAG_FULL_MODE_CACHED).
 
     Raises:
         ValueError: linked mode without documents, empty text.
@@ -283,8 +288,9 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     if lay.next_position + 1 > eng.lm.max_positions:
         raise ContextTooLong(_too_long(lay, eng.lm.max_positions))
     req = RunningRequest(eng, context_key(eng, mode, k_used), lay, params, tree)
-    req.own_prompt = own
-    req.match = tree.match(req.context, lay.items[: lay.kinds.count("prefix") if own else -1])
+    req.own_prompt, req.cold = own, cold
+    # the last prompt item is always computed; a cold request matches nothing
+    req.match = Match([], 0, 0, None) if cold else tree.match(req.context, lay.items[: lay.kinds.count("prefix") if own else -1])
     req.tree_tokens = req.match.tokens
     req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
     req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)

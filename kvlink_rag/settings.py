@@ -149,6 +149,10 @@ class Settings(BaseSettings):
         0.5, ge=0, le=1, description="Retrieved documents (no document_ids) are kept only when their BM25 score is "
         "at least this fraction of the best one's (0 keeps the whole top_k).")
     retrieval_min_score: float = Field(0.0, ge=0, description="Retrieved documents are kept only when their BM25 score is at least this (0: any positive score).")
+    bm25_k1: float = Field(1.5, ge=0, description="BM25 term-frequency saturation k1 of retrieval.")
+    bm25_b: float = Field(0.75, ge=0, le=1, description="BM25 length normalisation b of retrieval (0: none, 1: full); "
+                          "documents stored as chunks are indexed chunk by chunk, so each chunk is normalised to its "
+                          "own length.")
     max_query_documents: int = Field(20, ge=1, description="Most document ids one query may name.")
     max_new_tokens_limit: int = Field(512, ge=1, description="Largest max_new_tokens a request may ask for.")
     max_choices: int = Field(8, ge=1, description="Largest n (choices) of a chat or completion request.")
@@ -171,6 +175,9 @@ class Settings(BaseSettings):
         "Redis restarted empty under a running host is refilled from this host's text mirror and the index "
         "rebuilt in the background); 0 = only at start.")
     playground: bool = Field(True, description="Serve the web playground page at / (its files under /playground/).")
+    full_mode_cached: bool = Field(False, description="mode 'full' (the comparison with linking) reads and fills the "
+                                   "prefix tree like other requests; off (the default): it prefills the whole prompt "
+                                   "cold, cached_tokens 0.")
     scheduler: bool = Field(True, description="Batch queries and chat in the scheduler (continuous batching, "
                             "prefix sharing); False: the scheduler runs one request at a time.")
     max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")

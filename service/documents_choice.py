@@ -7,7 +7,7 @@ still answers while a Redis index is down.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kvlink_rag.types import Document
@@ -23,16 +23,20 @@ if TYPE_CHECKING:
 
 @dataclass
 class QueryDoc:
-    """A document chosen for a query: id, current version and text, BM25 score when retrieved."""
+    """A document chosen for a query: id, current version and text, BM25 score when retrieved; ``chunk``: the
+    index of the one chunk retrieved (``document`` is then that chunk, as the engine caches it)."""
 
     doc_id: str
     version: int
     document: Document
     score: float | None = None
+    chunk: int | None = None
+    whole_hash: str = ""  # a chunk's document's content hash
 
     @property
     def content_hash(self) -> str:
-        return content_hash(self.document.text)
+        """sha256 hex of the document's text (the whole document's for a chunk)."""
+        return self.whole_hash or content_hash(self.document.text)
 
 
 class DocumentChoice:
@@ -68,7 +72,8 @@ class DocumentChoice:
 
     def retrieve(self, tenant: str, question: str, top_k: int, required: bool = True,
                  cutoff: tuple[float | None, float | None] = (None, None)) -> list[QueryDoc]:
-        """The ``top_k`` BM25 matches of ``question`` that can be served (corrupt or deleted ones skipped) and
+        """The ``top_k`` BM25 matches of ``question`` (documents, or chunks of chunked ones: only the chunk is
+        linked) that can be served (corrupt or deleted ones skipped) and
         pass the score cut-off (``KVLINK_RAG_RETRIEVAL_MIN_RELATIVE_SCORE`` of the best, at least
         ``KVLINK_RAG_RETRIEVAL_MIN_SCORE``; ``cutoff`` overrides them: ``(relative, floor)``, None keeps a
         setting); without ``required`` none is an empty list (a plain chat).
@@ -87,8 +92,10 @@ class DocumentChoice:
         relative = s.retrieval_min_relative_score if relative is None else relative
         hits = above_cutoff(self.retrieval.search(tenant, question, top_k), relative,
                             s.retrieval_min_score if floor is None else floor)
-        for doc_id, score in hits:
+        for doc_id, score, chunk in hits:
             d = self.load(tenant, doc_id, strict=False)  # None: deleted since the index was built, or corrupt
+            if d is not None and chunk is not None:
+                d = self._chunk(d, chunk)
             if d is not None:
                 d.score = score
                 docs.append(d)
@@ -100,6 +107,14 @@ class DocumentChoice:
                                "question (BM25); name the documents to use instead (document_ids; --doc-id in "
                                "the CLI)")
         return docs
+
+    def _chunk(self, d: QueryDoc, chunk: int) -> QueryDoc | None:
+        """``d`` narrowed to its chunk ``chunk``; None when its current text has no such chunk (changed since
+        the BM25 index was built: the next rebuild indexes the new chunks)."""
+        piece = self.retrieval.chunk_of(d.document, chunk)
+        if piece is None:
+            return None
+        return replace(d, document=piece, chunk=chunk, whole_hash=d.content_hash)
 
     def load(self, tenant: str, doc_id: str, strict: bool = True) -> QueryDoc | None:
         """The document's current text (verified), or None when unknown.

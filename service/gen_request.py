@@ -44,6 +44,7 @@ class GenRequest:
         recompute_ratio: CacheBlend's fraction of document tokens recomputed (linked; 0 = none).
         explain: collect the attention the question and answer pay to each slot (linked; the result's
             ``attention``).
+        cold: computed without the prefix tree, read or written (mode ``full``'s comparison).
     """
 
     make_engine: Callable[[], Engine]
@@ -58,15 +59,16 @@ class GenRequest:
     retention: float = 1.0
     recompute_ratio: float = 0.0
     explain: bool = False
+    cold: bool = False
 
     def shared_prefix_key(self) -> tuple | None:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
-        the system prompt, documents and link tokens), or None without documents or when the request keeps
+        the system prompt, documents and link tokens), or None without documents, when cold, or when the request keeps
         its document KV to itself (retention below 1, CacheBlend, explain: it reads no documents from the
         prefix tree, :class:`kvlink_rag.running.Reuse`)."""
         from kvlink_rag.running import Reuse
 
-        if not self.docs or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
+        if not self.docs or self.cold or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
             return None
         return (self.mode, self.k, self.adapter, tuple((d.text, d.title) for d in self.docs))
 

@@ -100,6 +100,7 @@ class QueryService:
         plan.retention = self.settings.retention if retention is None else retention  # KVLINK_RAG_RETENTION
         plan.explain = explain
         plan.attribution = attribution or self.settings.attribution  # KVLINK_RAG_ATTRIBUTION
+        plan.cold = mode == "full" and bool(docs) and not self.settings.full_mode_cached
         if mode == "linked" and not explain:  # KVLINK_RAG_RECOMPUTE_RATIO
             plan.recompute_ratio = self.settings.recompute_ratio if recompute_ratio is None else recompute_ratio
         return plan
@@ -242,6 +243,8 @@ class QueryService:
             for d, hit, why in zip(plan.docs, hits, unstored, strict=True):
                 if hit:
                     self.store.index.incr_hits(plan.tenant, d.doc_id)
+                elif d.chunk is not None:  # one chunk encoded on the spot: the document's record stays as is
+                    continue
                 elif why is not None:
                     catalog.fail(plan.tenant, d.doc_id, d.version, why)
                 else:

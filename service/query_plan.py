@@ -39,6 +39,7 @@ class QueryPlan:
     explain: bool = False
     attribution: str = "attention"  # explain's method: "attention" or "leave_one_out" (kvlink_rag.leave_one_out)
     recompute_ratio: float = 0.0
+    cold: bool = False  # mode full's comparison: no prefix-tree read or insert (KVLINK_RAG_FULL_MODE_CACHED)
 
 
 @dataclass
@@ -58,10 +59,11 @@ class QueryResult:
     logprobs: list | None = None  # with sampling["logprobs"]: a TokenLogprob per generated token
 
     def documents(self) -> list[dict]:
-        """``[{id, title, version, content_hash, cache_hit, score}]`` in prompt order; with an attribution
+        """``[{id, title, version, content_hash, cache_hit, score, chunk}]`` in prompt order (``chunk``: the
+        index of a retrieved chunk, None for a whole document); with an attribution
         (``explain``) also ``attribution`` (share) and ``passages`` (``[{start, end, share}]``) per document."""
         docs = [{"id": d.doc_id, "title": d.document.title or "", "version": d.version,
-                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score}
+                 "content_hash": d.content_hash, "cache_hit": hit, "score": d.score, "chunk": d.chunk}
                 for d, hit in zip(self.docs, self.cache_hits, strict=True)]
         for d, att in zip(docs, (self.attribution or {}).get("documents", [])):
             d.update(attribution=att["share"], passages=att["passages"],

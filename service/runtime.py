@@ -20,7 +20,7 @@ from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService
 from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue
 from service.recovery_hooks import RequeueCorrupt, recover_at_start
-from service.retrieval import Retrieval
+from service.retrieval import BM25Params, Retrieval
 
 if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
@@ -88,6 +88,7 @@ class Runtime:
             engine = load_engine(self.settings, self.store.cache, self.timings)
         engine.cache = self.store.cache  # cache keys must be the store's (same as the workers')
         self.engine = engine
+        self.retrieval.use_chunks(engine.chunks)  # chunked documents are retrieved chunk by chunk
         if isinstance(self.queue, EmbeddedQueue):
             self.queue.engine = engine
         if self.scheduler is None:
@@ -223,7 +224,8 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
     except BaseException:
         q.close()
         raise
-    rt = Runtime(settings, store, q, Retrieval(store.index, store.texts, settings.bm25_refresh_s), lock,
+    rt = Runtime(settings, store, q, Retrieval(store.index, store.texts, settings.bm25_refresh_s,
+                                                    params=BM25Params(settings.bm25_k1, settings.bm25_b)), lock,
                  on_result=on_result, timings={"store_open_s": time.perf_counter() - t0})
     try:
         if load_engine or engine is not None:

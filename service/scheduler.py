@@ -207,7 +207,7 @@ class Scheduler:
                 try:
                     eng = _cancellable(req.make_engine(), w.handle)
                     rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k,
-                               Reuse(req.retention, req.recompute_ratio, req.explain))
+                               Reuse(req.retention, req.recompute_ratio, req.explain), req.cold)
                     rr.logits = [] if req.keep_logits else None
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)

@@ -133,7 +133,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
     with adapter_scope(lm, engine.adapter), \
             (explaining(engine, docs, k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
-        if mode in FULL_MODES:
+        if mode in FULL_MODES or not docs:  # no documents (eval --retrieve kept none): the question alone
             ctx = full_prefill(lm, engine.prompt_ids(question, docs))
         else:
             ctx, _ = engine.link_context(question, docs, k=k, retention=retention.r, method=retention.method,
@@ -155,7 +155,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
             mass.active = True
         ids = list(decode(lm, ctx, params))
     assert not ids or ids[0] == first
-    extra = {} if mode in FULL_MODES else {"bytes_per_doc": document_bytes(engine, ctx, len(docs)),
+    extra = {} if mode in FULL_MODES or not docs else {"bytes_per_doc": document_bytes(engine, ctx, len(docs)),
                                            "retention": retention.r, "method": retention.method,
                                            "recompute_ratio": retention.recompute_ratio}
     if mass is not None:

@@ -128,14 +128,14 @@ async function ask(ev) {
     showTimings(linked.timings);
     if (!$("compare").checked) return;
     $("full-box").hidden = false; // after the linked answer, never beside it: the model is shared
-    const ids = linked.documents.map((d) => d.id);
-    const full = await answerInto($("answer-full"), { ...body, top_k: undefined, document_ids: ids, mode: "full",
-                                                      explain: undefined });  // explain is for linked answers
+    // the same request in mode full: the same documents (or retrieved chunks), every prompt token computed cold;
+    // explain is for linked answers
+    const full = await answerInto($("answer-full"), { ...body, mode: "full", explain: undefined });
     if (!full) return;
     const a = linked.timings.ttft_s, b = full.timings.ttft_s;
-    // a repeated full prefill reads its earlier KV from the prefix tree: say so instead of a cold-looking ratio
+    // full is cold unless the server sets KVLINK_RAG_FULL_MODE_CACHED: then say what it read from the prefix tree
     const reused = full.cached_tokens ? `; full read ${full.cached_tokens} of ${full.context_tokens} prompt tokens from the prefix tree (not a cold prefill)` : "";
-    $("ttft-compare").textContent = `TTFT linked ${ms(a)} vs full ${ms(b)}` + (a > 0 ? ` (${(b / a).toFixed(1)}x)` : "") + reused;
+    $("ttft-compare").textContent = `TTFT linked ${ms(a)} (${linked.cached_tokens} of ${linked.context_tokens} prompt tokens cached) vs full ${full.cached_tokens ? "" : "cold "}${ms(b)}` + (a > 0 ? ` (${(b / a).toFixed(1)}x)` : "") + reused;
   } finally {
     asking = false;
     $("ask").disabled = false;

@@ -160,6 +160,12 @@ def test_chat_retrieves_only_the_right_document_and_answers_a_greeting_without_d
             assert [d["id"] for d in chat.model_extra["kvlink"]["documents"]] == [right], question
             query = http.post("/v1/query", json={"question": question, "top_k": 3, "max_new_tokens": 1}).json()
             assert [d["id"] for d in query["documents"]] == [right], question
+        leave = http.post("/v1/query", json={"question": "How many days of annual leave do I get per year?",
+                                             "top_k": 3, "max_new_tokens": 1}).json()  # the handbook is stored
+        used = leave["documents"]  # as chunks (KVLINK_RAG_CHUNK_TOKENS 512): its retrieved chunks alone are linked
+        assert {d["id"] for d in used} == {"employee-handbook"} and len({d["chunk"] for d in used}) == len(used) >= 1
+        assert None not in {d["chunk"] for d in used} and leave["context_tokens"] < 600 * len(used)
+        assert [d["chunk"] for d in query["documents"]] == [None]  # a document that is not chunked: whole
         hello = client.chat.completions.create(model="kvlink-rag", max_tokens=2,
                                                messages=[{"role": "user", "content": "Hello, who are you?"}])
         assert hello.model_extra["kvlink"]["documents"] == []
@@ -177,13 +183,20 @@ def test_chat_retrieves_only_the_right_document_and_answers_a_greeting_without_d
         assert r.status_code == 422 and "body.min_relative_score" in r.json()["error"]["message"]
 
 
-def test_mode_full_reuses_an_earlier_full_requests_kv_and_says_so(server):
-    ask = {"question": QUESTION, **VOLCANO, "max_new_tokens": 2, "mode": "full"}
-    first = server.http.post("/v1/query", json=ask).json()
-    again = server.http.post("/v1/query", json=ask).json()
-    assert first["cached_tokens"] == 0 and first["documents"][0]["cache_hit"] is False
-    assert again["cached_tokens"] == again["context_tokens"] - 1  # all but the last prompt token, from the tree
-    assert again["answer"] == first["answer"]
+def test_mode_full_is_cold_every_time_and_answers_as_a_warm_full_does(server, tmp_path, tiny_engine, fixture_docs):
+    ask = {"question": QUESTION, **VOLCANO, "max_new_tokens": 4, "mode": "full"}
+    cold = [server.http.post("/v1/query", json=ask).json() for _ in range(2)]
+    assert [r["cached_tokens"] for r in cold] == [0, 0]  # neither read the prefix tree (nor filled it)
+    assert all(d["cache_hit"] is False for r in cold for d in r["documents"])
+    linked = server.http.post("/v1/query", json={**ask, "mode": "linked"}).json()
+    assert linked["cached_tokens"] > 0  # linked requests still read the document caches
+    app = create_app(service_settings(tmp_path / "warm", full_mode_cached=True), tiny_engine)
+    with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        http.post("/v1/documents", json={"documents": fixture_docs})
+        wait_ready(http, "volcano")
+        warm = [http.post("/v1/query", json=ask).json() for _ in range(2)]
+    assert warm[0]["cached_tokens"] == 0 and warm[1]["cached_tokens"] == warm[1]["context_tokens"] - 1  # the tree
+    assert {r["answer"] for r in cold + warm} == {cold[0]["answer"]}  # cold or from the tree: the same answer
 
 
 def test_n_choices_sample_with_successive_seeds_and_share_the_prompt(server):

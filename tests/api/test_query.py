@@ -276,6 +276,7 @@ def test_full_prefill_mode_answers_the_same_prompt_without_caches(client, fixtur
     assert [e for e, _ in events][-1] == "done" and done["answer"] == expected.text
     assert "".join(json.loads(d)["text"] for e, d in events if e == "token").strip() == expected.text
     assert [d["cache_hit"] for d in done["documents"]] == [False] * 2
+    assert body["cached_tokens"] == done["cached_tokens"] == 0  # the repeat is cold too: no prefix-tree read
     assert [client.get(f"/v1/documents/{i}").json()["hits"] for i in ids] == hits_before  # no cache was used
     for series in ("kvlink_ttft_seconds_count", 'kvlink_query_documents_total{cache="miss"}'):
         assert _metric(client.get("/metrics").text, series) == _metric(metrics_before, series)  # not counted

@@ -37,6 +37,8 @@ def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tm
     (["--chunk-tokens", "10"], "--chunk-tokens is an option of --task long-docs"),  # was silently ignored
     (["--task", "kv-retrieval", "--chunk-tokens", "0,512"], "--chunk-tokens is an option of --task long-docs"),
     (["--modes", "full", "--recompute-ratio", "0.15"], "not to full prefill"),  # was silently dropped
+    (["--task", "kv-retrieval", "--retrieve", "3"], "--retrieve K (K >= 1) is an option of --task nq"),
+    (["--task", "kv-retrieval", "--min-relative-score", "0.5"], "apply with --retrieve K"),
 ])
 def test_eval_task_errors_are_one_line(args, message, env):
     result = runner.invoke(app, ["eval", *args], env=env)
