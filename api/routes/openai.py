@@ -23,11 +23,12 @@ import uuid
 from fastapi import APIRouter
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.openai_format import MODEL_ID, answers, extras, n_usage, stream_response
+from api.errors import error_responses
+from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, extras, n_usage, stream_response
 from api.schemas import ChatIn
 from service.query_plan import choice_plans
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], responses=error_responses(401, 503))
 
 
 def _delta(text: str | None, finish: str | None) -> dict:
@@ -38,7 +39,7 @@ def _role(text: str | None, finish: str | None) -> dict:
     return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses={**STREAM_RESPONSE, **error_responses(404, 409, 422)})
 async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
     from kvlink_rag.conversation import Turn
