@@ -26,6 +26,15 @@ ERROR_REF = "#/components/schemas/ErrorOut"
 FASTAPI_VALIDATION = ("HTTPValidationError", "ValidationError")
 
 
+PY_WHITESPACE = ("\\t\\n\\u000b\\u000c\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+                 "\\u205f\\u3000")  # every character str.isspace() holds (what str.strip() strips), as a regex class
+NON_BLANK = f"[^{PY_WHITESPACE}]"  # JSON-schema pattern of text not only whitespace (the server strips it)
+def forbidden(*combinations: dict) -> dict:
+    """``json_schema_extra`` of a request whose fields exclude each other: each combination maps field names
+    to the JSON schema of a value that counts as given; a body matching all of one combination is refused."""
+    return {"not": {"anyOf": [{"required": list(c), "properties": c} for c in combinations]}}
+
+
 def limit(**bounds: str) -> dict:
     """``json_schema_extra`` of a field whose bound depends on the server: ``limit(maximum="max_top_k")``
     (keys: a JSON-schema keyword such as maximum, maxLength, maxItems; values: a name of :func:`limit_values`).

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
 
-from api.contract import limit
+from api.contract import NON_BLANK, forbidden, limit
 
 from api.generation_fields import GenerationFields, OpenAIFields
 
@@ -23,12 +23,6 @@ MAX_LIST_OFFSET = 10**9
 MAX_CHAT_MESSAGES = 1024
 MAX_IDS_PER_QUERY = 10_000  # the configured KVLINK_RAG_MAX_QUERY_DOCUMENTS is checked in QueryService.plan
 CHAT_ROLES = ("system", "user", "assistant")  # kvlink_rag.conversation.ROLES (not imported: it needs torch)
-
-
-def forbidden(*combinations: dict) -> dict:
-    """``json_schema_extra`` of a request whose fields exclude each other: each combination maps field names
-    to the JSON schema of a value that counts as given; a body matching all of one combination is refused."""
-    return {"not": {"anyOf": [{"required": list(c), "properties": c} for c in combinations]}}
 
 
 IDS_AND_TOP_K = {"document_ids": {"type": "array"}, "top_k": {"type": "integer"}}  # "give either ..., not both"
@@ -54,9 +48,6 @@ def check_doc_id(value: str) -> str:
 
 DOC_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": DOC_ID_MAX_BYTES, "pattern": "^[^/\\\\?#%\\u0000-\\u001f\\u007f]+$",
                  "not": {"enum": [".", ".."]}, "description": f"Document id: {DOC_ID_RULE}."}
-PY_WHITESPACE = ("\\t\\n\\u000b\\u000c\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
-                 "\\u205f\\u3000")  # every character str.isspace() holds (what str.strip() strips), as a regex class
-NON_BLANK = f"[^{PY_WHITESPACE}]"  # JSON-schema pattern of text not only whitespace (the server strips it)
 DocId = Annotated[str, AfterValidator(check_doc_id), WithJsonSchema(DOC_ID_SCHEMA)]
 """A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
 

@@ -79,3 +79,14 @@ def test_the_schema_roles_are_the_conversation_roles():
     from kvlink_rag.conversation import ROLES
 
     assert CHAT_ROLES == ROLES
+
+
+def test_the_non_blank_pattern_is_what_str_strip_keeps():
+    """``NON_BLANK`` (the schema's "not only whitespace") matches exactly the characters str.strip() keeps."""
+    import re
+
+    from api.contract import NON_BLANK
+
+    pattern = re.compile(NON_BLANK)
+    assert all((pattern.search(chr(i)) is None) == chr(i).isspace() for i in range(0x110000)
+               if not 0xD800 <= i < 0xE000)
