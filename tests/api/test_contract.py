@@ -33,7 +33,7 @@ def schemathesis_run(url: str, workdir: Path, *extra: str) -> subprocess.Complet
            "SCHEMATHESIS_HOOKS": "contract_hooks"}
     args = [str(ST), "run", f"{url}/openapi.json", "--checks", "all", "--exclude-checks", "positive_data_acceptance",
             "--max-examples", "8", "--seed", "30", "--generation-database", "none", "--output-sanitize", "false",
-            "--no-color", *extra]
+            "--request-timeout", "60", "--no-color", *extra]  # a busy CPU may take seconds per answer
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=1200)
 
 
