@@ -12,7 +12,9 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.request_body import INVALID_UNICODE
 from service.errors import ServiceError, redis_errors
@@ -33,8 +35,49 @@ def error_body(status: int, code: str, message: str, **extra) -> dict:
     return {"error": {"code": code, "message": message, "type": kind, **extra}}
 
 
-def error_response(status: int, code: str, message: str, **extra) -> JSONResponse:
-    return JSONResponse(error_body(status, code, message, **extra), status_code=status)
+def error_response(status: int, code: str, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message, **extra), status_code=status, headers=headers)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable machine ``code``, a human ``message``, ``type`` (OpenAI's error type)."""
+
+    model_config = ConfigDict(extra="allow")
+    code: str = Field(..., description="Stable machine code, e.g. document_not_found, top_k_out_of_range.")
+    message: str
+    type: str = Field(..., description="invalid_request_error (4xx), service_unavailable (503), server_error.")
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: ``{"error": {"code", "message", "type"}}`` (OpenAI's shape, on every route)."""
+
+    error: ErrorDetail
+
+
+RULES_BEYOND_SCHEMA = {  # error codes of rules across fields, the tokenizer or the model: no JSON schema says them
+    "invalid_messages": "the conversation's order: user and assistant alternate, starting and ending with a "
+                        "non-empty user message (kvlink_rag.conversation.check_turns)",
+    "message_too_long": "a message's text (its parts joined) over KVLINK_RAG_MAX_QUESTION_CHARS (8x for assistant turns)",
+    "context_too_long": "the prompt's tokens (documents, conversation) over the model's context",
+    "min_tokens_out_of_range": "min_tokens above the request's max_tokens (else KVLINK_RAG_MAX_NEW_TOKENS)",
+    "document_too_large": "a document's tokens over KVLINK_RAG_MAX_DOCUMENT_TOKENS or what a query can hold (413)",
+    "metadata_too_large": "metadata over KVLINK_RAG_MAX_METADATA_BYTES as JSON bytes (413)",
+}
+ERROR_STATUSES = {
+    400: "an adapter made for another model, or a body that is not readable text",
+    401: "missing or unknown API key (only when KVLINK_RAG_API_KEYS is set)",
+    404: "not found (unknown document ids or adapter, nothing retrieved)",
+    409: "a named document cannot be served (corrupt or unreadable: re-ingest it)",
+    413: "over a size limit (characters, tokens, metadata bytes, batch size)",
+    422: "invalid request: a field out of its schema, or a rule across fields or the model (conversation order, "
+         "the context length, min_tokens above max_tokens)",
+    503: "not ready, overloaded (with Retry-After) or Redis unreachable; retry later",
+}
+
+
+def error_responses(*statuses: int) -> dict:
+    """``responses=`` of a route: each of ``statuses`` with its description and the :class:`ErrorOut` body."""
+    return {s: {"model": ErrorOut, "description": ERROR_STATUSES[s]} for s in statuses}
 
 
 UNION_TAGS = ("document", "batch")  # the tags of the ingest body's union (api.schemas.IngestIn), not fields
@@ -82,6 +125,18 @@ def stream_error_body(exc: BaseException, where: str) -> dict:
     return error_body(status, code, message)
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405 (RFC 9110): every method some route at the request's path answers
+    (Starlette names only the first matching route's)."""
+    routes = request.app.router.routes
+    allowed = [m for m in METHODS
+               if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+    return ", ".join(allowed)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
@@ -101,7 +156,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        headers = {"Allow": allowed_methods(request)} if exc.status_code == 405 else exc.headers
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     async def _redis_down(request: Request, exc: Exception):
         log.warning("Redis unreachable during %s %s: %s", request.method, request.url.path, exc)

@@ -7,13 +7,17 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from api.request_body import RequestBody
 from kvlink_rag.stop_strings import MAX_STOP_CHARS, MAX_STOP_STRINGS, normalize_stop
 
 log = logging.getLogger(__name__)
 
+STOP_SCHEMA = {"anyOf": [{"type": "string", "maxLength": MAX_STOP_CHARS},
+                         {"type": "array", "maxItems": MAX_STOP_STRINGS,
+                          "items": {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}},
+                         {"type": "null"}]}
 MinTokens = Annotated[int, Field(ge=0, le=1 << 20, description="vLLM's: end-of-turn tokens cannot end the answer "
                                  "before this many tokens (at most max_tokens).")]
 
@@ -22,7 +26,7 @@ class GenerationFields(RequestBody):
     """``stop``, ``ignore_eos``, ``min_tokens`` (on :class:`~api.request_body.RequestBody`: strict types,
     encodable text); :meth:`generation` gives them as sampling keywords."""
 
-    stop: str | list[str] | None = Field(None, description=f"Stop string(s) (at most {MAX_STOP_STRINGS}, "
+    stop: Annotated[str | list[str] | None, WithJsonSchema(STOP_SCHEMA)] = Field(None, description=f"Stop string(s) (at most {MAX_STOP_STRINGS}, "
                                          f"{MAX_STOP_CHARS} characters each): the answer ends before the first "
                                          "one, which is not included (finish_reason 'stop').")
     ignore_eos: bool = Field(False, description="vLLM's: do not stop at end-of-turn tokens (exactly max_tokens "

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI
 
-from api import errors
+from api import contract, errors
 from api.cancellation import CancelOnDisconnect
 from api.metrics import Metrics, RequestTimer
 from api.routes import adapters, completions, documents, health, openai, playground, query, tokens
@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None, engine=None) -> FastAPI:
     app.state.metrics = metrics
     app.state.service = None
     errors.install(app)
+    contract.install(app, settings)  # /openapi.json as this configuration answers
     app.add_middleware(CancelOnDisconnect)  # a client that leaves cancels its query (service.cancellation)
     app.add_middleware(RequestTimer, metrics=metrics)
     for module in (documents, query, adapters, openai, completions, tokens, health):

@@ -17,6 +17,11 @@ from api.streaming import query_stream, started
 from service.queries import QueryResult
 
 MODEL_ID = "kvlink-rag"
+SSE_EVENT = {"type": "object", "required": ["data"], "description": "One server-sent event (its data: JSON text).",
+             "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+STREAM_RESPONSE = {200: {"description": "the completion, or with stream=true server-sent events of chunks ending "
+                         "with data: [DONE]", "content": {"text/event-stream": {"schema": SSE_EVENT}}}}
+"""``responses=`` entry of a route that streams (OpenAPI: both media types of the 200 answer)."""
 
 Choice = Callable[[str | None, str | None], dict]
 """``choice(text piece or None, finish_reason or None)`` -> one element of a chunk's ``choices``."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
+
+from api.contract import NON_BLANK, forbidden, limit
 
 from api.generation_fields import GenerationFields, OpenAIFields
 from api.output_fields import ChatOutputFields
@@ -21,6 +23,12 @@ MAX_NEW_TOKENS_CAP = 1 << 20  # the configured KVLINK_RAG_MAX_NEW_TOKENS_LIMIT i
 MAX_LIST_OFFSET = 10**9
 MAX_CHAT_MESSAGES = 1024
 MAX_IDS_PER_QUERY = 10_000  # the configured KVLINK_RAG_MAX_QUERY_DOCUMENTS is checked in QueryService.plan
+CHAT_ROLES = ("system", "user", "assistant")  # kvlink_rag.conversation.ROLES (not imported: it needs torch)
+
+
+IDS_AND_TOP_K = {"document_ids": {"type": "array"}, "top_k": {"type": "integer"}}  # "give either ..., not both"
+BLEND = {"recompute_ratio": {"type": "number", "exclusiveMinimum": 0}}  # recompute_ratio > 0 is linked-only, no explain
+FULL = {"mode": {"const": "full"}}  # the full-prefill comparison takes no explain, no retention below 1
 
 
 def check_doc_id(value: str) -> str:
@@ -39,7 +47,9 @@ def check_doc_id(value: str) -> str:
     return value
 
 
-DocId = Annotated[str, AfterValidator(check_doc_id)]
+DOC_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": DOC_ID_MAX_BYTES, "pattern": "^[^/\\\\?#%\\u0000-\\u001f\\u007f]+$",
+                 "not": {"enum": [".", ".."]}, "description": f"Document id: {DOC_ID_RULE}."}
+DocId = Annotated[str, AfterValidator(check_doc_id), WithJsonSchema(DOC_ID_SCHEMA)]
 """A document id as it enters the API (ingest body, ``document_ids`` of queries)."""
 
 
@@ -50,7 +60,8 @@ class DocumentIn(RequestBody):
     """One document to ingest; ``id`` is generated (32 hex digits) when omitted."""
 
     id: DocId | None = Field(None, description=f"Document id: {DOC_ID_RULE}.")
-    text: str = Field(..., min_length=1, description="Document text (characters; limit KVLINK_RAG_MAX_DOCUMENT_CHARS).")
+    text: str = Field(..., min_length=1, description="Document text (characters; limit KVLINK_RAG_MAX_DOCUMENT_CHARS).",
+                      json_schema_extra={"pattern": NON_BLANK, **limit(maxLength="max_document_chars")})
     title: str = Field("", max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -58,14 +69,14 @@ class DocumentIn(RequestBody):
 class DocumentBatch(RequestBody):
     """Several documents in one request (limit KVLINK_RAG_MAX_BATCH_DOCUMENTS)."""
 
-    documents: list[DocumentIn] = Field(..., min_length=1)
+    documents: list[DocumentIn] = Field(..., min_length=1, json_schema_extra=limit(maxItems="max_batch_documents"))
 
 
 class DocumentUpdate(RequestBody):
     """New text (and optionally title/metadata) of an existing document, or ``pinned`` alone: keep (true) or
     stop keeping (false) its cache in this replica's host tier, within the tenant's pin budget."""
 
-    text: str | None = Field(None, min_length=1)
+    text: str | None = Field(None, min_length=1, json_schema_extra={"pattern": NON_BLANK, **limit(maxLength="max_document_chars")})
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
     pinned: bool | None = None
@@ -147,19 +158,22 @@ class Deleted(BaseModel):
 
 
 MaxNewTokens = Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP, description="At most "
-                                    "KVLINK_RAG_MAX_NEW_TOKENS_LIMIT (checked when the query is planned).")]
+                                    "KVLINK_RAG_MAX_NEW_TOKENS_LIMIT (checked when the query is planned).",
+                                    json_schema_extra=limit(maximum="max_new_tokens_limit"))]
 Temperature = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False, description="0..5; 0 and anything "
                                      "below 1e-5 decode greedily (as vLLM: a smaller one overflows float32 logits).")]
 TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False, description="Nucleus mass (0, 1]; the most "
                               "likely token is always kept, so a tiny top_p samples it alone.")]
-Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Sampling seed, 0..2^64-1: the same seed and request "
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, json_schema_extra=limit(maximum="seed_max"), description="Sampling seed, 0..2^64-1: the same seed and request "
                             "give the same answer; without one sampling (temperature >= 1e-5) is "
                             "nondeterministic, as in OpenAI's API and vLLM. Greedy answers never depend on it.")]
-TopK = Annotated[int, Field(ge=1, description="At most KVLINK_RAG_MAX_TOP_K (checked when the query is planned).")]
+TopK = Annotated[int, Field(ge=1, description="At most KVLINK_RAG_MAX_TOP_K (checked when the query is planned).",
+                            json_schema_extra=limit(maximum="max_top_k"))]
 LinkK = Annotated[int, Field(ge=0, le=1024, description="Link tokens per document (0 = naive reuse); at most the "
-                             "loaded K (checked when the query is planned).")]
+                             "loaded K (checked when the query is planned).", json_schema_extra=limit(maximum="link_k"))]
 DocIds = Annotated[list[DocId], Field(max_length=MAX_IDS_PER_QUERY, description="At most "
-                                      "KVLINK_RAG_MAX_QUERY_DOCUMENTS distinct ids (checked when planned).")]
+                                      "KVLINK_RAG_MAX_QUERY_DOCUMENTS distinct ids (checked when planned).",
+                                      json_schema_extra={"minItems": 1, **limit(maxItems="max_query_documents")})]
 
 
 Retention = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, description="Fraction of each document's cached tokens kept "
@@ -207,7 +221,12 @@ class QueryIn(Sampling):
     settings (question length, top_k, max_new_tokens, number of ids, k) are checked by ``QueryService.plan``.
     """
 
-    question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.")
+    model_config = ConfigDict(json_schema_extra=forbidden(
+        IDS_AND_TOP_K, {**BLEND, **FULL}, {**BLEND, "explain": {"const": True}}, {**FULL, "explain": {"const": True}},
+        {**FULL, "retention": {"type": "number", "exclusiveMaximum": 1}}))
+
+    question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.",
+                          json_schema_extra={"pattern": NON_BLANK, **limit(maxLength="max_question_chars")})
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     stream: bool = False
@@ -289,8 +308,12 @@ class ContentPart(RequestBody):
 
 
 class ChatMessage(RequestBody):
+    """One message; the server checks the conversation's order (:func:`kvlink_rag.conversation.check_turns`:
+    after system messages user and assistant alternate, starting and ending with a non-empty user message),
+    which a JSON schema cannot express."""
+
     model_config = ConfigDict(strict=True, extra="allow")
-    role: str = Field(..., max_length=64)
+    role: str = Field(..., max_length=64, json_schema_extra={"enum": list(CHAT_ROLES)})
     content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
@@ -312,7 +335,8 @@ class ChatIn(ChatOutputFields, OpenAIFields):
     implement (``tools``, ``logit_bias``, penalties...) are refused with a 422
     naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow",
+                              json_schema_extra=forbidden(IDS_AND_TOP_K, {**BLEND, "explain": {"const": True}}))
     model: str | None = Field(None, max_length=200)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False
@@ -323,7 +347,8 @@ class ChatIn(ChatOutputFields, OpenAIFields):
     top_p: TopP | None = None
     seed: Seed | None = None
     n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES); choice i samples "
-                          "with seed + i; they share the prompt's KV through the prefix tree.")
+                          "with seed + i; they share the prompt's KV through the prefix tree.",
+                          json_schema_extra=limit(maximum="max_choices"))
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     k: LinkK | None = None

@@ -145,7 +145,7 @@ class QueryService:
             eng = self.variants.get(adapter) if load else None
             lt = eng.link_tokens if eng is not None else self.variants.check(adapter)
         except UnknownAdapter as e:
-            raise ServiceError(400, "unknown_adapter", str(e)) from None
+            raise ServiceError(404, "unknown_adapter", str(e)) from None  # a named resource, as document ids
         except LinkTokensMismatch as e:
             raise ServiceError(400, "adapter_mismatch", str(e)) from None
         loaded = lt.k if lt is not None else 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import QueriesDep, TenantDep
+from api.errors import error_responses
 
-router = APIRouter(tags=["adapters"])
+router = APIRouter(tags=["adapters"], responses=error_responses(401, 503))
 
 
 @router.get("/v1/adapters")

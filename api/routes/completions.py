@@ -14,20 +14,30 @@ import time
 import uuid
 
 from fastapi import APIRouter
-from pydantic import ConfigDict, Field, field_validator
+from typing import Annotated
 
+from pydantic import ConfigDict, Field, WithJsonSchema, field_validator
+
+from api.contract import limit
 from api.deps import QueriesDep, StateDep, TenantDep
+from api.errors import error_responses
 from api.generation_fields import OpenAIFields
 from api.logprobs_format import LogprobsFormat
 from api.output_fields import CompletionOutputFields
-from api.openai_format import MODEL_ID, answers, n_usage, stream_response
+from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, n_usage, stream_response
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from kvlink_rag.stop_strings import cut
 from service.query_plan import choice_plans
 from service.structured import add_outputs
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], responses=error_responses(401, 503))
 MAX_PROMPT_IDS = 1 << 20
+TOKEN_ID = {"type": "integer", "minimum": 0, **limit(maximum="max_token_id")}
+PROMPT_TEXT = {"type": "string", "minLength": 1, **limit(maxLength="max_prompt_chars")}
+PROMPT_IDS = {"type": "array", "minItems": 1, "maxItems": MAX_PROMPT_IDS, "items": TOKEN_ID}
+PROMPT_SCHEMA = {"anyOf": [PROMPT_TEXT, {"type": "array", "minItems": 1, "maxItems": 1, "items": PROMPT_TEXT}, PROMPT_IDS,
+                           {"type": "array", "minItems": 1, "maxItems": 1, "items": PROMPT_IDS}],
+                 "description": "One prompt per request: text, or token ids (each below the vocabulary size)."}
 
 
 class CompletionIn(CompletionOutputFields, OpenAIFields):
@@ -36,7 +46,7 @@ class CompletionIn(CompletionOutputFields, OpenAIFields):
 
     model_config = ConfigDict(extra="allow")
     model: str | None = Field(None, max_length=200)
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(..., description="One prompt per request.")
+    prompt: Annotated[str | list[str] | list[int] | list[list[int]], WithJsonSchema(PROMPT_SCHEMA)]
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: MaxNewTokens | None = None
@@ -61,7 +71,7 @@ def _choice(text: str | None, finish: str | None) -> dict:
     return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
 
-@router.post("/completions")
+@router.post("/completions", responses={**STREAM_RESPONSE, **error_responses(422)})
 async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Complete ``prompt`` with the served model (OpenAI's legacy completions wire format)."""
     from service.completions import plan_completion

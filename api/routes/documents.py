@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Response
 
 from api.deps import StateDep, TenantDep
-from api.errors import ApiError
+from api.errors import ApiError, error_responses
 from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
                          IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
 from api.state import ServiceState
@@ -23,7 +23,7 @@ from kvlink_rag.types import Document
 from service.queues import QueueUnavailable
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/documents", tags=["documents"])
+router = APIRouter(prefix="/v1/documents", tags=["documents"], responses=error_responses(401, 503))
 MAX_PAGE = 1000
 
 
@@ -95,7 +95,7 @@ def document_out(rec, text: str | None = None) -> DocumentOut:
 
 
 @router.post("", status_code=202, response_model=IngestOut | IngestBatchOut,
-             responses={413: {"description": "document or batch too large"}, 503: {"description": "Redis down"}})
+             responses=error_responses(413))
 def ingest(state: StateDep, tenant: TenantDep, body: Annotated[IngestIn, Body()]):
     """Ingest one document, or ``{"documents": [...]}``; all are checked before any is stored."""
     docs = body.documents if isinstance(body, DocumentBatch) else [body]
@@ -128,7 +128,7 @@ def _record(state: ServiceState, tenant: str, doc_id: str):
     return rec
 
 
-@router.get("/{doc_id}", response_model=DocumentOut)
+@router.get("/{doc_id}", response_model=DocumentOut, responses=error_responses(404))
 def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
                  include_text: Annotated[bool, Query(description="Also return the text.")] = False) -> DocumentOut:
     """One document of the caller's tenant (404 for unknown ids and other tenants' documents). A document
@@ -140,7 +140,7 @@ def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
 
 
 @router.put("/{doc_id}", status_code=202, response_model=IngestOut | PinOut,
-            responses={409: {"description": "pin: not ready, or over the tenant's pin budget"}})
+            responses=error_responses(404, 409, 413))
 def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: DocumentUpdate, response: Response):
     """Replace the text: the old cache is never served again and is deleted once the new one is ready (a pinned
     document is unpinned). Or, with ``pinned`` alone (200): pin or unpin its cache in this replica's host tier."""
@@ -175,7 +175,7 @@ def pin_document(pins, tenant: str, rec, pinned: bool) -> PinOut:
                   budget_bytes=pins.budget)
 
 
-@router.delete("/{doc_id}", response_model=Deleted)
+@router.delete("/{doc_id}", response_model=Deleted, responses=error_responses(404))
 def delete_document(state: StateDep, tenant: TenantDep, doc_id: str) -> Deleted:
     """Remove the record, the text and the cache (unless another document has the same text); also a text
     whose record the index lost."""

@@ -12,12 +12,14 @@ a dependency does; metrics collection (which may touch LMDB or Redis) runs in a 
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from api.concurrency import ProbeTimeout
-from api.errors import error_response
+from api.errors import error_response, error_responses
 
 router = APIRouter(tags=["health"])
 FRESH_WAIT_S = 0.05  # readiness waits this long for fresh check results, then answers from the last ones
@@ -30,7 +32,8 @@ async def healthz() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/health", responses={503: {"description": "the model is not loaded"}})
+@router.get("/health", response_class=Response, responses={200: {"description": "serving (empty body)"},
+                                                          **error_responses(503)})
 async def health(request: Request) -> Response:
     """vLLM's health check (guidellm and other vLLM clients ask it first): 200 with an empty body once the
     model is loaded and queries are served, else 503."""
@@ -57,7 +60,16 @@ async def readiness(state) -> dict[str, str]:
     return checks
 
 
-@router.get("/readyz", responses={503: {"description": "not ready (see checks)"}})
+class Readiness(BaseModel):
+    """``/readyz``'s body: ``status`` and each check's ``ok`` or reason; ``mode`` and ``tenancy`` once started."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]
+    mode: str | None = None
+    tenancy: str | None = None
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready (see checks)"}})
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: 200 ``{"status": "ready", "checks": {...}}`` or 503 ``{"status": "not ready", ...}``."""
     state = request.app.state.service
@@ -69,7 +81,9 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", responses={503: {"description": "collection did not finish in time"}})
+@router.get("/metrics", response_class=Response, responses={
+    200: {"description": "Prometheus text exposition format",
+          "content": {"text/plain": {"schema": {"type": "string"}}}}, **error_responses(503)})
 async def metrics(request: Request) -> Response:
     """Prometheus metrics of this process (collected in a probe thread: the queue depth may ask Redis)."""
     render = request.app.state.metrics.render

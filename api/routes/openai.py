@@ -25,13 +25,14 @@ import uuid
 from fastapi import APIRouter
 
 from api.deps import QueriesDep, StateDep, TenantDep
+from api.errors import error_responses
 from api.logprobs_format import LogprobsFormat
-from api.openai_format import MODEL_ID, answers, extras, n_usage, stream_response
+from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, extras, n_usage, stream_response
 from api.schemas import ChatIn
 from service.query_plan import choice_plans
 from service.structured import add_outputs
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], responses=error_responses(401, 503))
 
 
 def _delta(text: str | None, finish: str | None) -> dict:
@@ -42,7 +43,7 @@ def _role(text: str | None, finish: str | None) -> dict:
     return {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses={**STREAM_RESPONSE, **error_responses(404, 409, 422)})
 async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
     from kvlink_rag.conversation import Turn

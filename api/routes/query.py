@@ -19,7 +19,8 @@ from fastapi import APIRouter
 from sse_starlette import EventSourceResponse
 
 from api.deps import QueriesDep, StateDep, TenantDep
-from api.errors import stream_error_body
+from api.errors import error_responses, stream_error_body
+from api.openai_format import SSE_EVENT
 from api.schemas import QueryIn, QueryOut
 from api.streaming import query_stream, started
 from service.queries import QueryResult
@@ -50,10 +51,9 @@ async def sse_events(items):
 
 
 @router.post("/query", response_model=QueryOut,
-             responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE with stream=true"},
-                        404: {"description": "unknown document ids / nothing matches"},
-                        422: {"description": "over a limit, or a prompt longer than the context"},
-                        503: {"description": "the queue is full (Retry-After), or Redis is down"}})
+             responses={200: {"content": {"text/event-stream": {"schema": SSE_EVENT}},
+                              "description": "JSON, or server-sent events (token, done, error) with stream=true"},
+                        **error_responses(400, 401, 404, 409, 422, 503)})
 async def query(body: QueryIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Answer ``question`` over ``document_ids`` or the ``top_k`` BM25 matches among the tenant's documents.
     A stream starts once its first token is there: what refuses the query before it is an HTTP status."""

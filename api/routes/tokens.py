@@ -6,31 +6,37 @@ chat's framing of a conversation without documents, as a plain chat is prompted)
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, WithJsonSchema
 
 from api.deps import QueriesDep, StateDep, TenantDep
+from api.errors import error_responses
+from api.request_body import RequestBody
+from api.routes.completions import PROMPT_TEXT, TOKEN_ID
 from api.schemas import MAX_CHAT_MESSAGES, ChatMessage
 
 router = APIRouter(tags=["tokens"])
 MAX_TOKEN_IDS = 1 << 20
 
 
-class TokenizeIn(BaseModel):
-    """One of ``prompt`` or ``messages``."""
+class TokenizeIn(RequestBody):
+    """One of ``prompt`` or ``messages`` (strict types, encodable text; unknown fields are ignored)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"oneOf": [
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}}}]})
     model: str | None = Field(None, max_length=200)
-    prompt: str | None = None
+    prompt: Annotated[str | None, WithJsonSchema({"anyOf": [PROMPT_TEXT, {"type": "null"}]})] = None
     messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_CHAT_MESSAGES)
     add_special_tokens: bool = True
 
 
-class DetokenizeIn(BaseModel):
+class DetokenizeIn(RequestBody):
     model_config = ConfigDict(extra="allow")
     model: str | None = Field(None, max_length=200)
-    tokens: list[int] = Field(..., max_length=MAX_TOKEN_IDS)
+    tokens: list[int] = Field(..., max_length=MAX_TOKEN_IDS, json_schema_extra={"items": TOKEN_ID})
 
 
 @router.get("/version")
@@ -42,7 +48,7 @@ async def server_version() -> dict:
         return {"version": "unknown"}
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses=error_responses(401, 422, 503))
 async def tokenize(body: TokenizeIn, tenant: TenantDep, queries: QueriesDep, state: StateDep) -> dict:
     """``{count, max_model_len, tokens}`` of ``prompt`` or ``messages``.
 
@@ -75,7 +81,7 @@ def _conversation_ids(queries, messages: list[tuple[str, str]]) -> list[int]:
     return eng.prefix.token_ids.tolist() + conversation_ids(eng.template, eng.lm.tokenizer, turns).tolist()
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", responses=error_responses(401, 422, 503))
 async def detokenize(body: DetokenizeIn, tenant: TenantDep, queries: QueriesDep) -> dict:
     """``{"prompt"}``: the text of ``tokens``.
 

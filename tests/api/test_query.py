@@ -106,7 +106,7 @@ def test_query_limits_are_clear_4xx(make_client, fixture_docs):
         assert "3 document ids; the limit is 2" in err({"question": q, "document_ids": ["a", "b", "c"]}, 422)
         assert "unknown document id(s): nope, gone" in err({"question": q, "document_ids": ["nope", "gone"]}, 404)
         assert "k (link tokens per document) must be within 0..5" in err({"question": q, "top_k": 1, "k": 6}, 422)
-        assert "unknown adapter 'lora-x'" in err({"question": q, "top_k": 1, "adapter": "lora-x"}, 400)
+        assert "unknown adapter 'lora-x'" in err({"question": q, "top_k": 1, "adapter": "lora-x"}, 404)
         assert "question: String should have at least 1 character" in err({"question": ""}, 422)
         assert "body.question: Field required" in err({"top_k": 1}, 422)
         assert "body.topk: Extra inputs are not permitted" in err({"question": q, "topk": 1}, 422)
