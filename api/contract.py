@@ -35,6 +35,17 @@ def forbidden(*combinations: dict) -> dict:
     return {"not": {"anyOf": [{"required": list(c), "properties": c} for c in combinations]}}
 
 
+def refused(*cases: dict) -> dict:
+    """``json_schema_extra`` of a request the server refuses when it matches any of ``cases`` (each a JSON schema
+    of a body; its ``properties`` constrain only the fields present, so an absent field matches them)."""
+    return {"not": {"anyOf": list(cases)}}
+
+
+def every(*rules: dict) -> dict:
+    """``json_schema_extra`` holding several of :func:`forbidden` / :func:`refused` at once."""
+    return {"allOf": list(rules)}
+
+
 def limit(**bounds: str) -> dict:
     """``json_schema_extra`` of a field whose bound depends on the server: ``limit(maximum="max_top_k")``
     (keys: a JSON-schema keyword such as maximum, maxLength, maxItems; values: a name of :func:`limit_values`).

@@ -62,6 +62,8 @@ RULES_BEYOND_SCHEMA = {  # error codes of rules across fields, the tokenizer or 
     "min_tokens_out_of_range": "min_tokens above the request's max_tokens (else KVLINK_RAG_MAX_NEW_TOKENS)",
     "document_too_large": "a document's tokens over KVLINK_RAG_MAX_DOCUMENT_TOKENS or what a query can hold (413)",
     "metadata_too_large": "metadata over KVLINK_RAG_MAX_METADATA_BYTES as JSON bytes (413)",
+    "invalid_response_format": "a response_format / guided_json schema that is not a JSON schema the grammar "
+                               "compiler accepts (400, as OpenAI and vLLM answer it)",
 }
 ERROR_STATUSES = {
     400: "an adapter made for another model, or a body that is not readable text",

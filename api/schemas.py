@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
 
-from api.contract import NON_BLANK, forbidden, limit
+from api.contract import NON_BLANK, every, forbidden, limit, refused
 
 from api.generation_fields import GenerationFields, OpenAIFields
 from api.output_fields import ChatOutputFields
@@ -29,6 +29,16 @@ CHAT_ROLES = ("system", "user", "assistant")  # kvlink_rag.conversation.ROLES (n
 IDS_AND_TOP_K = {"document_ids": {"type": "array"}, "top_k": {"type": "integer"}}  # "give either ..., not both"
 BLEND = {"recompute_ratio": {"type": "number", "exclusiveMinimum": 0}}  # recompute_ratio > 0 is linked-only, no explain
 FULL = {"mode": {"const": "full"}}  # the full-prefill comparison takes no explain, no retention below 1
+# an attribution method names how explain attributes: refused without explain: true
+ATTRIBUTION_ALONE = {"required": ["attribution"],
+                     "properties": {"attribution": {"type": "string"}, "explain": {"not": {"const": True}}}}
+TOP_LOGPROBS_ALONE = {"required": ["top_logprobs"],  # top_logprobs >= 1 needs logprobs: true
+                      "properties": {"top_logprobs": {"type": "integer", "minimum": 1}, "logprobs": {"not": {"const": True}}}}
+NO_TEXT = {"text": {"type": "null"}}  # PUT without new text: pinned alone
+UPDATE_REFUSED = refused({"properties": {**NO_TEXT, "pinned": {"type": "null"}}},  # nothing to do
+                         {"required": ["title"], "properties": {**NO_TEXT, "title": {"type": "string"}}},
+                         {"required": ["metadata"], "properties": {**NO_TEXT, "metadata": {"type": "object"}}},
+                         {"required": ["text", "pinned"], "properties": {"text": {"type": "string"}, "pinned": {"const": True}}})
 
 
 def check_doc_id(value: str) -> str:
@@ -76,6 +86,7 @@ class DocumentUpdate(RequestBody):
     """New text (and optionally title/metadata) of an existing document, or ``pinned`` alone: keep (true) or
     stop keeping (false) its cache in this replica's host tier, within the tenant's pin budget."""
 
+    model_config = ConfigDict(json_schema_extra=UPDATE_REFUSED)
     text: str | None = Field(None, min_length=1, json_schema_extra={"pattern": NON_BLANK, **limit(maxLength="max_document_chars")})
     title: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] | None = None
@@ -221,9 +232,9 @@ class QueryIn(Sampling):
     settings (question length, top_k, max_new_tokens, number of ids, k) are checked by ``QueryService.plan``.
     """
 
-    model_config = ConfigDict(json_schema_extra=forbidden(
+    model_config = ConfigDict(json_schema_extra=every(forbidden(
         IDS_AND_TOP_K, {**BLEND, **FULL}, {**BLEND, "explain": {"const": True}}, {**FULL, "explain": {"const": True}},
-        {**FULL, "retention": {"type": "number", "exclusiveMaximum": 1}}))
+        {**FULL, "retention": {"type": "number", "exclusiveMaximum": 1}}), refused(ATTRIBUTION_ALONE)))
 
     question: str = Field(..., min_length=1, description="At most KVLINK_RAG_MAX_QUESTION_CHARS characters.",
                           json_schema_extra={"pattern": NON_BLANK, **limit(maxLength="max_question_chars")})
@@ -336,7 +347,8 @@ class ChatIn(ChatOutputFields, OpenAIFields):
     naming the field (:mod:`api.generation_fields`); other unknown fields are ignored with a warning."""
 
     model_config = ConfigDict(strict=True, extra="allow",
-                              json_schema_extra=forbidden(IDS_AND_TOP_K, {**BLEND, "explain": {"const": True}}))
+                              json_schema_extra=every(forbidden(IDS_AND_TOP_K, {**BLEND, "explain": {"const": True}}),
+                                                       refused(ATTRIBUTION_ALONE, TOP_LOGPROBS_ALONE)))
     model: str | None = Field(None, max_length=200)
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=MAX_CHAT_MESSAGES)
     stream: bool = False

@@ -107,7 +107,7 @@ def bench_edit(
 
 @app.command("bench-engine")
 def bench_engine(
-    formats: Annotated[str, typer.Option(help="Comma list of runner weight formats.")] = "native,bfloat16,int8,int4,int4-bf16",
+    formats: Annotated[str, typer.Option(help="Comma list of runner weight formats.")] = "native,bfloat16,int8,int4,int4-bf16,int4-f32",
     context: Annotated[int, typer.Option(help="Prefill length (tokens).")] = 1300,
     new: Annotated[int, typer.Option(help="Decode steps (tokens).")] = 24,
     repeats: Annotated[int, typer.Option(help="Runs per engine (the best is reported).")] = 2,

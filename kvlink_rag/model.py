@@ -238,13 +238,26 @@ def load_model(settings: Settings) -> LoadedModel:
 
 
 def resolve_weight_format(name: str, device: torch.device, default_model: bool = False) -> str:
-    """``'auto'`` -> the format measured best for ``device``: ``int4-bf16`` for the default model on a CPU
-    (its layers are Q4_1 in the GGUF, so int4 re-quantisation lands on the same grid; on the first 300 dev
-    questions it answers as float32 does, EVALUATION.md 'Weight formats'), else ``native`` (other checkpoints
-    have no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices
-    they fall back to ``native``."""
+    """``'auto'`` -> the format measured best for ``device``. For the default model on a CPU: int4 decode
+    steps (its layers are Q4_1 in the GGUF, so int4 re-quantisation lands on the same grid; on the first 300
+    dev questions int4-bf16 answers as float32 does, EVALUATION.md 'Weight formats'), with prefill in bfloat16
+    (``int4-bf16``) where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX; measured 1.6x float32
+    prefill) and in the model's float32 (``int4-f32``) where it does not (AVX2 only: bfloat16 GEMM is emulated,
+    measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Other checkpoints: ``native``
+    (no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices they fall
+    back to ``native``."""
     if name == "auto":
-        return "int4-bf16" if default_model and device.type == "cpu" else "native"
-    if name in ("int8", "int4", "int4-bf16") and device.type != "cpu":
+        if not (default_model and device.type == "cpu"):
+            return "native"
+        return "int4-bf16" if cpu_has_native_bf16() else "int4-f32"
+    if name in ("int8", "int4", "int4-bf16", "int4-f32") and device.type != "cpu":
         return "native"
     return name
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (oneDNN's own check: AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False

@@ -53,7 +53,8 @@ class CompletionIn(CompletionOutputFields, OpenAIFields):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     seed: Seed | None = None
-    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES), seeds seed + i.")
+    n: int | None = Field(None, ge=1, description="Choices (at most KVLINK_RAG_MAX_CHOICES), seeds seed + i.",
+                          json_schema_extra=limit(maximum="max_choices"))
 
     @field_validator("prompt")
     @classmethod

@@ -140,7 +140,8 @@ def get_document(state: StateDep, tenant: TenantDep, doc_id: str,
 
 
 @router.put("/{doc_id}", status_code=202, response_model=IngestOut | PinOut,
-            responses=error_responses(404, 409, 413))
+            responses={200: {"model": PinOut, "description": "pinned alone: the pin (or unpin) is done"},
+                       **error_responses(404, 409, 413)})
 def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: DocumentUpdate, response: Response):
     """Replace the text: the old cache is never served again and is deleted once the new one is ready (a pinned
     document is unpinned). Or, with ``pinned`` alone (200): pin or unpin its cache in this replica's host tier."""

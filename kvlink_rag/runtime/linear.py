@@ -152,13 +152,14 @@ class SplitLinear:
         return y
 
 
-WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16")
+WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32")
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Linear:
     """A :class:`Linear` of ``weight`` ``[out, in]`` in format ``fmt`` (one of :data:`WEIGHT_FORMATS`).
 
-    ``native`` keeps ``weight`` itself in the model's dtype (no copy: the runner shares the model's tensors).
+    ``native`` keeps ``weight`` itself in the model's dtype (no copy: the runner shares the model's tensors);
+    ``int4-f32`` is int4 for decode rows and that same shared weight for prefill rows.
 
     Raises:
         ValueError: unknown format.
@@ -173,4 +174,6 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Li
         return Int4Linear(weight, bias)
     if fmt == "int4-bf16":
         return SplitLinear(Int4Linear(weight, bias), make_linear(weight, bias, "bfloat16"))
+    if fmt == "int4-f32":  # CPUs without native bfloat16 GEMM: prefill on the model's own float32 weights (shared)
+        return SplitLinear(Int4Linear(weight, bias), DenseLinear(weight, bias))
     raise ValueError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")

@@ -19,6 +19,7 @@ QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and k
 # group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
 # Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats').
 HEAD_FORMAT = {"int4": "bfloat16", "int4-bf16": "bfloat16"}
+SHARED_FORMATS = ("native", "int4-f32")  # formats that keep the model's own tensors (fused, re-pointed)
 
 
 @dataclass
@@ -88,7 +89,7 @@ def _fuse(modules: list[torch.nn.Module], fmt: str) -> Linear:
     bias = None
     if any(has_bias):
         bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
-    if fmt == "native":
+    if fmt in SHARED_FORMATS:
         at = 0
         for m in linears:
             n = m.out_features
@@ -102,6 +103,16 @@ def _fuse(modules: list[torch.nn.Module], fmt: str) -> Linear:
 def _one(module: torch.nn.Module, fmt: str) -> Linear:
     lin = base_linear(module)
     return make_linear(lin.weight.detach(), None if lin.bias is None else lin.bias.detach(), fmt)
+
+
+def _head(module: torch.nn.Module, fmt: str) -> Linear:
+    """The LM head: bfloat16 for the int4 formats (:data:`HEAD_FORMAT`); ``int4-f32`` splits it too, bfloat16
+    for decode rows and the model's own float32 for prefill rows (a prompt's first token as ``native`` gives it)."""
+    if fmt != "int4-f32":
+        return _one(module, HEAD_FORMAT.get(fmt, fmt))
+    from .linear import SplitLinear
+
+    return SplitLinear(_one(module, "bfloat16"), _one(module, "native"))
 
 
 def _silu_mlp(config) -> None:
@@ -134,7 +145,7 @@ def model_weights(model: torch.nn.Module, fmt: str = "native") -> ModelWeights:
             gate_up=_fuse([mlp.gate_proj, mlp.up_proj], fmt), down=_one(mlp.down_proj, fmt),
             q_norm=q_norm, k_norm=k_norm))
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-    head = _one(model.lm_head, HEAD_FORMAT.get(fmt, fmt))
+    head = _head(model.lm_head, fmt)
     return ModelWeights(layers=layers, norm=inner.norm.weight.detach(), lm_head=head,
                         heads=int(cfg.num_attention_heads), kv_heads=int(cfg.num_key_value_heads), head_dim=head_dim,
                         intermediate=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), fmt=fmt)

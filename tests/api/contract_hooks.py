@@ -3,7 +3,7 @@
 ``positive_data_within_rules`` is schemathesis' ``positive_data_acceptance`` (a schema-valid request must
 not be refused) except for the refusals the server names as rules no JSON schema can express
 (:data:`api.errors.RULES_BEYOND_SCHEMA`: the conversation's order, token counts, a bound set by another
-field): those answer 413/422 with their own error code. Every other refusal of schema-valid data fails.
+field, a response_format schema the grammar compiler refuses): those answer 400/413/422 with their own error code. Every other refusal of schema-valid data fails.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def positive_data_within_rules(ctx, response, case):
     try:
         return positive_data_acceptance(ctx, response, case)
     except RejectedPositiveData:
-        if response.status_code in (413, 422) and error_code(response) in RULES_BEYOND_SCHEMA:
+        if response.status_code in (400, 413, 422) and error_code(response) in RULES_BEYOND_SCHEMA:
             return None
         raise
 

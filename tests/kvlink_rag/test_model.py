@@ -77,3 +77,18 @@ def test_cli_with_a_sliding_window_model_folder_exits_with_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     assert "unsupported model: sliding_window=8" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_auto_weight_format_follows_the_cpus_bfloat16_support(monkeypatch):
+    import torch
+
+    from kvlink_rag import model
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: True)
+    assert model.resolve_weight_format("auto", cpu, default_model=True) == "int4-bf16"
+    monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
+    assert model.resolve_weight_format("auto", cpu, default_model=True) == "int4-f32"
+    assert model.resolve_weight_format("auto", cpu, default_model=False) == "native"
+    assert model.resolve_weight_format("int4-f32", cuda) == "native"
+    assert model.resolve_weight_format("bfloat16", cpu) == "bfloat16"

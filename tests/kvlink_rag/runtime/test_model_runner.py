@@ -121,3 +121,23 @@ def test_each_row_takes_its_own_format_whatever_its_batch_holds():
                           torch.cat([torch.arange(1), torch.arange(30)]))
     assert (both[0] - alone(decode)).abs().max() < 1e-5
     assert (both[1] - alone(prefill)).abs().max() < 1e-5
+
+
+@torch.inference_mode()
+def test_int4_f32_prefills_on_the_models_own_float32_weights_and_decodes_in_int4():
+    """int4-f32 (CPUs without native bfloat16): a prefill row is exactly native (the same shared tensors, no
+    copy), a decode row exactly int4's."""
+    lm = tiny_model("llama", head_dim=64)
+    cfg = lm.config
+    runner = ModelRunner(lm.model, "int4-f32")
+    fused = runner.weights.layers[0].qkv.large.weight
+    assert fused.data_ptr() <= lm.model.model.layers[0].self_attn.q_proj.weight.data_ptr() < fused.data_ptr() + fused.nbytes
+
+    def run(r, ids):
+        batch = RaggedBatch()
+        batch.add(SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.float32), len(ids))
+        return r.forward(batch, lm.embed_tokens(ids), torch.arange(len(ids)))[0]
+
+    prefill, decode = random_ids(15, seed=4), random_ids(1, seed=5)
+    assert torch.equal(run(runner, prefill), run(ModelRunner(lm.model, "native"), prefill))
+    assert torch.equal(run(runner, decode), run(ModelRunner(lm.model, "int4"), decode))
