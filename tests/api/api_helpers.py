@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvlink_rag.settings import Settings
@@ -37,3 +38,22 @@ def parse_sse(text: str) -> list[tuple[str, str]]:
         if data:
             events.append((event, "\n".join(data)))
     return events
+
+
+@contextmanager
+def openai_server(home: Path, engine, docs: list[dict], ready: str = "volcano"):
+    """A real uvicorn server (:class:`service_support.LiveServer`) over ``engine`` with ``docs`` ingested and
+    ``ready`` encoded; yields it with ``.http`` (httpx) and ``.client`` (the openai SDK, no retries)."""
+    import httpx
+    import openai
+
+    from api.main import create_app
+    from service_support import LiveServer
+
+    with LiveServer(create_app(service_settings(home), engine)) as srv:
+        with httpx.Client(base_url=srv.url, timeout=60) as http:
+            http.post("/v1/documents", json={"documents": docs})
+            wait_ready(http, ready)
+            srv.http = http
+            srv.client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+            yield srv

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from api.main import create_app
-from api_helpers import parse_sse, service_settings, wait_ready
+from api_helpers import parse_sse, service_settings, wait_ready, openai_server
 from service_support import LiveServer
 
 QUESTION = "Which volcano has a lava lake?"
@@ -21,14 +21,8 @@ VOLCANO = {"document_ids": ["volcano"]}
 
 @pytest.fixture
 def server(tmp_path, tiny_engine, fixture_docs):
-    app = create_app(service_settings(tmp_path / "home"), tiny_engine)
-    with LiveServer(app) as srv:
-        with httpx.Client(base_url=srv.url, timeout=60) as http:
-            http.post("/v1/documents", json={"documents": fixture_docs})
-            wait_ready(http, "volcano")
-            srv.http = http
-            srv.client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
-            yield srv
+    with openai_server(tmp_path / "home", tiny_engine, fixture_docs) as srv:
+        yield srv
 
 
 def _stop_of(text: str) -> tuple[str, str]:

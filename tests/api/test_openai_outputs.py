@@ -6,30 +6,21 @@ from __future__ import annotations
 
 import math
 
-import httpx
 import openai
 import pytest
 import torch
 
-from api.main import create_app
-from api_helpers import service_settings, wait_ready
+from api_helpers import openai_server
 from kvlink_rag.lora import adapter_scope
-from service_support import LiveServer
 
 PROMPT = "The capital of France is"
 
 
 @pytest.fixture
 def server(tmp_path, tiny_engine, fixture_docs):
-    app = create_app(service_settings(tmp_path / "home"), tiny_engine)
-    with LiveServer(app) as srv:
-        with httpx.Client(base_url=srv.url, timeout=60) as http:
-            http.post("/v1/documents", json={"documents": fixture_docs})
-            wait_ready(http, "volcano")
-            srv.http = http
-            srv.client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
-            srv.engine = tiny_engine
-            yield srv
+    with openai_server(tmp_path / "home", tiny_engine, fixture_docs) as srv:
+        srv.engine = tiny_engine
+        yield srv
 
 
 def _direct_logprobs(engine, prompt_ids: list[int], generated: list[int]) -> torch.Tensor:

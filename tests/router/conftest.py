@@ -61,7 +61,7 @@ def make_router(redis_url):
     def make(**overrides):
         rs = RouterSettings(**{"events_url": redis_url, "poll_s": 0.1, "dead_after_s": 1.0, "shared_tier": False,
                                **overrides})
-        with LiveServer(create_router_app(build_router(rs, Settings(index_url=redis_url)))) as server:
+        with LiveServer(create_router_app(build_router(rs, Settings(index_url=redis_url, bm25_refresh_s=0)))) as server:
             yield server
 
     return make
