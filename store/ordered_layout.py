@@ -30,6 +30,7 @@ import torch
 import xxhash
 
 from kvlink_rag.retention import check_retention, kept_count
+from kvlink_rag.types import parse_dtype
 from store.quant import QuantizedTensor, dequantize, quantize_int8
 from store.record_errors import CorruptRecordError
 
@@ -193,7 +194,11 @@ def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out:
     Raises:
         CorruptRecordError: the payload or the stored order does not fit the meta.
     """
-    inv = torch.argsort(token_order(meta)).numpy()  # position -> row in retention order
+    inverse = torch.argsort(token_order(meta))  # position -> row in retention order
+    if meta["dtype"] != "int8" and k_out.device.type == "cpu" and parse_dtype(meta["dtype"]) == k_out.dtype:
+        gather_layer_into(buf, inverse, k_out, v_out)  # the record's dtype: rows straight into place
+        return
+    inv = inverse.numpy()
     if meta["dtype"] == "int8":
         k, v = decode_ordered(buf, meta, layer)  # k, v: [T, H, D] in retention order
         k, v = k[torch.from_numpy(inv)], v[torch.from_numpy(inv)]
