@@ -15,10 +15,10 @@ import torch
 from .linear import Linear, make_linear
 
 QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and keys before RoPE
-# The LM head of the int4 formats stays bfloat16: the default model's layer weights sit exactly on Q4_1's
+# The LM head of the int4 formats stays exact in bfloat16: the default model's layer weights sit exactly on Q4_1's
 # group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
-# Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats').
-HEAD_FORMAT = {"int4": "bfloat16", "int4-bf16": "bfloat16"}
+# Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats'); decode
+# steps read it as int8 and re-score their best candidates exactly (runtime/head.py).
 SHARED_FORMATS = ("native", "int4-f32")  # formats that keep the model's own tensors (fused, re-pointed)
 
 
@@ -106,13 +106,18 @@ def _one(module: torch.nn.Module, fmt: str) -> Linear:
 
 
 def _head(module: torch.nn.Module, fmt: str) -> Linear:
-    """The LM head: bfloat16 for the int4 formats (:data:`HEAD_FORMAT`); ``int4-f32`` splits it too, bfloat16
-    for decode rows and the model's own float32 for prefill rows (a prompt's first token as ``native`` gives it)."""
-    if fmt != "int4-f32":
-        return _one(module, HEAD_FORMAT.get(fmt, fmt))
+    """The LM head. ``native``/``bfloat16``/``int8``: the format itself. The int4 formats keep it exact in
+    bfloat16 (see the note on top) for prefill rows and read it as int8 with the top candidates re-scored
+    exactly for decode rows (:class:`~kvlink_rag.runtime.head.RescoredHead`: 3x less time per decode step's
+    head, the same greedy tokens); ``int4-f32`` prefills on the model's own float32 head."""
+    if fmt not in ("int4", "int4-bf16", "int4-f32"):
+        return _one(module, fmt)
+    from .head import RescoredHead
     from .linear import SplitLinear
 
-    return SplitLinear(_one(module, "bfloat16"), _one(module, "native"))
+    exact = _one(module, "bfloat16")
+    large = _one(module, "native") if fmt == "int4-f32" else exact
+    return SplitLinear(RescoredHead(exact), large)
 
 
 def _silu_mlp(config) -> None:
