@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from kvlink_rag.model import LoadedModel
+from kvlink_rag.model import LoadedModel, kv_dtype_of
 from kvlink_rag.ragged import RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import ModelRunner
 
@@ -24,7 +24,8 @@ Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids [n], positio
 def _runner_session(lm: LoadedModel, fmt: str, capacity: int) -> Step:
     runner = ModelRunner(lm.model, fmt)
     cfg = lm.config
-    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, capacity)
+    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, kv_dtype_of(fmt, lm.dtype), lm.device,
+                     capacity)
 
     def step(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         batch = RaggedBatch()

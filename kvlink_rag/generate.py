@@ -134,7 +134,8 @@ def full_prefill(lm: LoadedModel, ids: torch.Tensor, new_tokens: int = 1) -> Lin
     pos = torch.arange(n)
     if runs_on_runner():
         cfg = lm.config
-        seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, n + new_tokens)
+        seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device,
+                         n + new_tokens)
         last = prefill(lm, seq, lm.embed_tokens(ids.to(lm.device)), pos.to(lm.device))
         cache = cache_view(seq)
     else:

@@ -208,7 +208,7 @@ def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor], doc_v: list[t
     embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
     n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
     cfg = lm.config
-    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device,
+    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device,
                      n_cached + n_new + max(new_tokens, 1))
     for i, (k, v) in enumerate(zip(doc_k, doc_v)):
         seq.write(i, k, v)

@@ -93,6 +93,25 @@ class LoadedModel:
     def max_positions(self) -> int:
         return int(self.config.max_position_embeddings)
 
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """dtype of the KV the scheduler's sequences hold (:func:`kv_dtype_of` of the weight format)."""
+        return kv_dtype_of(self.weight_format, self.dtype)
+
+
+BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16")  # formats whose linear layers compute in bfloat16
+
+
+def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype) -> torch.dtype:
+    """The KV dtype of a weight format: bfloat16 for the formats whose GEMMs already round activations to
+    bfloat16 (:data:`BF16_KV_FORMATS`; documents are stored in bfloat16 by default, so a linked request's
+    documents are copied, not widened), which halves what a decode step's attention reads (vLLM's default
+    ``kv_cache_dtype="auto"`` is the model's bfloat16 alike); else the compute dtype (``native`` stays the
+    float32 reference of the exactness tests, ``int4-f32`` is for CPUs without native bfloat16)."""
+    if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS:
+        return torch.bfloat16
+    return compute_dtype
+
 
 def resolve_device(name: str) -> torch.device:
     """``'auto'`` picks CUDA when available, else CPU."""

@@ -199,8 +199,12 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         mask: additive ``[n, sum tokens_i]`` or None (all visible).
         scale: softmax scale (``head_dim ** -0.5``).
     Returns:
-        ``[heads, n, head_dim]`` in ``q``'s dtype.
+        ``[heads, n, head_dim]`` in ``q``'s dtype (queries are cast to the KV's dtype first: float32 queries
+        over bfloat16 KV attend in bfloat16, as the KV was stored).
     """
+    kv_dtype = pieces[0][0].dtype
+    if q.dtype != kv_dtype:
+        return attend(q.to(kv_dtype), pieces, mask, scale).to(q.dtype)
     if len(pieces) > 1 and q.shape[1] == 1:
         return _attend_pieces(q, pieces, mask, scale)
     k = pieces[0][0] if len(pieces) == 1 else torch.cat([k for k, _ in pieces], dim=1)

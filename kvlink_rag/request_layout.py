@@ -42,9 +42,9 @@ class PendingPrefill:
 
 
 def new_sequence(lm: LoadedModel, chunks: list[KVChunk], capacity: int) -> SequenceKV:
-    """An empty request KV after ``chunks`` shaped for ``lm`` (compute dtype, model device)."""
+    """An empty request KV after ``chunks`` shaped for ``lm`` (``lm.kv_dtype``, model device)."""
     cfg = lm.config
-    return SequenceKV(chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, capacity)
+    return SequenceKV(chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device, capacity)
 
 
 @torch.inference_mode()
@@ -170,7 +170,8 @@ def fill_cached(lm: LoadedModel, lay: RequestLayout, start: int, seq: SequenceKV
     while i < len(lay.items) and lay.kinds[i] == "prefix":
         i += 1
     if i > start:
-        seq.append(prefix.keys[:, :, start:i].to(lm.device, lm.dtype), prefix.values[:, :, start:i].to(lm.device, lm.dtype))
+        seq.append(prefix.keys[:, :, start:i].to(lm.device, seq.keys.dtype),
+                   prefix.values[:, :, start:i].to(lm.device, seq.keys.dtype))
     j = i
     while j < len(lay.items) and lay.kinds[j] == "doc":
         j += 1
