@@ -69,3 +69,29 @@ def test_an_explicit_mask_row_hides_what_its_mask_hides():
     ref = DynamicCache(ddp_cache_data=[(k[i][None][:, :, keep], v[i][None][:, :, keep]) for i in range(k.shape[0])])
     out = lm.model(input_ids=new[None], position_ids=torch.arange(8, 10)[None], cache=ref, use_cache=True)
     assert (got[0] - out.logits[0, -1]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+@pytest.mark.parametrize("n", [1, 4])
+def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(pieces, n):
+    """Sequences of the bfloat16 formats hold bfloat16 KV (kv_dtype_of); their float32 queries attend as
+    bfloat16 queries do over the same KV (one piece or several, decode or prefill) and come back float32."""
+    from kvlink_rag.ragged import attend
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(4, n, 8, generator=g)  # 4 heads over 2 kv heads
+    kv = [(torch.randn(2, 5, 8, generator=g).bfloat16(), torch.randn(2, 5, 8, generator=g).bfloat16())
+          for _ in range(pieces)]
+    got = attend(q, kv, None, 8 ** -0.5)
+    want = attend(q.bfloat16(), kv, None, 8 ** -0.5)
+    assert got.dtype == torch.float32 and torch.equal(got, want.float())
+
+
+def test_the_kv_dtype_follows_the_weight_format():
+    from kvlink_rag.model import kv_dtype_of
+
+    assert kv_dtype_of("int4-bf16", torch.float32) == torch.bfloat16
+    assert kv_dtype_of("bfloat16", torch.float32) == torch.bfloat16
+    assert kv_dtype_of("native", torch.float32) == torch.float32  # the exactness reference
+    assert kv_dtype_of("int4-f32", torch.float32) == torch.float32  # CPUs without native bfloat16
+    assert kv_dtype_of("native", torch.bfloat16) == torch.bfloat16
