@@ -39,7 +39,7 @@ class Gates:
     Args:
         planning: threads planning queries at once.
         model: queries running at once (1 without the batching scheduler; with it, what the scheduler can
-            hold: :mod:`service.scheduler` batches them and refuses the rest).
+            hold: :mod:`kvlink_rag.runtime.scheduler` batches them and refuses the rest).
         probes: threads running readiness checks or metrics collection at once.
     """
 

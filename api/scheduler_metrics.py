@@ -11,7 +11,7 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 
 
 
 class StepMetrics:
-    """Histograms fed by :class:`service.scheduler.Scheduler` after each step (its ``observe``)."""
+    """Histograms fed by :class:`kvlink_rag.runtime.scheduler.Scheduler` after each step (its ``observe``)."""
 
     def __init__(self, registry: CollectorRegistry):
         self.batch = Histogram("kvlink_batch_size", "Requests in one scheduler step's forwards (prefill and decode).",

@@ -6,10 +6,10 @@ prefill step (128 queries, causal within the chunk) at each context:
 
 - ``contiguous``: one buffer per request (today's own tokens), torch's SDPA;
 - ``prefix pieces``: 4 shared read-only pieces then the own tokens (today's prefix-tree chunks,
-  :func:`kvlink_rag.ragged.attend`: scores concatenated for a decode, pieces joined for a prefill);
+  :func:`kvlink_rag.runtime.ragged.attend`: scores concatenated for a decode, pieces joined for a prefill);
 - ``blocks B, gathered``: a pool of fixed-size blocks and a block table (vLLM's paged layout), the row's blocks
   gathered into one buffer (``index_select``), then SDPA;
-- ``blocks B, per block``: the same blocks as pieces, never gathered (:func:`kvlink_rag.ragged.attend`);
+- ``blocks B, per block``: the same blocks as pieces, never gathered (:func:`kvlink_rag.runtime.ragged.attend`);
 - ``flex``: FlexAttention (compiled, dense KV; compile seconds reported) when ``flex=True``.
 
 Every candidate's output is checked against ``contiguous`` (max abs difference reported). CPU seconds
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.ragged import attend
+from kvlink_rag.runtime.ragged import attend
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2-135M
 

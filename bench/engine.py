@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from kvlink_rag.model import LoadedModel, kv_dtype_of
-from kvlink_rag.ragged import RaggedBatch, SequenceKV
+from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import ModelRunner
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids [n], positions [n]) -> logits [vocab]

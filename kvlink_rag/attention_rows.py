@@ -1,7 +1,7 @@
 """Explain inside the batching scheduler: one request's attention mass over its KV slots, row by row.
 
 A :class:`RowAttention` rides on an explained request (``RunningRequest.attention``) and is handed to the
-model runner with each of its rows (:class:`kvlink_rag.ragged.RaggedRow` ``attention``): the runner adds
+model runner with each of its rows (:class:`kvlink_rag.runtime.ragged.RaggedRow` ``attention``): the runner adds
 each layer's probabilities of the counted query rows (:func:`kvlink_rag.runtime.attention_probs.attention_mass`).
 Counted are the question's rows of the prompt's prefill (not its link tokens, which precede the question)
 and every decode row: what :class:`kvlink_rag.attribution.AttentionMass` sums under transformers' hooks on

@@ -20,8 +20,8 @@ from .blend import CHECK_LAYER, _causal_mask, fresh_check_values, recompute_coun
 from .linker import slot_link_embeds
 from .mask import additive
 from .model import LoadedModel
-from .ragged import SequenceKV
-from .request_layout import PendingPrefill, RequestLayout
+from .runtime.ragged import SequenceKV
+from .runtime.request_layout import PendingPrefill, RequestLayout
 from .types import PrefixKV
 
 
@@ -86,7 +86,7 @@ def blend_prefill(lm: LoadedModel, lay: RequestLayout, start: int, seq: Sequence
         prefix: the anchor prefix KV (positions ``0..P-1``; the selection forward runs after it).
         doc_ids: per document slot ``[tokens]`` int64 ids as encoded.
         link_embeds: ``[K, hidden]`` or ``[S, K, hidden]`` link embeddings in use, or None.
-        pending: the link-token prefill (:func:`kvlink_rag.request_layout.pending_prefill`).
+        pending: the link-token prefill (:func:`kvlink_rag.runtime.request_layout.pending_prefill`).
         ratio: the fraction of held document tokens recomputed, in (0, 1].
     """
     doc_items = [i for i, k in enumerate(lay.kinds) if k == "doc"]

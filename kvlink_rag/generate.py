@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from .attention import capturing
 from .model import LoadedModel
-from .ragged import SequenceKV
+from .runtime.ragged import SequenceKV
 from .runtime.hf_cache import cache_view, prefill, runs_on_runner, sequence_from_cache
 from .stop_strings import StopStrings
 from .types import ContextTooLong, LinkedContext, Segment, Timings
@@ -42,7 +42,7 @@ class SamplingParams:
         stop: stop strings (:mod:`kvlink_rag.stop_strings`): generation ends with the token completing one.
         logprobs: None (not asked), else how many most likely alternatives (0..20) to report with each
             generated token's log-probability (:mod:`kvlink_rag.logprobs`: raw model log-softmax, vLLM's default).
-            Batching scheduler only (:class:`kvlink_rag.running.RunningRequest`).
+            Batching scheduler only (:class:`kvlink_rag.runtime.running.RunningRequest`).
         grammar: a compiled :class:`kvlink_rag.grammar.Grammar` the answer must follow (``response_format``):
             each request masks its logits with its own matcher before sampling. Batching scheduler only.
     """

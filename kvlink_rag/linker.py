@@ -15,7 +15,7 @@ import torch
 from .kvcache import build_cache
 from .mask import additive, allowed
 from .model import LoadedModel
-from .ragged import SequenceKV
+from .runtime.ragged import SequenceKV
 from .rope import apply_rope, rope_cos_sin
 from .runtime.hf_cache import cache_view, prefill, runs_on_runner
 from .types import ContextTooLong, DocumentKV, LayeredDocuments, LinkedContext, PrefixKV, Segment, Timings

@@ -5,7 +5,7 @@ A front end binds a :class:`CancelScope` to the request (:func:`bind`, a context
 request into the threads that ``anyio.to_thread`` starts, and those started in a copy of its context) and calls
 :meth:`CancelScope.cancel` when the client disconnects. The scheduled path registers the request's handle
 with the scope (:func:`on_cancel`), and the scheduler reads the request's documents through
-:class:`CancellableCache`, which stops between documents (after keeping what it encoded) and between
+:class:`~kvlink_rag.runtime.cancel.CancellableCache`, which stops between documents (after keeping what it encoded) and between
 layers of a stream once the request is cancelled.
 """
 
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from kvlink_rag.cache import DocumentCache
-from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
+from kvlink_rag.runtime.cancel import Cancelled
 from service.errors import ServiceError
 
 _scope: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar("kvlink_cancel_scope", default=None)
 
 
-class RequestCancelled(ServiceError):
-    """The client went away before the answer was ready (HTTP 499, nginx's "client closed request")."""
+class RequestCancelled(ServiceError, Cancelled):
+    """The client went away before the answer was ready (HTTP 499, nginx's "client closed request"); the
+    service's form of the engine's :class:`~kvlink_rag.runtime.cancel.Cancelled`."""
 
     def __init__(self, what: str = "the request"):
         super().__init__(499, "cancelled", f"{what} was cancelled: the client closed the connection")
@@ -83,59 +83,3 @@ def check_cancelled(what: str = "the request") -> None:
     scope = _scope.get()
     if scope is not None and scope.cancelled:
         raise RequestCancelled(what)
-
-
-class CancellableCache(DocumentCache):
-    """A request's cache view that stops once ``cancelled()`` is true: before resolving, after storing an
-    encoded document (kept: other requests use it) and before each streamed layer (the prefetch reader then
-    stops too).
-
-    Args:
-        inner: the request's cache (a ``RecordingCache``); other attributes are read from it.
-        cancelled: whether the request was cancelled.
-    Raises (from its methods): RequestCancelled.
-    """
-
-    def __init__(self, inner: DocumentCache, cancelled: Callable[[], bool]) -> None:
-        self.inner, self._cancelled = inner, cancelled
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def _check(self) -> None:
-        if self._cancelled():
-            raise RequestCancelled("the request's document loads")
-
-    def key(self, fingerprint: str, text: str) -> str:
-        return self.inner.key(fingerprint, text)
-
-    def get(self, key: str) -> DocumentKV | None:
-        self._check()
-        return self.inner.get(key)
-
-    def put(self, key: str, kv: DocumentKV) -> str | None:
-        reason = self.inner.put(key, kv)
-        self._check()
-        return reason
-
-    def resolve(self, keys: list[str], retention: float = 1.0, method: str = "importance"
-                ) -> list[DocumentKV | RetainedKV | str | None]:
-        self._check()
-        return self.inner.resolve(keys, retention, method)
-
-    def stream(self, items: list[DocumentKV | RetainedKV | str], retention: float = 1.0,
-               method: str = "importance") -> LayeredDocuments:
-        self._check()
-        docs = self.inner.stream(items, retention, method)
-        docs.layers = self._layers(docs.layers)
-        return docs
-
-    def _layers(self, layers: Iterator) -> Iterator:
-        try:
-            for layer in layers:
-                self._check()
-                yield layer
-        finally:
-            close = getattr(layers, "close", None)
-            if close is not None:
-                close()  # the prefetch reader stops before its next layer

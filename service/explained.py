@@ -46,7 +46,7 @@ def check_explained(mode: str, retention: float | None, explain: bool, attributi
 def explanation(eng: Engine, plan, attention: tuple | None, answer_ids: list[int] | None = None,
                 lock=None) -> dict | None:
     """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`) from a scheduled request's
-    ``(AttentionMass, LinkedContext)`` (:attr:`service.gen_request.GenResult.attention`), or None without explain.
+    ``(AttentionMass, LinkedContext)`` (:attr:`kvlink_rag.runtime.gen_request.GenResult.attention`), or None without explain.
 
     With ``plan.attribution`` ``leave_one_out`` and the answer's ``answer_ids``, the document shares are
     leave-one-document-out's (:func:`kvlink_rag.leave_one_out.leave_one_out`: one more link forward per

@@ -31,7 +31,7 @@ from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
     from kvlink_rag.answer import Answer
-    from service.scheduler import Scheduler
+    from kvlink_rag.runtime.scheduler import Scheduler
     from kvlink_rag.engine import Engine
     from kvlink_rag.settings import Settings
     from service.retrieval import Retrieval

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
     from kvlink_rag.engine import Engine
     from service.pins import PinRegistry
-    from service.scheduler import Scheduler
+    from kvlink_rag.runtime.scheduler import Scheduler
     from store.factory import Store
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,9 @@ class Runtime:
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
-    from kvlink_rag.prefix_tree import PrefixTree
-    from service.admission import make_policy
-    from service.scheduler import Scheduler, SchedulerLimits
+    from kvlink_rag.runtime.prefix_tree import PrefixTree
+    from kvlink_rag.runtime.admission import make_policy
+    from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time
     limits = SchedulerLimits(max_running=running, max_waiting=settings.max_waiting_requests,

@@ -1,4 +1,4 @@
-"""Answering a planned query through the batching scheduler (:mod:`service.scheduler`).
+"""Answering a planned query through the batching scheduler (:mod:`kvlink_rag.runtime.scheduler`).
 
 The request's engine (its adapter loaded, a per-request recording view of the tenant's cache) is made in
 the scheduler's thread when the request is admitted; token ids come back through the request's handle
@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
+from kvlink_rag.runtime.cancel import Cancelled
+from kvlink_rag.runtime.gen_request import GenRequest, GenResult
+from kvlink_rag.runtime.scheduler import QueueFull, Scheduler
 from kvlink_rag.types import ContextTooLong
-from service.cancellation import check_cancelled, on_cancel
+from service.cancellation import RequestCancelled, check_cancelled, on_cancel
 from service.errors import ServiceError
-from service.gen_request import GenRequest, GenResult
-from service.scheduler import QueueFull, Scheduler
 
 if TYPE_CHECKING:
     from kvlink_rag.answer import Answer
@@ -51,6 +52,10 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
         return (yield from gen)
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
+    except Cancelled as e:
+        if isinstance(e, RequestCancelled):
+            raise
+        raise RequestCancelled(e.what) from None
     finally:
         gen.close()
 

@@ -1,7 +1,7 @@
 """Attention probabilities of the rows that ask for them (explain), computed beside the runner's attention.
 
 SDPA never materialises the probabilities. For a row flagged with a receiver (:class:`MassReceiver`, the
-``attention`` of :class:`kvlink_rag.ragged.RaggedRow`) the runner also calls :func:`attention_mass`: the
+``attention`` of :class:`kvlink_rag.runtime.ragged.RaggedRow`) the runner also calls :func:`attention_mass`: the
 explicit ``softmax(q K^T * scale + mask)`` in float32 (transformers' eager kernel), summed over heads and
 the counted query rows, one ``[keys]`` vector per layer. The row's output still comes from the ordinary
 kernel, so an explained answer is the same as the plain one; only these rows pay the extra matmul.

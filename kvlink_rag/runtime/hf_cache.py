@@ -1,5 +1,5 @@
 """Between transformers' ``DynamicCache`` (the one-request contexts, explain and training) and the runner's
-:class:`~kvlink_rag.ragged.SequenceKV`.
+:class:`~kvlink_rag.runtime.ragged.SequenceKV`.
 
 A context built through transformers (a linked prompt, full prefill) is decoded by the runner: its KV is
 copied once into a sequence with room for the answer, then each token is one packed forward.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..model import LoadedModel
-from ..ragged import SequenceKV
+from .ragged import SequenceKV
 
 
 def sequence_from_cache(lm: LoadedModel, cache, extra: int) -> SequenceKV:
@@ -67,7 +67,7 @@ def prefill(lm: LoadedModel, seq: SequenceKV, embeds: torch.Tensor, positions: t
         embeds: ``[n, hidden]``; positions: ``[n]`` int64.
         mask: additive ``[n, seq.num_tokens + n]`` (the KVLink mask), or None for causal continuation.
     """
-    from ..ragged import RaggedBatch, mask_rows
+    from .ragged import RaggedBatch, mask_rows
     from .model_runner import forward_ragged
 
     n = int(embeds.shape[0])

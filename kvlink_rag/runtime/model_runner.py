@@ -3,7 +3,7 @@
 The Llama-family decoder (Llama, Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mistral) as gpt-fast's
 ``Transformer`` and nano-vllm's ``model_runner`` write it: per layer RMSNorm, one fused q|k|v
 projection, RoPE from the model's own rotary module at the given position ids, attention of each row
-over its own KV (:func:`kvlink_rag.ragged.attend`, with the row's KVLink mask), the output projection, RMSNorm
+over its own KV (:func:`kvlink_rag.runtime.ragged.attend`, with the row's KVLink mask), the output projection, RMSNorm
 and a fused gate|up SiLU MLP. No transformers module runs on this path; its forward is the reference
 the exactness tests compare against (1e-4 in float32).
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import LoadedModel
-from ..ragged import RaggedBatch, attend
+from .ragged import RaggedBatch, attend
 from ..rope import rope_cos_sin
 from .attention_probs import attention_mass
 from .linear import TokenSplit

@@ -67,7 +67,7 @@ def forced_answer(monkeypatch):
         calls[0] += 1
         return ids[(calls[0] - 1) % len(ids)]
 
-    monkeypatch.setattr("kvlink_rag.running.sample_next", sample)  # the batching scheduler
+    monkeypatch.setattr("kvlink_rag.runtime.running.sample_next", sample)  # the batching scheduler
     monkeypatch.setattr("kvlink_rag.generate.sample_next", sample)  # the one-request path
     return calls
 

@@ -20,7 +20,7 @@ from kvlink_rag.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.kvcache import cache_tensors
 from kvlink_rag.linker import link
 from kvlink_rag.model import wrap_model
-from kvlink_rag.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import forward_ragged
 from kvlink_rag.types import LayeredDocuments
 from reference import Piece, kv_by_position, reference_forward

@@ -11,11 +11,12 @@ import pytest
 
 from factories import tiny_text_engine
 from kvlink_rag.cache import MemoryCache
-from kvlink_rag.prefix_tree import PrefixTree
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.types import Document
+from kvlink_rag.runtime.cancel import Cancelled
 from service.cancellation import CancelScope, RequestCancelled, bind, check_cancelled, on_cancel, unbind
-from service.gen_request import GenRequest
-from service.scheduler import Scheduler, SchedulerLimits
+from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
 DOCS = [Document(f"Document {i} tells the story of harbour number {i}, its ships and its {i * 3} cranes.")
         for i in range(8)]
@@ -60,7 +61,7 @@ def test_a_request_cancelled_while_loading_stops_after_the_document_in_hand(engi
     eng, encoded = _counting(engine, on_encode=lambda: handle_box[0].cancel())  # the client leaves meanwhile
     try:
         handle_box.append(sched.submit(_request(engine, DOCS[:5], lambda: eng)))
-        with pytest.raises(RequestCancelled):
+        with pytest.raises(Cancelled):
             list(handle_box[0].tokens())  # the reader wakes at once, while the scheduler is still loading
         _wait_step(sched, 1)
         assert len(encoded) == 1 and len(eng.cache) == 1  # 4 documents never encoded; the one in hand kept
@@ -78,7 +79,7 @@ def test_a_waiting_request_cancelled_is_never_admitted_and_its_reader_wakes_at_o
         with lock:  # the model is busy (e.g. a long precompute chunk): requests wait in the queue
             handle = sched.submit(_request(engine, DOCS[5:8], lambda: eng))
             woke = []
-            reader = threading.Thread(target=lambda: woke.append(pytest.raises(RequestCancelled, list,
+            reader = threading.Thread(target=lambda: woke.append(pytest.raises(Cancelled, list,
                                                                                handle.tokens())))
             reader.start()
             time.sleep(0.05)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .linker import plan_layout, slot_link_embeds
-from .mask import additive, allowed
-from .model import LoadedModel
+from ..linker import plan_layout, slot_link_embeds
+from ..mask import additive, allowed
+from ..model import LoadedModel
 from .ragged import KVChunk, SequenceKV
-from .rope import apply_rope, rope_cos_sin
-from .types import DocumentKV, LayeredDocuments, PrefixKV, Segment
+from ..rope import apply_rope, rope_cos_sin
+from ..types import DocumentKV, LayeredDocuments, PrefixKV, Segment
 
 
 @dataclass

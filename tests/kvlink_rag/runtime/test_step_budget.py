@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from service.step_budget import MIN_CHUNK, allot
+from kvlink_rag.runtime.step_budget import MIN_CHUNK, allot
 
 
 @dataclass

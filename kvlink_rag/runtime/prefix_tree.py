@@ -7,7 +7,7 @@ from the root fixes every item's position, so a node's KV (keys after RoPE) is v
 whose prompt starts with that path. Each tree is rooted per *context key* (adapter, link tokens,
 encoding): KV computed under another adapter is never matched.
 
-Nodes hold :class:`~kvlink_rag.ragged.KVChunk` values; matching returns the chunks themselves (a partial
+Nodes hold :class:`~kvlink_rag.runtime.ragged.KVChunk` values; matching returns the chunks themselves (a partial
 match is a view of a node's leading tokens), so requests share them without copies. Requests never write
 into a chunk (copy-on-write: what a request adds is its own until it is inserted). Nodes on a running
 request's path are pinned (reference counted); unpinned leaves are evicted least recently used when the

@@ -2,7 +2,7 @@
 
 :func:`admit` builds it (layout, longest stored prefix, the cached KV appended, the prefill left to
 compute); the scheduler then packs :meth:`RunningRequest.next_inputs` of many requests into one
-:class:`~kvlink_rag.ragged.RaggedBatch` forward and hands each its logits with :meth:`RunningRequest.step`.
+:class:`~kvlink_rag.runtime.ragged.RaggedBatch` forward and hands each its logits with :meth:`RunningRequest.step`.
 Token choice, budget and stop rules are those of :func:`kvlink_rag.generate.decode` (the same tokens for
 the same logits and seed): the first token comes from the prefill's logits, each later one from a
 one-token decode, and the last token sampled is never fed.
@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention_rows import RowAttention
-from .blend_stage import blend_prefill
-from .engine import Engine
-from .generate import SamplingParams, sample_next, sampling_generator
-from .logprobs import TokenLogprob, token_logprob
-from .stop_strings import StopStrings
+from ..attention_rows import RowAttention
+from ..blend_stage import blend_prefill
+from ..engine import Engine
+from ..generate import SamplingParams, sample_next, sampling_generator
+from ..logprobs import TokenLogprob, token_logprob
+from ..stop_strings import StopStrings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .ragged import mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
-from .types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
+from ..types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
 
 
 class RunningRequest:

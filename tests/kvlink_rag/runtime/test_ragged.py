@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 from factories import random_ids, tiny_model
 from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import forward_ragged
 
 
@@ -76,7 +76,7 @@ def test_an_explicit_mask_row_hides_what_its_mask_hides():
 def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(pieces, n):
     """Sequences of the bfloat16 formats hold bfloat16 KV (kv_dtype_of); their float32 queries attend as
     bfloat16 queries do over the same KV (one piece or several, decode or prefill) and come back float32."""
-    from kvlink_rag.ragged import attend
+    from kvlink_rag.runtime.ragged import attend
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(4, n, 8, generator=g)  # 4 heads over 2 kv heads

@@ -4,11 +4,11 @@ One thread owns the model's forwards. Each step (Orca's iteration-level scheduli
 2022; as in vLLM, SGLang and nano-vllm) it admits waiting requests (their prefill: link tokens and
 question, or a chat turn's new message), and runs one packed forward per adapter over every running
 request's new tokens: a decode token for requests already generating, the prefill of those just admitted
-(:mod:`kvlink_rag.ragged`: no padding; each request attends only to its own KV). Waiting requests are
+(:mod:`kvlink_rag.runtime.ragged`: no padding; each request attends only to its own KV). Waiting requests are
 grouped by prefill length into short / medium / long buckets, so a step's prefills are of similar cost;
 the oldest request's bucket goes first, and any request that waited longer than ``max_wait_s`` is
 admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
-documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.prefix_tree.PrefixTree`.
+documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.runtime.prefix_tree.PrefixTree`.
 
 The model lock is taken per step, so other model work (embedded precompute, in chunks) runs between
 steps rather than stalling every request for a whole document.
@@ -22,9 +22,9 @@ import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
-from service.admission import AdmissionPolicy, BucketPolicy, WaitingView
-from service.gen_request import GenRequest, GenResult, RequestHandle
-from service.step_budget import allot
+from .admission import AdmissionPolicy, BucketPolicy, WaitingView
+from .gen_request import GenRequest, GenResult, RequestHandle
+from .step_budget import allot
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class SchedulerLimits:
         max_adapters: distinct adapters among running requests (``KVLINK_RAG_MAX_LOADED_ADAPTERS``: one more
             would unload an adapter in use); a request for another waits until one is free.
         max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
-            shortest remaining prefill first, in the room left (:func:`service.step_budget.allot`).
+            shortest remaining prefill first, in the room left (:func:`kvlink_rag.runtime.step_budget.allot`).
     """
 
     max_running: int = 16
@@ -86,7 +86,7 @@ class Scheduler:
         limits: see :class:`SchedulerLimits`.
         observe: called after each step with ``(rows, waits)``: requests in the step's forwards and the queue
             waits (seconds) of those admitted in it (metrics); settable after construction.
-        policy: the admission order (:mod:`service.admission`; default the S/M/L buckets).
+        policy: the admission order (:mod:`kvlink_rag.runtime.admission`; default the S/M/L buckets).
     """
 
     def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None,
@@ -195,7 +195,7 @@ class Scheduler:
         return chosen
 
     def _step(self, chosen: list[_Waiting]) -> None:
-        from kvlink_rag.running import Reuse, admit
+        from kvlink_rag.runtime.running import Reuse, admit
 
         waits = []
         with self.model_lock:
@@ -235,7 +235,7 @@ class Scheduler:
         import torch
 
         from kvlink_rag.lora import adapter_scope
-        from kvlink_rag.ragged import RaggedBatch
+        from kvlink_rag.runtime.ragged import RaggedBatch
         from kvlink_rag.runtime.model_runner import forward_ragged
 
         batch = RaggedBatch()
@@ -312,7 +312,7 @@ def _cancellable(engine, handle: RequestHandle):
     ``make_engine`` returns may be shared: it is not changed)."""
     import copy
 
-    from service.cancellation import CancellableCache
+    from .cancel import CancellableCache
 
     view = copy.copy(engine)
     view.cache = CancellableCache(engine.cache, lambda: handle.cancelled)

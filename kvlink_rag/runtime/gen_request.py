@@ -16,6 +16,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .cancel import Cancelled
+
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
     from kvlink_rag.generate import SamplingParams
@@ -65,8 +67,8 @@ class GenRequest:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
         the system prompt, documents and link tokens), or None without documents, when cold, or when the request keeps
         its document KV to itself (retention below 1, CacheBlend, explain: it reads no documents from the
-        prefix tree, :class:`kvlink_rag.running.Reuse`)."""
-        from kvlink_rag.running import Reuse
+        prefix tree, :class:`kvlink_rag.runtime.running.Reuse`)."""
+        from kvlink_rag.runtime.running import Reuse
 
         if not self.docs or self.cold or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
             return None
@@ -147,7 +149,7 @@ class RequestHandle:
     # -- front-end side ----------------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop generating (the slot is freed before the scheduler's next step); a reader waiting in
-        :meth:`tokens` wakes up with :class:`~service.cancellation.RequestCancelled`. Any thread may call it."""
+        :meth:`tokens` wakes up with :class:`~kvlink_rag.runtime.cancel.Cancelled`. Any thread may call it."""
         if not self._cancelled.is_set():
             self._cancelled.set()
             self._events.put(("cancelled", None))
@@ -157,10 +159,8 @@ class RequestHandle:
         returns the :class:`GenResult`. Closing the generator cancels the request.
 
         Raises:
-            RequestCancelled: :meth:`cancel` was called (the client went away).
+            Cancelled: :meth:`cancel` was called (the client went away).
         """
-        from service.cancellation import RequestCancelled
-
         try:
             while True:
                 kind, value = self._events.get()
@@ -170,7 +170,7 @@ class RequestHandle:
                     self.result = value
                     return value
                 elif kind == "cancelled":
-                    raise RequestCancelled()
+                    raise Cancelled()
                 else:
                     raise value
         finally:

@@ -7,10 +7,10 @@ import threading
 import pytest
 
 from factories import tiny_text_engine
-from kvlink_rag.prefix_tree import PrefixTree
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.types import Document
-from service.gen_request import GenRequest
-from service.scheduler import QueueFull, Scheduler, SchedulerLimits
+from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.scheduler import QueueFull, Scheduler, SchedulerLimits
 
 DOCS = [Document(f"Document number {i} says the code word is kiwi{i} and other things {i * 7}.", f"T{i}")
         for i in range(6)]
@@ -151,7 +151,7 @@ def test_a_request_cancelled_mid_batch_leaves_the_others_unchanged(engine):
 
 
 def test_a_request_that_fails_while_sampling_fails_alone(engine, monkeypatch):
-    from kvlink_rag import running
+    from kvlink_rag.runtime import running
 
     real_step = running.RunningRequest.step
 
@@ -238,7 +238,7 @@ def test_a_long_prefill_shares_its_steps_with_a_short_request(engine):
 
 
 def test_a_cache_aware_admission_policy_changes_the_order_not_the_answers(engine):
-    from service.admission import CacheAwarePolicy
+    from kvlink_rag.runtime.admission import CacheAwarePolicy
 
     sched = Scheduler(engine.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_running=1),
                       policy=CacheAwarePolicy())

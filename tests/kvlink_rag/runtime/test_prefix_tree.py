@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kvlink_rag.prefix_tree import PrefixTree, chunk_of
-from kvlink_rag.ragged import KVChunk
+from kvlink_rag.runtime.prefix_tree import PrefixTree, chunk_of
+from kvlink_rag.runtime.ragged import KVChunk
 
 
 def kv(tokens: int, fill: float) -> KVChunk:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.gen_request import GenRequest
+from .gen_request import GenRequest
 
 
 @dataclass(frozen=True)
