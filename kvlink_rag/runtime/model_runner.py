@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from ..model import LoadedModel
-from .ragged import RaggedBatch, attend
 from ..rope import rope_cos_sin
 from .attention_probs import attention_mass
 from .linear import TokenSplit
 from .lora import LayerLora, LowRank, adapter_terms
+from .ragged import RaggedBatch, attend
 from .weights import LayerWeights, ModelWeights, model_weights
 
 

@@ -16,9 +16,9 @@ import torch
 from ..linker import plan_layout, slot_link_embeds
 from ..mask import additive, allowed
 from ..model import LoadedModel
-from .ragged import KVChunk, SequenceKV
 from ..rope import apply_rope, rope_cos_sin
 from ..types import DocumentKV, LayeredDocuments, PrefixKV, Segment
+from .ragged import KVChunk, SequenceKV
 
 
 @dataclass

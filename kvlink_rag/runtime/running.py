@@ -22,11 +22,11 @@ from ..engine import Engine
 from ..generate import SamplingParams, sample_next, sampling_generator
 from ..logprobs import TokenLogprob, token_logprob
 from ..stop_strings import StopStrings
+from ..types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
 from .prefix_tree import Match, PrefixTree, chunk_of
 from .ragged import mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
-from ..types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
 
 
 class RunningRequest:
