@@ -114,7 +114,7 @@ class ModelRunner:
             s, e = row.start, row.start + row.length
             row.seq.write(i, k[:, s:e], v[:, s:e])
             pieces = list(row.seq.layer_kv(i, row.length))
-            out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale)
+            out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
             if row.attention is not None:  # explain: the probabilities too, for the rows that ask
                 row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip))
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]

@@ -128,6 +128,9 @@ class RaggedRow:
             for a single token that sees everything before it.
         attention: for a row whose attention probabilities are wanted (explain), the receiver of each layer's
             mass per key (:class:`kvlink_rag.runtime.attention_probs.MassReceiver`); None for the others.
+        causal: the row's tokens are the sequence's first and plainly causal (``mask`` is that triangle):
+            attention may take the kernel's causal path, which skips the masked half (2x less work at 1,300
+            tokens than the same kernel with the mask).
     """
 
     seq: SequenceKV
@@ -135,6 +138,7 @@ class RaggedRow:
     length: int
     mask: torch.Tensor | None = None
     attention: object | None = None
+    causal: bool = False
 
 
 @dataclass
@@ -149,9 +153,10 @@ class RaggedBatch:
         :class:`RaggedRow`."""
         start = self.rows[-1].start + self.rows[-1].length if self.rows else 0
         seq.reserve(length)
+        causal = mask is None and length > 1 and seq.num_tokens == 0
         if mask is None:
             mask = _causal_tail(length, seq.num_tokens + length, seq.keys.dtype, seq.keys.device)
-        row = RaggedRow(seq, start, length, mask, attention)
+        row = RaggedRow(seq, start, length, mask, attention, causal)
         self.rows.append(row)
         return row
 
@@ -185,7 +190,7 @@ def _causal_tail(n: int, total: int, dtype: torch.dtype, device) -> torch.Tensor
 
 
 def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
-           scale: float) -> torch.Tensor:
+           scale: float, causal: bool = False) -> torch.Tensor:
     """Attention of one request's queries over its KV pieces (grouped-query aware).
 
     One piece, or several pieces under more than one query (a prefill), goes to torch's
@@ -198,13 +203,19 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         pieces: ``(k, v)`` ``[kv_heads, tokens_i, head_dim]`` in storage order.
         mask: additive ``[n, sum tokens_i]`` or None (all visible).
         scale: softmax scale (``head_dim ** -0.5``).
+        causal: ``q`` are the only keys' own queries, plainly causal (one piece of ``n`` keys): the kernel's
+            causal path, ``mask`` unused.
     Returns:
         ``[heads, n, head_dim]`` in ``q``'s dtype (queries are cast to the KV's dtype first: float32 queries
         over bfloat16 KV attend in bfloat16, as the KV was stored).
     """
     kv_dtype = pieces[0][0].dtype
     if q.dtype != kv_dtype:
-        return attend(q.to(kv_dtype), pieces, mask, scale).to(q.dtype)
+        return attend(q.to(kv_dtype), pieces, mask, scale, causal).to(q.dtype)
+    if causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]:
+        k, v = pieces[0]
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, scale=scale,
+                                              enable_gqa=q.shape[0] != k.shape[0])[0]
     if len(pieces) > 1 and q.shape[1] == 1:
         return _attend_pieces(q, pieces, mask, scale)
     k = pieces[0][0] if len(pieces) == 1 else torch.cat([k for k, _ in pieces], dim=1)

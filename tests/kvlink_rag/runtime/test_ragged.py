@@ -95,3 +95,19 @@ def test_the_kv_dtype_follows_the_weight_format():
     assert kv_dtype_of("native", torch.float32) == torch.float32  # the exactness reference
     assert kv_dtype_of("int4-f32", torch.float32) == torch.float32  # CPUs without native bfloat16
     assert kv_dtype_of("native", torch.bfloat16) == torch.bfloat16
+
+
+def test_the_causal_path_equals_the_causal_mask():
+    """A row that opens its sequence takes the kernel's causal path: the same attention as its triangle mask."""
+    from kvlink_rag.runtime.ragged import _causal_tail, attend
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(4, 9, 8, generator=g), torch.randn(2, 9, 8, generator=g), torch.randn(2, 9, 8, generator=g)
+    mask = _causal_tail(9, 9, torch.float32, "cpu")
+    want = attend(q, [(k, v)], mask, 8 ** -0.5)
+    assert torch.allclose(attend(q, [(k, v)], mask, 8 ** -0.5, causal=True), want, atol=1e-6)
+    seq = SequenceKV([], 1, 2, 8, torch.float32, "cpu", 16)
+    batch = RaggedBatch()
+    assert batch.add(seq, 9).causal and not batch.add(SequenceKV([], 1, 2, 8, torch.float32, "cpu", 16), 1).causal
+    seq.append(k[None], v[None])
+    assert not RaggedBatch().add(seq, 3).causal  # keys before it: the mask's rectangle, not the kernel's triangle
