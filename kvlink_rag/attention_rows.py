@@ -26,6 +26,8 @@ class RowAttention:
         skip: rows of the chunk being computed not counted (set by :meth:`chunk`).
     """
 
+    exclude_self = False
+
     def __init__(self, skip_rows: int):
         self.skip_rows = skip_rows
         self.skip = 0

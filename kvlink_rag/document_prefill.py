@@ -146,10 +146,23 @@ def _next_chunk(size: int, took_s: float) -> int:
     return max(16, min(512, int(size * CHUNK_SECONDS / max(took_s, 1e-4))))
 
 
+def on_runner(lm: LoadedModel) -> bool:
+    """Whether documents are encoded by the model runner: in the formats that prefill in bfloat16
+    (:data:`kvlink_rag.model.BF16_KV_FORMATS`: 2x transformers' eager float32 forward where the CPU has
+    native bfloat16), with no gradient wanted. ``native`` keeps transformers' forward, the reference the
+    stored caches' exactness tests compare with."""
+    from .model import BF16_KV_FORMATS
+    from .runtime.hf_cache import runs_on_runner
+
+    return lm.weight_format in BF16_KV_FORMATS and runs_on_runner()
+
+
 def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: PrefixKV | None,
              scores: ImportanceAccumulator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The base model over the document at ``pos`` (after the prefix's KV, if any), attention captured into
     ``scores`` when given; returns the document's own K (rotated) and V, ``[layers, kv_heads, n, head_dim]``."""
+    if on_runner(lm):
+        return _runner_forward(lm, ids, pos, prefix, scores)
     cache = None
     if prefix is not None:
         cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
@@ -170,3 +183,30 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     start = prefix.num_tokens if prefix is not None else 0
     return k[:, :, start:], v[:, :, start:]
+
+
+def _runner_forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: PrefixKV | None,
+                    scores: ImportanceAccumulator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_forward` through the model runner: the document's own KV in a sequence after the prefix's
+    (a shared chunk), in the chunks :data:`chunk_guard` asks for, importance from the runner's attention
+    probabilities (:func:`~kvlink_rag.runtime.attention_probs.attention_mass` without each query's own key)."""
+    from .runtime.model_runner import forward_ragged
+    from .runtime.ragged import KVChunk, RaggedBatch, SequenceKV
+
+    n, cfg = int(ids.numel()), lm.config
+    chunks = [] if prefix is None else [KVChunk(prefix.keys.to(lm.device, lm.dtype), prefix.values.to(lm.device, lm.dtype))]
+    seq = SequenceKV(chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, n)
+    guard = chunk_guard.get()
+    size, c0 = (CHUNK_TOKENS if guard is not None else n), 0
+    while c0 < n:
+        c1 = min(n, c0 + size)
+        with guard() if guard is not None else nullcontext():
+            t0 = time.perf_counter()
+            with adapter_scope(lm, None):  # documents are always encoded by the base model
+                batch = RaggedBatch()
+                batch.add(seq, c1 - c0, attention=scores)
+                forward_ragged(lm, batch, lm.embed_tokens(ids[c0:c1].to(lm.device)), pos[c0:c1])
+            took = time.perf_counter() - t0
+        size, c0 = (_next_chunk(size, took) if guard is not None else size), c1
+    # own KV: [layers, kv_heads, n, head_dim], keys after RoPE
+    return seq.keys[:, :, :n], seq.values[:, :, :n]

@@ -56,9 +56,17 @@ class ImportanceAccumulator:
         scores: ``[n]`` float32, the running H2O score.
     """
 
+    skip = 0  # as the model runner's receiver (runtime.attention_probs.MassReceiver): every query row counts,
+    exclude_self = True  # and not its attention to itself
+
     def __init__(self, n: int, start: int):
         self.n, self.start = n, start
         self.scores = torch.zeros(n, dtype=torch.float32)
+
+    def add(self, layer: int, mass: torch.Tensor) -> None:
+        """Add one layer's ``[start + t]`` attention received by each key from later document queries (the
+        model runner's :func:`~kvlink_rag.runtime.attention_probs.attention_mass` with ``exclude_self``)."""
+        self.scores[: mass.numel() - self.start] += mass[self.start:].cpu()
 
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         """Add one layer's ``[1, heads, q, start + t]`` attention probabilities of the document's queries

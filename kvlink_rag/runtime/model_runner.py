@@ -116,7 +116,8 @@ class ModelRunner:
             pieces = list(row.seq.layer_kv(i, row.length))
             out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
             if row.attention is not None:  # explain: the probabilities too, for the rows that ask
-                row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip))
+                row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip,
+                                                    row.attention.exclude_self))
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
         o = layer.o(attn, split)
         if lora is not None:

@@ -92,3 +92,44 @@ def test_chunks_are_resized_toward_the_target_time():
 
     assert _next_chunk(64, 2 * CHUNK_SECONDS) == 32 and _next_chunk(64, CHUNK_SECONDS / 2) == 128
     assert _next_chunk(64, 100.0) == 16 and _next_chunk(64, 0.0) == 512  # bounds
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+@pytest.mark.parametrize("chunk", [0, 5], ids=["whole", "chunked"])
+def test_the_runner_encodes_what_transformers_encodes(monkeypatch, family, anchored, chunk):
+    """The bfloat16 formats encode documents on the model runner: K, V and importance equal transformers'
+    eager forward (the reference) in float32, whole or in chunks, isolated or after the anchor prefix."""
+    from contextlib import nullcontext
+
+    from kvlink_rag import document_prefill
+    from kvlink_rag.document_prefill import chunk_guard
+
+    lm = tiny_model(family)
+    ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(4, seed=4)) if anchored else None)
+    want = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
+    monkeypatch.setattr(document_prefill, "on_runner", lambda lm: True)  # native weights on the runner
+    monkeypatch.setattr(document_prefill, "CHUNK_TOKENS", chunk)
+    monkeypatch.setattr(document_prefill, "CHUNK_SECONDS", 0)
+    token = chunk_guard.set(nullcontext if chunk else None)
+    try:
+        got = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
+    finally:
+        chunk_guard.reset(token)
+    assert (got.keys - want.keys).abs().max() < 1e-4 and (got.values - want.values).abs().max() < 1e-4
+    assert (got.importance - want.importance).abs().max() < 1e-4
+    assert got.importance.sum() > 0
+
+
+def test_the_bfloat16_formats_encode_on_the_runner_and_native_on_transformers():
+    from kvlink_rag.document_prefill import on_runner
+
+    lm = tiny_model("llama")
+    assert not on_runner(lm)  # native
+    lm.weight_format = "int4-bf16"
+    try:
+        assert on_runner(lm)
+        with torch.enable_grad():
+            assert on_runner(lm)  # no input asks for a gradient
+    finally:
+        lm.weight_format = "native"
