@@ -63,6 +63,7 @@ class SequenceKV:
         self.values = torch.empty_like(self.keys)
         self.length = 0  # own tokens committed (all layers written)
         self.shared_tokens = sum(c.num_tokens for c in self.chunks)
+        self.lent = 0  # own tokens whose KV the prefix tree holds as views of these buffers (not counted twice)
 
     @property
     def num_tokens(self) -> int:
@@ -71,9 +72,9 @@ class SequenceKV:
 
     @property
     def own_bytes(self) -> int:
-        """Bytes of this request's own (unshared) committed KV."""
+        """Bytes of this request's own (unshared) committed KV: its tokens less those it lent to the tree."""
         layers, kv_heads, head_dim = self.shape
-        return 2 * layers * kv_heads * self.length * head_dim * self.keys.element_size()
+        return 2 * layers * kv_heads * (self.length - self.lent) * head_dim * self.keys.element_size()
 
     def reserve(self, n: int) -> None:
         """Make room for ``n`` more own tokens (copies the own buffers when they grow)."""

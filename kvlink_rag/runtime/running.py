@@ -23,8 +23,8 @@ from ..generate import SamplingParams, sample_next, sampling_generator
 from ..logprobs import TokenLogprob, token_logprob
 from ..stop_strings import StopStrings
 from ..types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
-from .prefix_tree import Match, PrefixTree, chunk_of
-from .ragged import mask_rows
+from .prefix_tree import Match, PrefixTree
+from .ragged import KVChunk, mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
                              pending_prefill, prepare_tokens)
 
@@ -78,6 +78,7 @@ class RunningRequest:
         self.timings = {"load_s": 0.0, "prefill_s": 0.0}
         self.context_tokens = layout.next_position  # positions the prompt spans (retention: kept or not)
         self.own_prompt = False  # keep the prompt's KV to itself (retention, CacheBlend, explain: see admit)
+        self.prompt_in_tree = False  # the prompt's KV was put in the prefix tree (its answer goes after it)
         self.fixup = None  # CacheBlend: fresh KV to put in place once the prefill is complete
         self.attention = None  # explain: kvlink_rag.attention_rows.RowAttention over the answer's rows
 
@@ -149,12 +150,19 @@ class RunningRequest:
         return tok
 
     def _share_prompt(self) -> None:
-        """After the prefill: put the prompt's KV in the tree and read it back from there (the request's
-        own copy is dropped, so concurrent requests with the same prompt hold it once)."""
+        """After the prefill: put the prompt's KV in the tree. The tree takes views of this request's buffers
+        (nothing copied) and the request decodes on in them; when the tree already held the whole prompt
+        (a concurrent request's), the request reads it from there instead and drops its own copy, so
+        concurrent requests with the same prompt hold it once."""
         seq, n_items = self.seq, self.prompt_items
-        own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
-        self.tree.insert(self.context, self.layout.items[:n_items], self.layout.sizes[:n_items], own,
-                         kv_from=self.match.items)
+        start = self.match.tokens - seq.shared_tokens  # own tokens copied from the match (new_sequence)
+        own = KVChunk(seq.keys[:, :, start: seq.length], seq.values[:, :, start: seq.length])
+        stored = self.tree.insert(self.context, self.layout.items[:n_items], self.layout.sizes[:n_items], own,
+                                  kv_from=self.match.items)
+        self.prompt_in_tree = True
+        if stored:
+            seq.lent = seq.length - start
+            return
         again = self.tree.match(self.context, self.layout.items[:n_items])
         if again.tokens == self.prompt_tokens:
             self.tree.release(self.match)
@@ -162,6 +170,7 @@ class RunningRequest:
             self.seq = new_sequence(self.engine.lm, again.chunks, max(self.budget, 1))
         else:
             self.tree.release(again)
+            self.prompt_in_tree = False
 
     def explained(self) -> tuple | None:
         """With explain: ``(AttentionMass, LinkedContext)``, the mass collected and a context holding the
@@ -180,8 +189,9 @@ class RunningRequest:
             return
         seq = self.seq
         fed = len(self.layout.items)
-        if seq.length and seq.shared_tokens == self.prompt_tokens and not self.cold:
-            own = chunk_of(seq.keys[:, :, : seq.length], seq.values[:, :, : seq.length])
+        start = self.prompt_tokens - seq.shared_tokens  # own tokens of the prompt (before the answer's)
+        if self.prompt_in_tree and seq.length > start and not self.cold:
+            own = KVChunk(seq.keys[:, :, start: seq.length], seq.values[:, :, start: seq.length])  # views
             self.tree.insert(self.context, self.layout.items[:fed], self.layout.sizes[:fed], own,
                              kv_from=self.prompt_items)
         self.tree.release(self.match)

@@ -249,3 +249,33 @@ def test_a_cache_aware_admission_policy_changes_the_order_not_the_answers(engine
             assert toks == res.token_ids == engine.answer(q, d).token_ids
     finally:
         sched.close()
+
+
+def test_a_request_decodes_over_one_piece_and_lends_its_prompt_to_the_tree(engine, monkeypatch):
+    """A request whose prefix-tree match is short (the anchor prefix) copies it into its own KV; after its
+    prefill the tree takes views of its buffers (nothing held twice) and its decode steps attend over that
+    one contiguous piece; a second request with the same prompt is served from the tree with the same answer."""
+    from kvlink_rag.runtime import model_runner
+
+    pieces_per_decode: list[int] = []
+    real = model_runner.attend
+
+    def counting(q, pieces, mask, scale, causal=False):
+        if q.shape[1] == 1:
+            pieces_per_decode.append(len(pieces))
+        return real(q, pieces, mask, scale, causal)
+
+    monkeypatch.setattr(model_runner, "attend", counting)
+    sched = make_scheduler(engine)
+    try:
+        (warm, _), = run_all(sched, [request(engine, "say kiwi", DOCS[:1])])  # the anchor prefix enters the tree
+        pieces_per_decode.clear()
+        (first, r1), = run_all(sched, [request(engine, "who wrote it and when?", DOCS[1:3])])
+        assert 0 < r1.tree_tokens <= 256 and set(pieces_per_decode) == {1}
+        before = sched.tree.stats()["bytes"]
+        (again, r2), = run_all(sched, [request(engine, "who wrote it and when?", DOCS[1:3])])
+        assert again == first and r2.tree_tokens == r2.prompt_tokens - 1
+        assert sched.tree.stats()["bytes"] >= before  # the first request's prompt and answer stayed in the tree
+        assert first == engine.answer("who wrote it and when?", DOCS[1:3]).token_ids
+    finally:
+        sched.close()
