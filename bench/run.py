@@ -25,7 +25,8 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "guidellm")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "fairness",
+          "guidellm")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
 
 
@@ -67,6 +68,10 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
 
             results["shared_tier"] = shared_tier_suite(engine, examples, question, Path(tmp) / "shared", repeats,
                                                        log=log)
+        if "fairness" in suites:  # admission policies, two tenants, in this process (bench.fairness)
+            from .fairness import fairness_suite
+
+            results["fairness"] = fairness_suite(engine, examples, log=log)
         if "routing" in suites:  # replicas and router as processes (bench.routing); needs Redis on loopback
             from .routing import routing_suite
 
