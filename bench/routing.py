@@ -90,14 +90,14 @@ class Fleet:
         _wait(lambda: httpx.get(base + "/readyz", timeout=2).status_code == 200, 300, f"replica {name}")
         return base
 
-    def router(self, policy: str) -> str:
+    def router(self, policy: str, replicas: int = 2) -> str:
         port = _port()
         env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1")
         self._start([sys.executable, "-m", "cli", "router", "--events-url", self.url, "--policy", policy,
                      "--port", str(port)], env, f"router-{policy}.log")
         base = f"http://127.0.0.1:{port}"
         _wait(lambda: len([r for r in httpx.get(base + "/router/status", timeout=2).json()["replicas"]
-                           if r["synced"]]) == 2, 60, "the router's fleet")
+                           if r["synced"]]) == replicas, 60, "the router's fleet")
         return base
 
     def stop(self) -> None:
@@ -167,10 +167,35 @@ def _run(router: str, queries: list[list[int]], questions: list[str], clients: i
             "max_min_load": loads[-1] / max(1, loads[0]) if len(loads) > 1 else float("inf")}
 
 
+def _overhead(router: str, replica: str, requests: int, question: str, client: httpx.Client | None = None) -> dict:
+    """The router's own latency: the same requests to ``replica`` directly and through ``router`` (in front of
+    it alone), interleaved (which goes first alternates); per kind ``{direct_p50_s, routed_p50_s,
+    overhead_p50_s}`` (the last: median of the per-pair differences)."""
+    kinds = {"healthz": ("GET", "/healthz", None),
+             "query": ("POST", "/v1/query", {"question": question, "document_ids": ["d0"]})}
+    out = {}
+    with client or httpx.Client(timeout=120) as c:
+        for kind, (method, path, body) in kinds.items():
+            times: dict[str, list[float]] = {"direct": [], "routed": []}
+            for i in range(requests + 2):  # two warm-ups each, not counted
+                for name in (("direct", "routed") if i % 2 == 0 else ("routed", "direct")):
+                    t0 = time.perf_counter()
+                    c.request(method, (replica if name == "direct" else router) + path, json=body).raise_for_status()
+                    if i >= 2:
+                        times[name].append(time.perf_counter() - t0)
+            diffs = sorted(r - d for r, d in zip(times["routed"], times["direct"]))
+            out[kind] = {"direct_p50_s": sorted(times["direct"])[requests // 2],
+                         "routed_p50_s": sorted(times["routed"])[requests // 2], "overhead_p50_s": diffs[requests // 2],
+                         "requests": requests}
+    return out
+
+
 def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "redis://127.0.0.1:6379",
                   n_docs: int = 40, n_queries: int = 48, docs_per_query: int = 3, clients: int = 4,
-                  host_fraction: float = 0.1, log=print) -> dict:
-    """The policies side by side (see the module docstring); returns ``{setup, policies: {policy: row}}``."""
+                  host_fraction: float = 0.1, log=print, parts: tuple[str, ...] = ("overhead", "policies"),
+                  overhead_requests: int = 40) -> dict:
+    """The policies side by side (see the module docstring); returns ``{setup, overhead, policies: {policy: row}}``
+    (``parts``: which of the router's ``overhead`` (:func:`_overhead`) and the ``policies`` to measure)."""
     examples = load_nq(nq_path, limit=n_docs)
     url = _empty_db(redis_base)
     per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
@@ -188,7 +213,13 @@ def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "
         _wait(lambda: all(httpx.get(f"{a}/v1/documents/d{i}", timeout=10).json()["status"] == "ready"
                           for i in range(n_docs)), 1200, "precompute")
         fleet.stop()
-        for policy in POLICIES:
+        if "overhead" in parts:
+            log("routing: the router's own overhead, one replica")
+            a = fleet.replica("a")
+            out["overhead"] = _overhead(fleet.router("round-robin", replicas=1), a, overhead_requests,
+                                        examples[0].question)
+            fleet.stop()
+        for policy in POLICIES if "policies" in parts else ():
             log(f"routing: policy {policy}")
             reps = [fleet.replica("a"), fleet.replica("b")]
             router = fleet.router(policy)
@@ -216,8 +247,10 @@ def _tmp():
         yield Path(d)
 
 
-if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR]
+if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR] [PARTS, e.g. overhead or overhead,policies]
     nq = Path(sys.argv[1])
     models = Path(sys.argv[2]) if len(sys.argv) > 2 else Path.home() / ".cache" / "kvlink-rag" / "models"
+    picked = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("overhead", "policies")
     with _tmp() as d:
-        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr)), indent=1))
+        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr), parts=picked,
+                                       n_docs=4 if picked == ("overhead",) else 40), indent=1))
