@@ -90,8 +90,9 @@ class FairPolicy:
         """Lift the counter of each tenant that has just started waiting to the waiting tenants' minimum."""
         now = {id(w.request): w.request for w in waiting}
         stayed = {r.tenant for k, r in self._queued.items() if k in now}
-        for t in {r.tenant for r in self._queued.values()} - stayed:  # left the queue since the last call
-            self._last_left = self.counters.get(t, 0.0)
+        left = {r.tenant for r in self._queued.values()} - stayed  # left the queue since the last call
+        if left:
+            self._last_left = max(self.counters.get(t, 0.0) for t in left)
         for w in waiting:
             t = w.request.tenant
             if id(w.request) in self._queued or t in stayed:
