@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -221,6 +222,7 @@ def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "
             fleet.stop()
         for policy in POLICIES if "policies" in parts else ():
             log(f"routing: policy {policy}")
+            shutil.rmtree(folder / "b", ignore_errors=True)  # b's LMDB as empty for every policy (it keeps fetches)
             reps = [fleet.replica("a"), fleet.replica("b")]
             router = fleet.router(policy)
             before = [_host_counts(r) for r in reps]

@@ -12,13 +12,15 @@ least ``ceil((1 + balance_slack) x (all replicas' requests + 1) / replicas)`` re
 whatever its cost, so a strong weight on cached documents cannot pile the traffic on their holder. Ties go
 to the least loaded replica, then the id (deterministic).
 
-Why ``uncached_weight`` is 8: with 1, a query of 3 passages of ~180 tokens differs by at most ~160 weighted
+Why ``uncached_weight`` is 16: with 1, a query of 3 passages of ~180 tokens differs by at most ~160 weighted
 tokens between a replica holding them all and one fetching them from the shared tier, less than one request
 of load (256): the load term decided and document-aware routing was least-load (a lower host-tier hit rate
-than round-robin in the routing bench). 8 lets one or two resident passages outweigh a request in flight;
-on a simulated fleet (``tests/router/test_scoring_fleet.py``) it raises the host-tier hit rate over
-round-robin's with max/min requests per replica near 1, where a larger weight without the bound sends
-everything to the replica with the local copies.
+than round-robin in the routing bench). When every replica has the passages in its local LMDB (0.15), a
+passage in the host tier saves 0.15 x 180 = 27 tokens: 8 x that still loses to one request of load, 16 x
+wins. On a simulated fleet (``tests/router/test_scoring_fleet.py``: 2 replicas and 4 clients, 4 and 16,
+local copies on all, one or none) 16 raises the host-tier hit rate 1.1-1.6x over round-robin's with max/min
+requests per replica at most 1.1, where a large weight without the bound sends everything to the replica
+with the local copies.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class Weights:
     shared_cost: float = SHARED_COST
     shared_tier: bool = True
     request_tokens: int = 256
-    uncached_weight: float = 8.0
+    uncached_weight: float = 16.0
     balance_slack: float = 0.5
 
 

@@ -30,10 +30,10 @@ def test_load_outweighs_holding_when_the_holder_is_busy_enough():
     holder = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, running=1, waiting=1, queued_prefill_tokens=100)
     idle = ReplicaView("a")
     assert load_tokens(holder, W) == 100 + 2 * 100
-    assert document_cost_tokens(DOCS, idle, W) == 8 * 500 * 0.3  # uncached tokens weigh 8 (Weights.uncached_weight)
-    assert document_aware(DOCS, [idle, holder], W)[0].id == "b"  # 300 queued < 1200 weighted uncached
-    holder.queued_prefill_tokens = 1100
-    assert document_aware(DOCS, [idle, holder], W)[0].id == "a"  # 1300 queued > 1200
+    assert document_cost_tokens(DOCS, idle, W) == 16 * 500 * 0.3  # uncached tokens weigh 16 (Weights.uncached_weight)
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "b"  # 300 queued < 2400 weighted uncached
+    holder.queued_prefill_tokens = 2300
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "a"  # 2500 queued > 2400
     assert document_aware(DOCS, [idle, holder], Weights(request_tokens=100, uncached_weight=1))[0].id == "a"
 
 

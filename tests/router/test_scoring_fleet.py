@@ -80,18 +80,19 @@ def simulate(policy: str, w: Weights, replicas: int = 2, clients: int = 4, local
 OLD = Weights(uncached_weight=1.0, balance_slack=1e9)  # the weights of the last routing bench
 
 
-@pytest.mark.parametrize("fleet", [dict(replicas=2, clients=4, local=("a",)), dict(replicas=4, clients=16, local=())])
+@pytest.mark.parametrize("fleet", [dict(replicas=2, clients=4, local=("a",)), dict(replicas=2, clients=4, local=("a", "b")),
+                                   dict(replicas=4, clients=16, local=()), dict(replicas=4, clients=16, local=tuple("abcd"))])
 def test_the_tuned_cost_wins_hit_rate_over_round_robin_and_keeps_the_load_balanced(fleet):
     rr_hits, rr_balance = simulate("round-robin", Weights(), **fleet)
     old_hits, _ = simulate("document-aware", OLD, **fleet)
     hits, balance = simulate("document-aware", Weights(), **fleet)
     assert rr_balance == 1.0
     assert old_hits < 1.1 * rr_hits  # the load term decided: hardly better than round-robin (the bench's result)
-    assert hits > 1.15 * rr_hits and hits > old_hits + 0.03 and balance <= 1.5
+    assert hits > 1.1 * rr_hits and hits > old_hits + 0.02 and balance <= 1.5
 
 
 def test_a_strong_weight_without_the_bounded_load_piles_everything_on_the_local_copies():
-    hits, balance = simulate("document-aware", Weights(uncached_weight=16, balance_slack=1e9))
+    hits, balance = simulate("document-aware", Weights(balance_slack=1e9))
     assert balance > 1.5
-    _, bounded = simulate("document-aware", Weights(uncached_weight=16))
+    _, bounded = simulate("document-aware", Weights())
     assert bounded <= 1.5
