@@ -64,6 +64,36 @@ def _request(engine, pool: list[int], n: int, offset: int, tenant: str, max_new_
                       temperature=0.0), "full", tenant=tenant, cold=True)
 
 
+def _long_client(sched, engine, pool: list[int], p: dict, c: int, stop: threading.Event, lock: threading.Lock,
+                 handles: list, done: list) -> None:
+    """Long client ``c``: one prompt after another until ``stop`` (its handles in ``handles``, the e2e seconds
+    of those that finished in ``done``)."""
+    k = 0
+    while not stop.is_set():
+        # first prompts staggered (1/4, 2/4, ... of long_tokens): the slots free at spread-out times from the
+        # start, as in a steady state, instead of all long requests ending together
+        n = p["long_tokens"] * (c + 1) // p["long_clients"] if k == 0 else p["long_tokens"]
+        h = sched.submit(_request(engine, pool, n, 997 * c + 131 * k, "long", p["max_new_tokens"]))
+        with lock:
+            handles.append(h)
+        if stop.is_set():  # the window closed while it was submitted: the cleanup may have missed it
+            h.cancel()
+        try:
+            list(h.tokens())
+            done.append(h.result.timings["total_s"])
+        except Exception:  # noqa: BLE001 - cancelled at the end of the window
+            return
+        k += 1
+
+
+def _read(h) -> None:
+    """Read a short request's answer to the end (failed or cancelled after the drain: reported unfinished)."""
+    try:
+        list(h.tokens())
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: dict) -> dict:
     """Run one policy (``p``: the suite's parameters); the row of :func:`fairness_suite`."""
     from kvlink_rag.prefix_tree import PrefixTree
@@ -76,31 +106,8 @@ def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: di
     long_done, stop, lock = [], threading.Event(), threading.Lock()
     long_handles: list = []
 
-    def long_client(c: int) -> None:
-        k = 0
-        while not stop.is_set():
-            # first prompts staggered (1/4, 2/4, ... of long_tokens): the slots free at spread-out times from
-            # the start, as in a steady state, instead of all long requests ending together
-            n = p["long_tokens"] * (c + 1) // p["long_clients"] if k == 0 else p["long_tokens"]
-            h = sched.submit(_request(engine, pool, n, 997 * c + 131 * k, "long", p["max_new_tokens"]))
-            with lock:
-                long_handles.append(h)
-            if stop.is_set():  # the window closed while it was submitted: the cleanup may have missed it
-                h.cancel()
-            try:
-                list(h.tokens())
-                long_done.append(h.result.timings["total_s"])
-            except Exception:  # noqa: BLE001 - cancelled at the end of the window
-                return
-            k += 1
-
-    def read(h) -> None:
-        try:
-            list(h.tokens())
-        except Exception:  # noqa: BLE001 - cancelled after the drain: reported unfinished
-            pass
-
-    threads = [threading.Thread(target=long_client, args=(c,), daemon=True) for c in range(p["long_clients"])]
+    threads = [threading.Thread(target=_long_client, args=(sched, engine, pool, p, c, stop, lock, long_handles, long_done),
+                                daemon=True) for c in range(p["long_clients"])]
     readers = []
     try:
         for t in threads:
@@ -110,7 +117,7 @@ def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: di
             time.sleep(max(0.0, t0 + i * p["gap_s"] - time.perf_counter()))
             h = sched.submit(_request(engine, pool, n, 7919 * i, "short", p["max_new_tokens"]))
             short.append((n, h))
-            readers.append(threading.Thread(target=read, args=(h,), daemon=True))
+            readers.append(threading.Thread(target=_read, args=(h,), daemon=True))
             readers[-1].start()
         stop.set()
         end = time.perf_counter() + p["drain_s"]
@@ -128,8 +135,15 @@ def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: di
     row = {"short_requests": len(short), "short_finished": sum(h.result is not None for _, h in short),
            "long_finished": len(long_done), "long_e2e_p50_s": _pct(long_done, 0.5),
            "steps_per_s": steps / max(1e-9, ended - t0)}  # the machine's pace in this row (it is shared)
+    return {**row, **_short_quantiles(short, ended, p["sizes"][0])}
+
+
+def _short_quantiles(short: list, ended: float, smallest: int) -> dict:
+    """p50 / p99 of the short tenant's TTFT, e2e and e2e of its ``smallest``-token requests (seconds; an
+    unfinished request counts as its wait until ``ended``, the quantile then flagged ``_lower_bound``)."""
+    row = {}
     for name, kind, only in (("short_ttft", "ttft_s", None), ("short_e2e", "total_s", None),
-                             ("short_bucket_e2e", "total_s", p["sizes"][0])):
+                             ("short_bucket_e2e", "total_s", smallest)):
         values = [(h.result.timings.get(kind, h.result.timings["total_s"]), False) if h.result is not None
                   else (ended - h.request.t0, True) for n, h in short if only is None or n == only]
         for q in (50, 99):
