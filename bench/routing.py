@@ -30,6 +30,10 @@ import httpx
 from kvlink_rag.nq import load_nq
 
 POLICIES = ("round-robin", "document-aware")
+VARIANTS = {"document-aware w1": ("document-aware", {"KVLINK_RAG_ROUTER_UNCACHED_WEIGHT": "1",
+                                                     "KVLINK_RAG_ROUTER_BALANCE_SLACK": "1000"})}
+"""Rows beside the policies' when asked for (``policies=``): name -> (policy, router settings): the
+document-aware cost before its tuning (uncached tokens weighed 1, no bounded load)."""
 
 
 def _port() -> int:
@@ -91,9 +95,10 @@ class Fleet:
         _wait(lambda: httpx.get(base + "/readyz", timeout=2).status_code == 200, 300, f"replica {name}")
         return base
 
-    def router(self, policy: str, replicas: int = 2) -> str:
+    def router(self, policy: str, replicas: int = 2, settings: dict | None = None) -> str:
         port = _port()
-        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1")
+        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1",
+                   **(settings or {}))
         self._start([sys.executable, "-m", "cli", "router", "--events-url", self.url, "--policy", policy,
                      "--port", str(port)], env, f"router-{policy}.log")
         base = f"http://127.0.0.1:{port}"
@@ -194,9 +199,10 @@ def _overhead(router: str, replica: str, requests: int, question: str, client: h
 def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "redis://127.0.0.1:6379",
                   n_docs: int = 40, n_queries: int = 48, docs_per_query: int = 3, clients: int = 4,
                   host_fraction: float = 0.1, log=print, parts: tuple[str, ...] = ("overhead", "policies"),
-                  overhead_requests: int = 40) -> dict:
+                  overhead_requests: int = 40, policies: tuple[str, ...] = POLICIES) -> dict:
     """The policies side by side (see the module docstring); returns ``{setup, overhead, policies: {policy: row}}``
-    (``parts``: which of the router's ``overhead`` (:func:`_overhead`) and the ``policies`` to measure)."""
+    (``parts``: which of the router's ``overhead`` (:func:`_overhead`) and the ``policies`` to measure;
+    ``policies``: router policies or :data:`VARIANTS`)."""
     examples = load_nq(nq_path, limit=n_docs)
     url = _empty_db(redis_base)
     per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
@@ -220,11 +226,12 @@ def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "
             out["overhead"] = _overhead(fleet.router("round-robin", replicas=1), a, overhead_requests,
                                         examples[0].question)
             fleet.stop()
-        for policy in POLICIES if "policies" in parts else ():
+        for policy in policies if "policies" in parts else ():
             log(f"routing: policy {policy}")
             shutil.rmtree(folder / "b", ignore_errors=True)  # b's LMDB as empty for every policy (it keeps fetches)
             reps = [fleet.replica("a"), fleet.replica("b")]
-            router = fleet.router(policy)
+            name, settings = VARIANTS.get(policy, (policy, {}))
+            router = fleet.router(name, settings=settings)
             before = [_host_counts(r) for r in reps]
             row = _run(router, queries, [e.question for e in examples], clients)
             after = [_host_counts(r) for r in reps]
