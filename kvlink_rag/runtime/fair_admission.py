@@ -37,12 +37,14 @@ class FairPolicy:
         locality_bonus: tokens taken off a tenant's counter, in the comparison across tenants, for a request
             whose documents are all warm (proportionally for some).
         memory: documents of recently admitted requests remembered as warm (beside the running ones).
+        depth: requests ordered this way per call (a step admits at most its free slots); the rest follow in
+            arrival order (each pick scans the waiting requests: the order costs depth x waiting).
     """
 
     def __init__(self, prompt_weight: float = 1.0, output_weight: float = 2.0, locality_bonus: float = 128.0,
-                 memory: int = 256):
+                 memory: int = 256, depth: int = 64):
         self.prompt_weight, self.output_weight = prompt_weight, output_weight
-        self.locality_bonus, self.memory = locality_bonus, memory
+        self.locality_bonus, self.memory, self.depth = locality_bonus, memory, depth
         self.counters: dict[str, float] = {}
         self._queued: dict[int, GenRequest] = {}  # id -> request of those waiting at the last order() (kept alive)
         self._last_left = 0.0
@@ -59,7 +61,7 @@ class FairPolicy:
         counter = {t: self.counters.get(t, 0.0) for t in by_tenant}
         order: list[int] = []
         anchor = None
-        while by_tenant:
+        while by_tenant and len(order) < self.depth:
             picks = {t: self._best(idxs, waiting, warm, anchor) for t, idxs in by_tenant.items()}
             tenant = min(picks, key=lambda t: (counter[t] - self._bonus(waiting[picks[t]], warm), picks[t]))
             i = picks[tenant]
@@ -70,7 +72,8 @@ class FairPolicy:
             counter[tenant] += self.prompt_weight * waiting[i].tokens
             warm |= waiting[i].documents
             anchor = anchor or waiting[i].bucket
-        return order
+        picked = set(order)
+        return order + [i for i in range(len(waiting)) if i not in picked]
 
     def served(self, request: GenRequest, prompt_tokens: int, output_tokens: int) -> None:
         """Charge ``request``'s tenant: at admission (``prompt_tokens``: its estimated prefill) and per

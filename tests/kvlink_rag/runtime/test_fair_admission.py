@@ -99,3 +99,9 @@ def test_the_policy_is_selectable_by_setting():
     assert isinstance(make_policy("fair"), FairPolicy)
     assert isinstance(make_policy("fifo"), FifoPolicy)
     assert Settings(admission_policy="fair").admission_policy == "fair"
+
+
+def test_past_its_depth_the_order_is_arrival():
+    waiting = [view("long", 4096), view("long", 4096), view("short", 8), view("short", 8)]
+    assert FairPolicy().order(waiting, []) == [0, 2, 3, 1]
+    assert FairPolicy(depth=2).order(waiting, []) == [0, 2, 1, 3]
