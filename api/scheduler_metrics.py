@@ -60,7 +60,7 @@ class SchedulerCollector:
             c = CounterMetricFamily(name, doc)
             c.add_metric([], value)
             yield c
-        counters = getattr(sched.policy, "counters", None)  # fair admission (service.fair_admission)
+        counters = getattr(sched.policy, "counters", None)  # fair admission (kvlink_rag.runtime.fair_admission)
         if counters is not None:
             c = CounterMetricFamily("kvlink_admission_tenant_tokens", "Fair admission's virtual token counter per "
                                     "tenant: prefill tokens admitted + 2 x tokens generated, lifted when the tenant "

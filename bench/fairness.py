@@ -1,7 +1,7 @@
 """``kvlink-rag bench --suites fairness``: one tenant's long requests against another's short ones, per
 admission policy, side by side in one run (issue 27).
 
-The engine's model behind a :class:`~service.scheduler.Scheduler` in this process (no HTTP: only the
+The engine's model behind a :class:`~kvlink_rag.runtime.scheduler.Scheduler` in this process (no HTTP: only the
 admission order differs between rows). Tenant ``long`` runs ``long_clients`` closed-loop clients, each
 sending ``long_tokens``-token prompts back to back (mode ``full``, cold: every token is prefilled); tenant
 ``short`` sends a request every ``gap_s`` seconds (open loop: its arrivals do not wait for its answers),
@@ -57,7 +57,7 @@ def _token_pool(engine, examples, need: int) -> list[int]:
 
 
 def _request(engine, pool: list[int], n: int, offset: int, tenant: str, max_new_tokens: int):
-    from service.gen_request import GenRequest
+    from kvlink_rag.runtime.gen_request import GenRequest
 
     start = offset % max(1, len(pool) - n)
     return GenRequest(lambda: engine, [], pool[start:start + n], engine.sampling(max_new_tokens=max_new_tokens,
@@ -96,9 +96,9 @@ def _read(h) -> None:
 
 def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: dict) -> dict:
     """Run one policy (``p``: the suite's parameters); the row of :func:`fairness_suite`."""
-    from kvlink_rag.prefix_tree import PrefixTree
-    from service.admission import make_policy
-    from service.scheduler import Scheduler, SchedulerLimits
+    from kvlink_rag.runtime.admission import make_policy
+    from kvlink_rag.runtime.prefix_tree import PrefixTree
+    from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
     sched = Scheduler(engine.lm, PrefixTree(0), threading.Lock(), SchedulerLimits(max_running=p["max_running"]),
                       policy=make_policy(policy))
