@@ -1,5 +1,6 @@
 """Scheduler and prefix-tree metrics: batch size and queue wait histograms (observed per step), running
-and waiting requests, the prefix tree's shared bytes, hit tokens and evictions (read at scrape time)."""
+and waiting requests, the prefix tree's shared bytes, hit tokens and evictions, and fair admission's per-tenant
+virtual token counters (read at scrape time)."""
 
 from __future__ import annotations
 
@@ -58,4 +59,12 @@ class SchedulerCollector:
                 ("kvlink_scheduler_steps", "Scheduler steps run.", s["steps"])):
             c = CounterMetricFamily(name, doc)
             c.add_metric([], value)
+            yield c
+        counters = getattr(sched.policy, "counters", None)  # fair admission (kvlink_rag.runtime.fair_admission)
+        if counters is not None:
+            c = CounterMetricFamily("kvlink_admission_tenant_tokens", "Fair admission's virtual token counter per "
+                                    "tenant: prefill tokens admitted + 2 x tokens generated, lifted when the tenant "
+                                    "starts sending.", labels=["tenant"])
+            for tenant, value in sorted(dict(counters).items()):  # a C-level copy: safe beside the scheduler
+                c.add_metric([tenant], value)
             yield c

@@ -11,6 +11,7 @@ def _ms(s: float) -> str:
 
 def markdown(results: dict, command: str) -> str:
     """The BENCHMARKS.md body: the sections of the suites that ran."""
+    from .fairness import fairness_section
     from .guidellm_sweep import guidellm_section
     from .serving_report import serving_section
     from .shared_report import shared_section
@@ -21,7 +22,8 @@ def markdown(results: dict, command: str) -> str:
              "All figures of one table come from the same run, medians of repeats (min-max in brackets).", ""]
     sections = (("ttft", _ttft_section), ("bandwidth", _bandwidth_section), ("precompute", _precompute_section),
                 ("scaling_documents", _scaling_section), ("concurrency", _concurrency_section),
-                ("serving", serving_section), ("shared_tier", shared_section), ("guidellm", guidellm_section))
+                ("serving", serving_section), ("shared_tier", shared_section), ("fairness", fairness_section),
+                ("guidellm", guidellm_section))
     for key, section in sections:
         if results.get(key):
             lines += section(results) + [""]

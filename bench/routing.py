@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,10 @@ import httpx
 from kvlink_rag.nq import load_nq
 
 POLICIES = ("round-robin", "document-aware")
+VARIANTS = {"document-aware w1": ("document-aware", {"KVLINK_RAG_ROUTER_UNCACHED_WEIGHT": "1",
+                                                     "KVLINK_RAG_ROUTER_BALANCE_SLACK": "1000"})}
+"""Rows beside the policies' when asked for (``policies=``): name -> (policy, router settings): the
+document-aware cost before its tuning (uncached tokens weighed 1, no bounded load)."""
 
 
 def _port() -> int:
@@ -90,14 +95,15 @@ class Fleet:
         _wait(lambda: httpx.get(base + "/readyz", timeout=2).status_code == 200, 300, f"replica {name}")
         return base
 
-    def router(self, policy: str) -> str:
+    def router(self, policy: str, replicas: int = 2, settings: dict | None = None) -> str:
         port = _port()
-        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1")
+        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1",
+                   **(settings or {}))
         self._start([sys.executable, "-m", "cli", "router", "--events-url", self.url, "--policy", policy,
                      "--port", str(port)], env, f"router-{policy}.log")
         base = f"http://127.0.0.1:{port}"
         _wait(lambda: len([r for r in httpx.get(base + "/router/status", timeout=2).json()["replicas"]
-                           if r["synced"]]) == 2, 60, "the router's fleet")
+                           if r["synced"]]) == replicas, 60, "the router's fleet")
         return base
 
     def stop(self) -> None:
@@ -167,10 +173,36 @@ def _run(router: str, queries: list[list[int]], questions: list[str], clients: i
             "max_min_load": loads[-1] / max(1, loads[0]) if len(loads) > 1 else float("inf")}
 
 
+def _overhead(router: str, replica: str, requests: int, question: str, client: httpx.Client | None = None) -> dict:
+    """The router's own latency: the same requests to ``replica`` directly and through ``router`` (in front of
+    it alone), interleaved (which goes first alternates); per kind ``{direct_p50_s, routed_p50_s,
+    overhead_p50_s}`` (the last: median of the per-pair differences)."""
+    kinds = {"healthz": ("GET", "/healthz", None),
+             "query": ("POST", "/v1/query", {"question": question, "document_ids": ["d0"]})}
+    out = {}
+    with client or httpx.Client(timeout=120) as c:
+        for kind, (method, path, body) in kinds.items():
+            times: dict[str, list[float]] = {"direct": [], "routed": []}
+            for i in range(requests + 2):  # two warm-ups each, not counted
+                for name in (("direct", "routed") if i % 2 == 0 else ("routed", "direct")):
+                    t0 = time.perf_counter()
+                    c.request(method, (replica if name == "direct" else router) + path, json=body).raise_for_status()
+                    if i >= 2:
+                        times[name].append(time.perf_counter() - t0)
+            diffs = sorted(r - d for r, d in zip(times["routed"], times["direct"]))
+            out[kind] = {"direct_p50_s": sorted(times["direct"])[requests // 2],
+                         "routed_p50_s": sorted(times["routed"])[requests // 2], "overhead_p50_s": diffs[requests // 2],
+                         "requests": requests}
+    return out
+
+
 def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "redis://127.0.0.1:6379",
                   n_docs: int = 40, n_queries: int = 48, docs_per_query: int = 3, clients: int = 4,
-                  host_fraction: float = 0.1, log=print) -> dict:
-    """The policies side by side (see the module docstring); returns ``{setup, policies: {policy: row}}``."""
+                  host_fraction: float = 0.1, log=print, parts: tuple[str, ...] = ("overhead", "policies"),
+                  overhead_requests: int = 40, policies: tuple[str, ...] = POLICIES) -> dict:
+    """The policies side by side (see the module docstring); returns ``{setup, overhead, policies: {policy: row}}``
+    (``parts``: which of the router's ``overhead`` (:func:`_overhead`) and the ``policies`` to measure;
+    ``policies``: router policies or :data:`VARIANTS`)."""
     examples = load_nq(nq_path, limit=n_docs)
     url = _empty_db(redis_base)
     per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
@@ -188,10 +220,18 @@ def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "
         _wait(lambda: all(httpx.get(f"{a}/v1/documents/d{i}", timeout=10).json()["status"] == "ready"
                           for i in range(n_docs)), 1200, "precompute")
         fleet.stop()
-        for policy in POLICIES:
+        if "overhead" in parts:
+            log("routing: the router's own overhead, one replica")
+            a = fleet.replica("a")
+            out["overhead"] = _overhead(fleet.router("round-robin", replicas=1), a, overhead_requests,
+                                        examples[0].question)
+            fleet.stop()
+        for policy in policies if "policies" in parts else ():
             log(f"routing: policy {policy}")
+            shutil.rmtree(folder / "b", ignore_errors=True)  # b's LMDB as empty for every policy (it keeps fetches)
             reps = [fleet.replica("a"), fleet.replica("b")]
-            router = fleet.router(policy)
+            name, settings = VARIANTS.get(policy, (policy, {}))
+            router = fleet.router(name, settings=settings)
             before = [_host_counts(r) for r in reps]
             row = _run(router, queries, [e.question for e in examples], clients)
             after = [_host_counts(r) for r in reps]
@@ -216,8 +256,10 @@ def _tmp():
         yield Path(d)
 
 
-if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR]
+if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR] [PARTS, e.g. overhead or overhead,policies]
     nq = Path(sys.argv[1])
     models = Path(sys.argv[2]) if len(sys.argv) > 2 else Path.home() / ".cache" / "kvlink-rag" / "models"
+    picked = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("overhead", "policies")
     with _tmp() as d:
-        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr)), indent=1))
+        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr), parts=picked,
+                                       n_docs=4 if picked == ("overhead",) else 40), indent=1))

@@ -25,7 +25,8 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "guidellm")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "fairness",
+          "guidellm")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
 
 
@@ -67,10 +68,7 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
 
             results["shared_tier"] = shared_tier_suite(engine, examples, question, Path(tmp) / "shared", repeats,
                                                        log=log)
-        if "routing" in suites:  # replicas and router as processes (bench.routing); needs Redis on loopback
-            from .routing import routing_suite
-
-            results["routing"] = routing_suite(nq_path, engine.settings.models_dir, Path(tmp) / "routing", log=log)
+        results.update(_fairness_and_routing(engine, examples, nq_path, Path(tmp), suites, log))
     engine.cache = None  # the runtimes below give each request its tenant's store cache
     if clients and "concurrency" in suites:
         from .concurrency import concurrency
@@ -88,6 +86,21 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
         log("guidellm sweep through /v1/chat/completions")
         results["guidellm"] = guidellm_suite(engine, clients, requests=max(1, requests // 8), log=log)
     return results
+
+
+def _fairness_and_routing(engine: Engine, examples, nq_path: Path, tmp: Path, suites: tuple[str, ...], log) -> dict:
+    """``fairness``: admission policies, two tenants, in this process (:mod:`bench.fairness`); ``routing``:
+    replicas and router as processes (:mod:`bench.routing`; needs Redis on loopback)."""
+    out = {}
+    if "fairness" in suites:
+        from .fairness import fairness_suite
+
+        out["fairness"] = fairness_suite(engine, examples, log=log)
+    if "routing" in suites:
+        from .routing import routing_suite
+
+        out["routing"] = routing_suite(nq_path, engine.settings.models_dir, tmp / "routing", log=log)
+    return out
 
 
 def _ttft_rows(engine: Engine, st, examples, question: str, lengths: list[int], repeats: int, log) -> list[dict]:

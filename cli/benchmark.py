@@ -25,7 +25,8 @@ def bench(
     repeats: Annotated[int, typer.Option()] = 3,
     suites: Annotated[str, typer.Option(help="Comma-separated groups: ttft, bandwidth, precompute, scaling, "
                                              "concurrency, serving, shared (the shared Redis tier), routing (the router's "
-                                             "policies over replica processes), guidellm (vLLM's client over --clients "
+                                             "policies over replica processes), fairness (admission policies, two "
+                                             "tenants), guidellm (vLLM's client over --clients "
                                              "levels, skipped when not installed; default all).")] = "all",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,

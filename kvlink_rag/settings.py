@@ -184,9 +184,11 @@ class Settings(BaseSettings):
     max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")
     max_waiting_requests: int = Field(256, ge=0, description="Requests queued for the model before new ones get 503.")
     max_prefill_tokens: int = Field(2048, ge=1, description="Prefill tokens admitted into one scheduler step.")
-    admission_policy: Literal["buckets", "cache-aware"] = Field(
+    admission_policy: Literal["buckets", "cache-aware", "fair", "fifo"] = Field(
         "buckets", description="Order of admission: 'buckets' (starved first, then the oldest request's S/M/L "
-        "length bucket) or 'cache-aware' (starved first, then most documents in common with running requests).")
+        "length bucket), 'cache-aware' (starved first, then most documents in common with running requests), "
+        "'fair' (per-tenant virtual token counters: the least served tenant first, then its starved requests, "
+        "bucket and warm documents) or 'fifo' (arrival order).")
     max_step_tokens: int = Field(128, ge=16, description="Tokens one scheduler step computes: every decode token, "
                                  "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")

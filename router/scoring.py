@@ -2,16 +2,30 @@
 
 Document-aware cost of a replica (lowest wins), in prompt tokens::
 
-    cost = sum over the request's documents of tokens x tier_cost(best tier of the replica holding it)
-         + queued_prefill_tokens + request_tokens x max(running + waiting, in_flight)
+    cost = uncached_weight x sum over the request's documents of tokens x tier_cost(best tier holding it)
+         + queued_prefill_tokens + request_tokens x requests,   requests = max(running + waiting, in_flight)
 
 ``tier_cost``: 0 in the replica's device or host tier, :data:`TIER_COST` for its cold tier and local LMDB,
-``shared`` for a document only the shared tier holds (fetched, not encoded), 1 for an encode. Ties go to the
-least loaded replica, then the id (deterministic).
+``shared`` for a document only the shared tier holds (fetched, not encoded), 1 for an encode. Bounded load
+(Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018): a replica with at
+least ``ceil((1 + balance_slack) x (all replicas' requests + 1) / replicas)`` requests goes after the others
+whatever its cost, so a strong weight on cached documents cannot pile the traffic on their holder. Ties go
+to the least loaded replica, then the id (deterministic).
+
+Why ``uncached_weight`` is 16: with 1, a query of 3 passages of ~180 tokens differs by at most ~160 weighted
+tokens between a replica holding them all and one fetching them from the shared tier, less than one request
+of load (256): the load term decided and document-aware routing was least-load (a lower host-tier hit rate
+than round-robin in the routing bench). When every replica has the passages in its local LMDB (0.15), a
+passage in the host tier saves 0.15 x 180 = 27 tokens: 8 x that still loses to one request of load, 16 x
+wins. On a simulated fleet (``tests/router/test_scoring_fleet.py``: 2 replicas and 4 clients, 4 and 16,
+local copies on all, one or none) 16 raises the host-tier hit rate 1.1-1.6x over round-robin's with max/min
+requests per replica at most 1.1, where a large weight without the bound sends everything to the replica
+with the local copies.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,13 +55,16 @@ class ReplicaView:
 
 @dataclass(frozen=True)
 class Weights:
-    """Cost of a document per tier (fractions of an encode), of a request in the queue (tokens), and whether
-    a shared tier exists (else a document no replica holds in memory is an encode wherever it goes)."""
+    """Cost of a document per tier (fractions of an encode), of a request in the queue (tokens), whether a
+    shared tier exists (else a document no replica holds in memory is an encode wherever it goes), the weight
+    of uncached tokens against load, and the bounded load's slack (see the module docstring)."""
 
     tier_cost: Mapping[str, float] = field(default_factory=lambda: dict(TIER_COST))
     shared_cost: float = SHARED_COST
     shared_tier: bool = True
     request_tokens: int = 256
+    uncached_weight: float = 16.0
+    balance_slack: float = 0.5
 
 
 def document_cost(tiers: frozenset[str] | set[str] | None, w: Weights) -> float:
@@ -61,9 +78,20 @@ def uncached_tokens(docs: Sequence[tuple[str, int]], r: ReplicaView, w: Weights)
     return sum(tokens * document_cost(r.held.get(key), w) for key, tokens in docs)
 
 
+def requests(r: ReplicaView) -> int:
+    """Requests ``r`` is busy with: its heartbeat's running + waiting, or the router's in flight if more."""
+    return max(r.running + r.waiting, r.in_flight)
+
+
 def load_tokens(r: ReplicaView, w: Weights) -> float:
     """``r``'s queued work in prompt tokens: its queued prefill plus ``request_tokens`` per request."""
-    return r.queued_prefill_tokens + w.request_tokens * max(r.running + r.waiting, r.in_flight)
+    return r.queued_prefill_tokens + w.request_tokens * requests(r)
+
+
+def load_cap(replicas: Sequence[ReplicaView], w: Weights) -> int:
+    """Requests at which a replica is over the bounded load: ``ceil((1 + slack) x (total + 1) / replicas)``."""
+    total = sum(requests(r) for r in replicas) + 1
+    return math.ceil((1 + w.balance_slack) * total / max(1, len(replicas)))
 
 
 def load_key(r: ReplicaView, w: Weights) -> tuple[float, int, str]:
@@ -84,9 +112,16 @@ def round_robin(replicas: Sequence[ReplicaView], turn: int) -> list[ReplicaView]
     return ordered[i:] + ordered[:i]
 
 
+def document_cost_tokens(docs: Sequence[tuple[str, int]], r: ReplicaView, w: Weights) -> float:
+    """``uncached_weight`` x :func:`uncached_tokens` + :func:`load_tokens`: the document-aware cost."""
+    return w.uncached_weight * uncached_tokens(docs, r, w) + load_tokens(r, w)
+
+
 def document_aware(docs: Sequence[tuple[str, int]], replicas: Sequence[ReplicaView], w: Weights) -> list[ReplicaView]:
-    """Replicas by :func:`uncached_tokens` + :func:`load_tokens`, cheapest first."""
-    return sorted(replicas, key=lambda r: (uncached_tokens(docs, r, w) + load_tokens(r, w), *load_key(r, w)))
+    """Replicas within the bounded load (:func:`load_cap`) first, each group by :func:`document_cost_tokens`,
+    cheapest first."""
+    cap = load_cap(replicas, w)
+    return sorted(replicas, key=lambda r: (requests(r) >= cap, document_cost_tokens(docs, r, w), *load_key(r, w)))
 
 
 def prefix_only(matched: Mapping[str, int], total: int, replicas: Sequence[ReplicaView], w: Weights,
@@ -98,7 +133,7 @@ def prefix_only(matched: Mapping[str, int], total: int, replicas: Sequence[Repli
     by_load = least_load(replicas, w)
     if not by_load:
         return []
-    loads = [max(r.running + r.waiting, r.in_flight) for r in by_load]
+    loads = [requests(r) for r in by_load]
     if loads[-1] - loads[0] > balance_abs and loads[-1] > balance_rel * loads[0]:
         return by_load
     best = max(by_load, key=lambda r: matched.get(r.id, 0))  # max keeps the first (least loaded) of equals

@@ -32,4 +32,8 @@ class RouterSettings(BaseSettings):
     overload_inflight: int = Field(32, ge=1, description="A replica with this many requests in flight from the "
                                    "router (or waiting in its scheduler) is overloaded: conversations move.")
     request_tokens: int = Field(256, ge=0, description="Load of one running or waiting request, in prompt tokens.")
+    uncached_weight: float = Field(16.0, ge=0, description="Weight of a request's uncached document tokens against "
+                                   "the load term in the document-aware cost (router.scoring).")
+    balance_slack: float = Field(0.5, ge=0, description="Bounded load: a replica with (1 + this) x the mean "
+                                 "requests (+1) goes after the others whatever its cost.")
     timeout_s: float = Field(600.0, gt=0, description="Seconds a forwarded request may take.")

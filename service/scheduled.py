@@ -41,7 +41,8 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
     link_k = engine.link_k if plan.mode == "linked" else 0
     req = GenRequest(make_engine, [d.document for d in plan.docs], text_ids, engine.sampling(**plan.sampling),
                      plan.mode, plan.k, t0=plan.t0, adapter=plan.adapter, retention=plan.retention,
-                     recompute_ratio=plan.recompute_ratio, explain=plan.explain, cold=plan.cold)
+                     recompute_ratio=plan.recompute_ratio, explain=plan.explain, cold=plan.cold,
+                     tenant=plan.tenant)
     try:
         handle = scheduler.submit(req, link_k)
     except QueueFull as e:

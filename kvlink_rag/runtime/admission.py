@@ -5,7 +5,10 @@ The scheduler hands a policy what it knows of every waiting request before admit
 and of the running ones; the policy returns the order it prefers. The scheduler then admits in that
 order within its slot, token and adapter limits. :class:`BucketPolicy` is the scheduler's S/M/L rule;
 :class:`CacheAwarePolicy` puts first the requests whose documents the running ones already hold (their
-prefix-tree paths and stored caches are warm: SGLang's cache-aware scheduling, over document sets).
+prefix-tree paths and stored caches are warm: SGLang's cache-aware scheduling, over document sets);
+:class:`FifoPolicy` is arrival order (the baseline); ``fair`` (:mod:`kvlink_rag.runtime.fair_admission`) shares the
+model across tenants by virtual token counters. A policy that also has a ``served(request, prompt_tokens,
+output_tokens)`` method (:class:`ServedTokens`) is told what each request was served.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from .fair_admission import FairPolicy
 from .gen_request import GenRequest
 
 
@@ -45,6 +49,22 @@ class AdmissionPolicy(Protocol):
         """Indexes into ``waiting``, most preferred first (each once)."""
 
 
+class ServedTokens(Protocol):
+    """Optional for a policy: the scheduler reports each admission (``prompt_tokens``: the request's estimated
+    prefill tokens, ``output_tokens`` 0) and each generated token (``prompt_tokens`` 0, ``output_tokens`` 1),
+    from its own thread (the one that calls :meth:`AdmissionPolicy.order`)."""
+
+    def served(self, request: GenRequest, prompt_tokens: int, output_tokens: int) -> None:
+        """Charge ``request`` (its tenant) with what it was just served."""
+
+
+class FifoPolicy:
+    """Arrival order, nothing else (the baseline of the fairness benchmark)."""
+
+    def order(self, waiting: list[WaitingView], running: list[GenRequest]) -> list[int]:
+        return list(range(len(waiting)))
+
+
 class BucketPolicy:
     """Starved requests first, then the oldest request's length bucket, then the rest; arrival order within
     each (so a step's prefills are of similar cost and nothing starves)."""
@@ -73,7 +93,7 @@ class CacheAwarePolicy:
         return order
 
 
-POLICIES = {"buckets": BucketPolicy, "cache-aware": CacheAwarePolicy}
+POLICIES = {"buckets": BucketPolicy, "cache-aware": CacheAwarePolicy, "fifo": FifoPolicy, "fair": FairPolicy}
 
 
 def make_policy(name: str) -> AdmissionPolicy:

@@ -47,6 +47,7 @@ class GenRequest:
         explain: collect the attention the question and answer pay to each slot (linked; the result's
             ``attention``).
         cold: computed without the prefix tree, read or written (mode ``full``'s comparison).
+        tenant: whose request it is (the API key's tenant): fair admission's unit (:mod:`kvlink_rag.runtime.fair_admission`).
     """
 
     make_engine: Callable[[], Engine]
@@ -62,6 +63,7 @@ class GenRequest:
     recompute_ratio: float = 0.0
     explain: bool = False
     cold: bool = False
+    tenant: str = "default"
 
     def shared_prefix_key(self) -> tuple | None:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share

@@ -214,6 +214,7 @@ class Scheduler:
                     continue
                 rr.timings["queue_wait_s"] = waited
                 waits.append(waited)
+                self._charge(req, w.tokens, 0)
                 with self._cond:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()
@@ -265,12 +266,19 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - e.g. sampling failed: this request ends, the batch goes on
                 self._end(h, rr, error=e)
                 continue
+            self._charge(h.request, 0, 1)
             if first:
                 rr.timings["ttft_s"] = time.perf_counter() - h.request.t0
             if tok is not None:
                 h.put_token(tok, rr.logprobs[-1] if rr.logprobs else None)
             if rr.done:
                 self._end(h, rr)
+
+    def _charge(self, request: GenRequest, prompt_tokens: int, output_tokens: int) -> None:
+        """Tell a policy that counts served tokens (:class:`~kvlink_rag.runtime.admission.ServedTokens`) what it served."""
+        served = getattr(self.policy, "served", None)
+        if served is not None:
+            served(request, prompt_tokens, output_tokens)
 
     def _drop_cancelled(self) -> None:
         for h, rr in list(self.running):

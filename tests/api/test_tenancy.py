@@ -77,3 +77,14 @@ def test_a_tenant_learns_nothing_from_another_tenants_caches(make_client):
 
 def test_tenants_that_trust_each_other_can_share_caches(make_client):
     assert _first_query_hit_of_b(make_client, shared_cache_across_tenants=True) == (True, True)
+
+
+def test_fair_admission_counts_the_api_keys_tenant_in_the_metrics(make_client, fixture_docs):
+    with make_client(api_keys=KEYS, admission_policy="fair") as c:
+        c.post("/v1/documents", json=fixture_docs[1], headers=A)
+        wait_ready(c, "paris", headers=A)
+        c.post("/v1/query", json={"question": "capital of France?", "document_ids": ["paris"]}, headers=A)
+        counters = dict(c.app_state.runtime.scheduler.policy.counters)
+        text = c.get("/metrics").text
+    assert set(counters) == {"tenant-a"} and counters["tenant-a"] > 0  # the key's tenant, not "default"
+    assert f'kvlink_admission_tenant_tokens_total{{tenant="tenant-a"}} {counters["tenant-a"]}' in text

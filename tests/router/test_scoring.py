@@ -1,7 +1,7 @@
 """Routing decisions on a fake fleet (router.scoring: pure functions)."""
 
-from router.scoring import (ReplicaView, Weights, document_aware, document_cost, least_load, load_tokens, prefix_only,
-                            round_robin, sticky_first, uncached_tokens)
+from router.scoring import (ReplicaView, Weights, document_aware, document_cost, document_cost_tokens, least_load,
+                            load_cap, load_tokens, prefix_only, round_robin, sticky_first, uncached_tokens)
 
 W = Weights(request_tokens=100)
 DOCS = [("k1", 200), ("k2", 300)]
@@ -30,10 +30,22 @@ def test_load_outweighs_holding_when_the_holder_is_busy_enough():
     holder = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, running=1, waiting=1, queued_prefill_tokens=100)
     idle = ReplicaView("a")
     assert load_tokens(holder, W) == 100 + 2 * 100
-    assert document_aware(DOCS, [idle, holder], W)[0].id == "a"  # 150 uncached < 300 queued
-    holder.queued_prefill_tokens = 0
-    holder.running = holder.waiting = 0
-    assert document_aware(DOCS, [idle, holder], W)[0].id == "b"
+    assert document_cost_tokens(DOCS, idle, W) == 16 * 500 * 0.3  # uncached tokens weigh 16 (Weights.uncached_weight)
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "b"  # 300 queued < 2400 weighted uncached
+    holder.queued_prefill_tokens = 2300
+    assert document_aware(DOCS, [idle, holder], W)[0].id == "a"  # 2500 queued > 2400
+    assert document_aware(DOCS, [idle, holder], Weights(request_tokens=100, uncached_weight=1))[0].id == "a"
+
+
+def test_bounded_load_puts_a_holder_far_above_the_mean_last_whatever_it_holds():
+    holder = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, in_flight=3)
+    others = [ReplicaView("a", in_flight=1), ReplicaView("c")]
+    # 4 requests + this one over 3 replicas, slack 0.5: a replica with ceil(1.5 x 5 / 3) = 3 is over
+    assert load_cap([holder, *others], W) == 3
+    assert [r.id for r in document_aware(DOCS, [holder, *others], W)] == ["c", "a", "b"]
+    holder.in_flight = 1  # under the cap (ceil(1.5 x 3 / 3) = 2): what it holds wins again
+    assert document_aware(DOCS, [holder, *others], W)[0].id == "b"
+    assert document_aware(DOCS, [holder, *others], Weights(request_tokens=100, balance_slack=10))[0].id == "b"
 
 
 def test_in_flight_counts_when_heartbeats_lag():

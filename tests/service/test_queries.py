@@ -76,3 +76,14 @@ def test_planning_errors_are_service_errors_with_a_status(runtime):
     with pytest.raises(ServiceError) as e:
         runtime.queries.plan("default", "  ")
     assert (e.value.status, e.value.code) == (422, "invalid_question")
+
+
+def test_the_fair_admission_policy_counts_each_queries_tenant(make_runtime):
+    rt = make_runtime(admission_policy="fair")
+    for tenant in ("acme", "globex"):
+        rt.store.catalog.ingest(tenant, "paris", PARIS, "Paris")
+    rt.queries.answer(rt.queries.plan("acme", QUESTION, ["paris"]))
+    assert set(rt.scheduler.policy.counters) == {"acme"}
+    rt.queries.answer(rt.queries.plan("globex", QUESTION, ["paris"]))
+    counters = rt.scheduler.policy.counters
+    assert set(counters) == {"acme", "globex"} and counters["globex"] > counters["acme"] > 0  # lifted, then charged

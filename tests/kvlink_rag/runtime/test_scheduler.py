@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -277,5 +278,39 @@ def test_a_request_decodes_over_one_piece_and_lends_its_prompt_to_the_tree(engin
         assert again == first and r2.tree_tokens == r2.prompt_tokens - 1
         assert sched.tree.stats()["bytes"] >= before  # the first request's prompt and answer stayed in the tree
         assert first == engine.answer("who wrote it and when?", DOCS[1:3]).token_ids
+    finally:
+        sched.close()
+
+
+def test_fair_admission_admits_the_short_tenant_before_the_long_tenants_backlog(engine):
+    from kvlink_rag.runtime.fair_admission import FairPolicy
+
+    policy, lock, admitted = FairPolicy(), threading.Lock(), []
+    sched = Scheduler(engine.lm, PrefixTree(0), lock, SchedulerLimits(max_running=1), policy=policy)
+
+    def tagged(tenant: str, n: int) -> GenRequest:
+        def make():
+            admitted.append(f"{tenant}:{n}")  # called at admission, in the scheduler's thread
+            return engine
+        return GenRequest(make, [], list(range(10, 10 + n)), engine.sampling(max_new_tokens=2), "full",
+                          tenant=tenant, cold=True)
+
+    try:
+        with lock:  # the first long request is chosen alone; the rest queue while its step waits for the lock
+            handles = [sched.submit(tagged("long", 300))]
+            while sched.waiting:
+                time.sleep(0.001)
+            handles += [sched.submit(tagged("long", 300)) for _ in range(2)]
+            handles += [sched.submit(tagged("short", 8)) for _ in range(3)]
+        for h in handles:
+            list(h.tokens())
+        # the long tenant was charged 300 while the short one was away; the short one is lifted to that counter,
+        # the tie goes to the earlier arrival, and then every short request goes before the long backlog
+        assert admitted == ["long:300", "long:300", "short:8", "short:8", "short:8", "long:300"]
+        steps = [len(h.result.token_ids) + (h.result.finish_reason == "stop") for h in handles]  # a stop token too
+        # counters: 1 per prefill token admitted, 2 per sampling step; the short tenant started at the long one's
+        # counter once its first request had finished (the next admission with a free slot)
+        assert policy.counters["long"] == 3 * 300 + 2 * sum(steps[:3])
+        assert policy.counters["short"] == (300 + 2 * steps[0]) + 3 * 8 + 2 * sum(steps[3:])
     finally:
         sched.close()
