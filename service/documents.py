@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
     from service.pins import PinRegistry
     from service.retrieval import Retrieval
+    from store.catalog import Catalog
     from store.factory import Store
     from store.recovery import RebuildReport
 
@@ -103,7 +104,7 @@ class DocumentService:
         self.store, self.engine, self.retrieval, self.pins = store, engine, retrieval, pins
 
     @property
-    def catalog(self):
+    def catalog(self) -> Catalog:
         """The store's :class:`store.catalog.Catalog`."""
         return self.store.catalog
 
