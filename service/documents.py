@@ -113,7 +113,8 @@ class DocumentService:
             raise RuntimeError("no engine loaded: documents cannot be encoded in this process")
         return self.engine
 
-    def ingest(self, tenant: str, doc_id: str, text: str, title: str = "", metadata: dict | None = None) -> IngestResult:
+    def ingest(self, tenant: str, doc_id: str, text: str, title: str = "",
+               metadata: dict | None = None) -> IngestResult:
         """Add or update a document; queue its precompute when new or changed.
 
         Raises:
