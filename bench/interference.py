@@ -42,7 +42,7 @@ def precompute_interference(engine: Engine, examples: list[NQExample], long_toke
         while len(busy) < samples and k < 10:
             text = _long_text(examples, engine, long_tokens, 100 + 40 * k)
             t0 = time.perf_counter()
-            rt.store.catalog.ingest(TENANT, f"long{k}", text)
+            rt.documents.ingest(TENANT, f"long{k}", text)
             while rt.queue.depth() and len(busy) < samples:
                 busy.append(once())
             while rt.queue.depth():

@@ -27,7 +27,7 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
     rt = runtime(engine, max_step_tokens=step_tokens, prefix_cache_bytes=0)  # no tree: every full request prefills
     try:
         ingest(rt, {"short": examples[0]})
-        rt.store.catalog.ingest(TENANT, "long", long_text)
+        rt.documents.ingest(TENANT, "long", long_text)
         while rt.queue.depth():
             time.sleep(0.05)
         q = rt.queries

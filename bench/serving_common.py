@@ -23,7 +23,7 @@ def runtime(engine: Engine, **overrides) -> Runtime:
 
 def ingest(rt: Runtime, docs: dict[str, NQExample], timeout: float = 1800) -> None:
     for doc_id, ex in docs.items():
-        rt.store.catalog.ingest(TENANT, doc_id, ex.gold.text, ex.gold.title or "")
+        rt.documents.ingest(TENANT, doc_id, ex.gold.text, ex.gold.title or "")
     deadline = time.monotonic() + timeout
     while rt.queue.depth() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -107,10 +107,10 @@ def index_rebuild(as_json: JsonOpt = False) -> None:
     else queued (precomputed by the workers, by the server when it starts, or at the document's first
     query). Use it after Redis restarted empty.
     """
-    from store.recovery import rebuild_index
+    from service.documents import DocumentService
 
     with _store_for("index rebuild") as (settings, store):
-        report = rebuild_index(store, make_engine(settings))
+        report = DocumentService(store, make_engine(settings)).rebuild_index()
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:

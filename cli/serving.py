@@ -212,26 +212,24 @@ def _ingest_remote(docs: list[dict], url: str, api_key: str | None, batch_size: 
 def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict]:
     settings = make_settings()
     runtime = open_runtime(settings)
-    store = runtime.store
+    documents = runtime.documents
     results, todo = [], []
     try:
         with progress_bar(f"ingesting into {settings.store_dir}", len(docs)) as bar:
             for d in docs:
-                res = store.catalog.ingest(tenant, d["id"], d["text"], d["title"], d["metadata"])
+                res = documents.ingest(tenant, d["id"], d["text"], d["title"], d["metadata"])
                 results.append({"id": d["id"], "queued": res.queued,
                                 "near_duplicates": [{"id": i, "distance": n} for i, n in res.near_duplicates]})
                 if res.queued:
                     todo.append(res.record)
                 bar.advance()
         if todo and precompute and not settings.distributed:
-            engine = make_engine(settings, runtime=runtime)  # one LMDB environment per process
+            make_engine(settings, runtime=runtime)  # the documents' engine; one LMDB environment per process
             with progress_bar("precomputing", len(todo)) as bar, results_only_stdout():
                 for rec in todo:
-                    try:
-                        store.catalog.precompute(tenant, rec.doc_id, rec.version, engine)
-                    except ValueError as e:
-                        store.catalog.fail(tenant, rec.doc_id, rec.version, str(e))
-                        console.print(f"[yellow]{rec.doc_id}: {e}[/yellow]")
+                    done = documents.precompute_or_fail(tenant, rec.doc_id, rec.version)
+                    if done.status == "failed":
+                        console.print(f"[yellow]{rec.doc_id}: {done.error}[/yellow]")
                     bar.advance()
     except Exception as e:  # noqa: BLE001 - invalid ids, Redis or broker down
         fail(f"ingest failed: {e}")

@@ -13,7 +13,7 @@ use them; serving refuses such artifacts (:func:`check_query_side`).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -26,7 +26,23 @@ from .rope import remove_rope, rope_cos_sin
 from .types import DocumentKV, PrefixKV, parse_dtype
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .settings import Settings
+
+
+class EncodingEngine(Protocol):
+    """What :func:`document_adapter` reads of its engine (``kvlink_rag.engine.Engine``, which imports this
+    module: a protocol, so that the two never import each other)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def lm(self) -> LoadedModel: ...
+    @property
+    def prefix(self) -> PrefixKV | None: ...
+    @property
+    def adapter(self) -> str | None: ...
+    @property
+    def link_tokens(self) -> LinkTokens | None: ...
 
 
 def is_doc_side(lt: LinkTokens | None) -> bool:
@@ -53,7 +69,7 @@ def doc_side_fingerprint(encoding_fp: str, adapter_identity: str) -> str:
     return hashlib.sha256(f"{encoding_fp}|doc-adapter|{adapter_identity}".encode()).hexdigest()
 
 
-def document_adapter(engine: Engine) -> tuple[str | None, str]:
+def document_adapter(engine: EncodingEngine) -> tuple[str | None, str]:
     """``(adapter that encodes documents, encoding fingerprint)`` for ``engine``'s link tokens and adapter:
     ``(None, base fingerprint)`` unless they are a loaded document-side artifact."""
     s = engine.settings

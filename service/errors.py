@@ -1,4 +1,5 @@
-"""The error the service raises for bad input or an unservable request, and which exceptions mean Redis is down.
+"""The errors the service raises for bad input, an unservable request or an unreachable task queue, and which
+exceptions mean Redis is down.
 
 :class:`ServiceError` carries an HTTP-like status (the API answers with it; the CLI prints the message),
 a stable machine code and a human message.
@@ -6,7 +7,9 @@ a stable machine code and a human message.
 
 from __future__ import annotations
 
-from service.queues import QueueUnavailable
+
+class QueueUnavailable(RuntimeError):
+    """The task queue (the Redis broker) cannot be reached."""
 
 
 class ServiceError(Exception):

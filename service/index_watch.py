@@ -7,7 +7,8 @@ an empty index: every list is empty and every document 404, although each host s
 checks every ``interval_s`` seconds the index's mark (:meth:`store.redis_index.RedisIndex.mark`: a token
 only a data loss removes). When the mark is new or changed, this host copies the texts Redis lacks from its
 mirror (never overwriting one Redis holds) and recreates the missing records
-(:func:`store.recovery.rebuild_index`: ``ready`` where the cache is stored, else queued for precompute).
+(:meth:`service.documents.DocumentService.rebuild_index`: ``ready`` where the cache is stored, else queued
+for precompute).
 Every host does so for the texts it holds; records already there are kept. A document deleted on another
 host, and never read as deleted here, may come back (the lesser loss, as at start).
 """
@@ -74,12 +75,10 @@ class IndexWatch:
         return report
 
     def _rebuild(self) -> RebuildReport:
-        from store.recovery import rebuild_index
-
         rt = self.runtime
         seed = getattr(rt.store.texts, "seed_from_local", None)
         copied = seed(always=True) if seed is not None else 0
-        report = rebuild_index(rt.store, rt.engine)
+        report = rt.documents.rebuild_index()
         for tenant in {t for t, _ in report.ready + report.queued}:
             rt.retrieval.invalidate(tenant)
         log.warning("index rebuilt: %d text(s) offered from this host's mirror, %d record(s) ready, %d queued, "

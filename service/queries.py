@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from service.documents import DocumentService
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
@@ -56,10 +57,12 @@ class QueryService:
     """
 
     def __init__(self, engine: Engine, store: Store, retrieval: Retrieval, model_lock: threading.Lock,
-                 settings: Settings, scheduler: Scheduler, on_result: Callable[[QueryResult], None] | None = None):
+                 settings: Settings, scheduler: Scheduler, on_result: Callable[[QueryResult], None] | None = None,
+                 documents: DocumentService | None = None):
         from kvlink_rag.adapter_registry import AdapterVariants
 
         self.engine, self.store, self.retrieval, self.model_lock = engine, store, retrieval, model_lock
+        self.documents = documents if documents is not None else DocumentService(store, engine, retrieval)
         self.settings, self.on_result, self.scheduler = settings, on_result, scheduler
         self.variants = AdapterVariants(engine, settings.links_dir, settings.max_loaded_adapters)
         self.choice = DocumentChoice(store, retrieval, settings)
@@ -238,7 +241,6 @@ class QueryService:
         the spot become ``ready`` in the index (their cache is already stored, so this does not encode
         again), those too large for the store ``failed`` (with the reason; queries keep answering them
         uncached), hit counters of the others go up."""
-        catalog = self.store.catalog
         try:
             for d, hit, why in zip(plan.docs, hits, unstored, strict=True):
                 if hit:
@@ -246,10 +248,10 @@ class QueryService:
                 elif d.chunk is not None:  # one chunk encoded on the spot: the document's record stays as is
                     continue
                 elif why is not None:
-                    catalog.fail(plan.tenant, d.doc_id, d.version, why)
+                    self.store.catalog.fail(plan.tenant, d.doc_id, d.version, why)
                 else:
                     with self.model_lock:  # ready now; or the cache it wrote is dropped if d changed since
-                        catalog.adopt(plan.tenant, d.doc_id, d.version, d.document, self.engine)
+                        self.documents.adopt(plan.tenant, d.doc_id, d.version, d.document)
         except redis_errors() as e:
             log.warning("index unreachable; query bookkeeping skipped (%s)", e)
         except ValueError as e:  # the document was marked failed (e.g. its cache does not fit the store)

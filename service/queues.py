@@ -14,16 +14,15 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from service.errors import QueueUnavailable
+
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
     from kvlink_rag.settings import Settings
-    from store.catalog import Catalog
+    from service.documents import DocumentService
 
+__all__ = ["CeleryQueue", "EmbeddedQueue", "NoQueue", "Queue", "QueueUnavailable", "redact"]
 log = logging.getLogger(__name__)
-
-
-class QueueUnavailable(RuntimeError):
-    """The task queue (the Redis broker) cannot be reached."""
 
 
 @runtime_checkable
@@ -71,23 +70,28 @@ class EmbeddedQueue:
     batching scheduler between them, so queries keep answering while a long document is encoded.
 
     Args:
-        engine: the shared engine (its cache must be the store's ``StoreCache``).
         model_lock: serialises model calls with queries.
         threads: pool size; 0 runs nothing (documents are then encoded when first queried).
-    The catalog is attached after the store is opened (:attr:`catalog`), since it needs this queue.
+    The document service is attached after the store is opened (:attr:`documents`), since the store needs
+    this queue; its engine (the shared one, its cache the store's ``StoreCache``) does the encoding.
     """
 
-    def __init__(self, engine: Engine | None, model_lock: threading.Lock, threads: int = 1):
-        self.engine, self.model_lock = engine, model_lock
-        self.catalog: Catalog | None = None
+    def __init__(self, model_lock: threading.Lock, threads: int = 1):
+        self.model_lock = model_lock
+        self.documents: DocumentService | None = None
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompute") if threads else None
         self._pending = 0
         self._count_lock = threading.Lock()
         self.model_busy: Callable[[], bool] | None = None  # the scheduler has running or waiting requests
         self.max_defer_s = 2.0
 
+    @property
+    def engine(self) -> Engine | None:
+        """The engine precompute runs on: the document service's (None until one is loaded)."""
+        return self.documents.engine if self.documents is not None else None
+
     def __call__(self, tenant: str, doc_id: str, version: int) -> None:
-        """Schedule ``catalog.precompute(tenant, doc_id, version, engine)``; returns at once."""
+        """Schedule ``documents.precompute_or_fail(tenant, doc_id, version)``; returns at once."""
         if self._pool is None:
             return
         with self._count_lock:
@@ -111,15 +115,10 @@ class EmbeddedQueue:
 
         token = chunk_guard.set(self._model_turn)  # each chunk's forward takes the model; the rest does not
         try:
-            self.catalog.precompute(tenant, doc_id, version, self.engine)
-        except ValueError as e:  # permanent (e.g. too long for the model)
-            self.catalog.fail(tenant, doc_id, version, str(e))
+            self.documents.precompute_or_fail(tenant, doc_id, version)  # permanent failures marked there
         except Exception as e:  # noqa: BLE001 - keep the pool alive; the document can be re-ingested
             log.exception("precompute of %s/%s v%d failed", tenant, doc_id, version)
-            try:
-                self.catalog.fail(tenant, doc_id, version, f"{type(e).__name__}: {e}")
-            except Exception:  # noqa: BLE001
-                log.exception("could not mark %s/%s failed", tenant, doc_id)
+            self.documents.mark_failed(tenant, doc_id, version, f"{type(e).__name__}: {e}")
         finally:
             chunk_guard.reset(token)
             with self._count_lock:

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 from service.errors import redis_errors
 
 if TYPE_CHECKING:
-    from kvlink_rag.engine import Engine
+    from service.documents import DocumentService
     from service.queues import Queue
     from store.factory import Store
 
 log = logging.getLogger(__name__)
 
 
-def recover_at_start(store: Store, queue: Queue, engine: Engine | None) -> None:
+def recover_at_start(documents: DocumentService) -> None:
     """Queue unfinished documents again and rebuild an index that lost its records.
 
     Documents still ``queued``/``stale`` are queued again: in the embedded mode no task survives a
@@ -24,17 +24,17 @@ def recover_at_start(store: Store, queue: Queue, engine: Engine | None) -> None:
     (tasks are idempotent: the second finds the cache stored and only marks the record ready) while a
     task lost between the index write and the broker (or with a broker that lost its data) is not.
     An index that holds nothing while texts are stored (a Redis index restarted empty) is rebuilt
-    from the texts (:func:`store.recovery.rebuild_index`; ``engine`` finds their stored caches).
-    Skipped, with a warning, when Redis is down.
+    from the texts (:meth:`service.documents.DocumentService.rebuild_index`; its engine, when loaded,
+    finds their stored caches). Skipped, with a warning, when Redis is down.
     """
-    from store.recovery import index_lost, rebuild_index, requeue_unfinished
+    from store.recovery import index_lost
 
     try:
-        n = requeue_unfinished(store, queue)
+        n = documents.requeue_unfinished()
         if n:
             log.info("queued the precompute of %d unfinished document(s) again", n)
-        if index_lost(store):
-            report = rebuild_index(store, engine)
+        if index_lost(documents.store):
+            report = documents.rebuild_index()
             log.warning("the document index was empty while %d text(s) are stored: rebuilt it (%d ready, "
                         "%d queued, %d corrupt texts skipped)", len(report.ready) + len(report.queued)
                         + len(report.corrupt_texts), len(report.ready), len(report.queued),

@@ -1,7 +1,8 @@
 """One place that wires a running service from its settings: precompute queue, store, engine, retrieval
 and queries. The API, the workers and the CLI all build theirs with :func:`build_runtime`.
 
-Order matters: the queue exists before the store (the store's catalog enqueues into it), the engine
+Order matters: the queue exists before the store (the store's catalog enqueues into it), the document
+service on the store is attached to the queue (whose tasks it runs), the engine
 uses the store's cache (its cache keys are then the same in every process), and recovery runs last
 (rebuilding an index uses the engine to find stored caches).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kvlink_rag.settings import Settings
+from service.documents import DocumentService
 from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService
 from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue
@@ -46,6 +48,7 @@ class Runtime:
     Attributes:
         settings: the settings it was built from.
         store: the document store (texts, index, catalog, cache).
+        documents: the documents' lifecycle (ingest, update, delete, precompute, recovery).
         queue: where precompute work goes (:class:`service.queues.Queue`).
         retrieval: BM25 over each tenant's documents.
         model_lock: serialises model calls (queries, embedded precompute, query bookkeeping).
@@ -61,6 +64,7 @@ class Runtime:
     queue: Queue
     retrieval: Retrieval
     model_lock: threading.Lock
+    documents: DocumentService
     engine: Engine | None = None
     queries: QueryService | None = None
     scheduler: Scheduler | None = None
@@ -87,16 +91,14 @@ class Runtime:
         if engine is None:
             engine = load_engine(self.settings, self.store.cache, self.timings)
         engine.cache = self.store.cache  # cache keys must be the store's (same as the workers')
-        self.engine = engine
+        self.engine = self.documents.engine = engine  # the embedded queue precomputes through documents
         self.retrieval.use_chunks(engine.chunks)  # chunked documents are retrieved chunk by chunk
-        if isinstance(self.queue, EmbeddedQueue):
-            self.queue.engine = engine
         if self.scheduler is None:
             self.scheduler = build_scheduler(self.settings, engine, self.model_lock)
             if isinstance(self.queue, EmbeddedQueue):  # precompute chunks wait while queries are served
                 self.queue.model_busy = self.scheduler.busy
         self.queries = QueryService(engine, self.store, self.retrieval, self.model_lock, self.settings,
-                                    on_result=self.on_result, scheduler=self.scheduler)
+                                    on_result=self.on_result, scheduler=self.scheduler, documents=self.documents)
         return engine
 
     def close(self) -> None:
@@ -162,7 +164,7 @@ def open_queue(settings: Settings, kind: QueueKind, model_lock: threading.Lock) 
         raise ValueError(f"queue must be 'auto' or 'none', got {kind!r}")
     if settings.distributed:
         return CeleryQueue(settings)
-    return EmbeddedQueue(None, model_lock, settings.precompute_threads)
+    return EmbeddedQueue(model_lock, settings.precompute_threads)
 
 
 def open_service_store(settings: Settings, queue: Queue) -> Store:
@@ -181,8 +183,6 @@ def open_service_store(settings: Settings, queue: Queue) -> Store:
         raise StoreOpenError(f"cannot open the store under {settings.store_dir}: {e}") from e
     if hook is not None:
         hook.store = store
-    if isinstance(queue, EmbeddedQueue):
-        queue.catalog = store.catalog
     return store
 
 
@@ -224,15 +224,19 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
     except BaseException:
         q.close()
         raise
-    rt = Runtime(settings, store, q, Retrieval(store.index, store.texts, settings.bm25_refresh_s,
-                                                    params=BM25Params(settings.bm25_k1, settings.bm25_b)), lock,
-                 on_result=on_result, timings={"store_open_s": time.perf_counter() - t0})
+    retrieval = Retrieval(store.index, store.texts, settings.bm25_refresh_s,
+                          params=BM25Params(settings.bm25_k1, settings.bm25_b))
+    documents = DocumentService(store, retrieval=retrieval)
+    if isinstance(q, EmbeddedQueue):
+        q.documents = documents  # its tasks run the documents' precompute
+    rt = Runtime(settings, store, q, retrieval, lock, documents, on_result=on_result,
+                 timings={"store_open_s": time.perf_counter() - t0})
     try:
         if load_engine or engine is not None:
             rt.load_engine(engine)
         if recover:
-            recover_at_start(store, q, rt.engine)
-        rt.pins = open_pins(settings, store)
+            recover_at_start(documents)
+        rt.pins = documents.pins = open_pins(settings, store)
     except BaseException:
         rt.close()
         raise

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from kvlink_rag.encodable import find_unencodable, sanitised
 from store.index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.recovery import restore_record
+
+if TYPE_CHECKING:
+    from store.catalog import CacheKeying
 
 TEXT_MISSING = "stored text is missing; re-ingest the document"
 
@@ -93,7 +97,8 @@ def _unreferenced(store, records: dict, min_age_s: float, now: float,
     return out
 
 
-def check_store(store, repair: bool = False, engine=None, min_age_s: float = 60.0, clock=time.time) -> CheckReport:
+def check_store(store, repair: bool = False, engine: CacheKeying | None = None, min_age_s: float = 60.0,
+                clock=time.time) -> CheckReport:
     """Compare caches, records and texts of every tenant; with ``repair``, fix what was found (see the
     module docstring).
 
@@ -162,7 +167,7 @@ def _repair_unencodable(store, t: str, d: str, entry) -> None:
                         sanitised(entry.get("metadata", {})))
 
 
-def _repair(store, report: CheckReport, texts: dict, engine, min_age_s: float, clock) -> None:
+def _repair(store, report: CheckReport, texts: dict, engine: CacheKeying | None, min_age_s: float, clock) -> None:
     for t, d in report.unencodable:
         _repair_unencodable(store, t, d, texts.get((t, d)))
     index, catalog = store.index, store.catalog

@@ -11,11 +11,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvlink_rag.types import Document
 from store.index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.keys import content_hash, simhash64
+
+if TYPE_CHECKING:
+    from store.catalog import CacheKeying
 
 
 def requeue_unfinished(store, enqueue) -> int:
@@ -34,7 +38,7 @@ def requeue_unfinished(store, enqueue) -> int:
     return n
 
 
-def restore_record(store, tenant: str, doc_id: str, stored: dict, engine=None) -> DocumentRecord:
+def restore_record(store, tenant: str, doc_id: str, stored: dict, engine: CacheKeying | None = None) -> DocumentRecord:
     """Recreate the index record of a stored text (replacing a corrupt or missing one).
 
     Args:
@@ -76,13 +80,14 @@ class RebuildReport:
                 "corrupt_texts": [list(x) for x in self.corrupt_texts], "kept": self.kept}
 
 
-def rebuild_index(store, engine=None) -> RebuildReport:
+def rebuild_index(store, engine: CacheKeying | None = None) -> RebuildReport:
     """Recreate every record the index lacks (or holds corrupt) from the stored texts; records that are
     there are kept as they are.
 
     Args:
         store: ``store.factory.Store``.
-        engine: ``kvlink_rag.engine.Engine`` to find stored caches (see :func:`restore_record`).
+        engine: names the texts' caches (``kvlink_rag.engine.Engine``) to find those stored (see
+            :func:`restore_record`).
     Raises:
         redis.exceptions.ConnectionError: the Redis index is unreachable.
     """

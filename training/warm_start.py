@@ -9,14 +9,44 @@ the continued run does not see the same first examples again.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from kvlink_rag.link_tokens import LinkTokens, load_link_tokens
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from kvlink_rag.engine import Engine
+
+
+class RunShape(Protocol):
+    """The run's shape an artifact must match (``training.loop.TrainConfig``)."""
+
+    @property
+    def k(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def lora(self) -> bool: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def targets(self) -> tuple[str, ...]: ...
+
+
+class WarmStartable(Protocol):
+    """What :func:`warm_start` reads and fills of a run (``training.loop.Trainer``): its shape, engine, link
+    embeddings ``[slots, K, hidden]`` (or ``[K, hidden]``) and the name of its training adapter (None
+    without LoRA). A protocol, so that this helper of the loop does not import the loop."""
+
+    @property
+    def cfg(self) -> RunShape: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def link_embeds(self) -> torch.nn.Parameter: ...
+    @property
+    def adapter(self) -> str | None: ...
 
 
 def _shape(lt: LinkTokens) -> dict:
@@ -26,7 +56,7 @@ def _shape(lt: LinkTokens) -> dict:
             "targets": ",".join(cfg.get("targets", [])) if lt.lora else None}
 
 
-def _wanted(trainer: Trainer) -> dict:
+def _wanted(trainer: WarmStartable) -> dict:
     c = trainer.cfg
     return {"K": c.k, "slots": c.slots, "adapter": "query-lora" if c.lora else "none",
             "rank": c.rank if c.lora else None, "targets": ",".join(c.targets) if c.lora else None}
@@ -41,7 +71,7 @@ def examples_seen(lt: LinkTokens) -> tuple[int, int]:
     return steps, steps * int((meta.get("train_config") or {}).get("accumulate", 1))
 
 
-def warm_start(trainer: Trainer, path: Path) -> tuple[int, int]:
+def warm_start(trainer: WarmStartable, path: Path) -> tuple[int, int]:
     """Copy the artifact at ``path`` into the trainer's link embeddings and training adapter.
 
     Returns:

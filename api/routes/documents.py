@@ -19,8 +19,6 @@ from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, D
                          IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
 from api.state import ServiceState
 from kvlink_rag.encodable import find_unencodable, sanitised
-from kvlink_rag.types import Document
-from service.queues import QueueUnavailable
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/documents", tags=["documents"], responses=error_responses(401, 503))
@@ -48,31 +46,27 @@ def check_limits(state: ServiceState, doc_id: str, text: str, title: str, metada
     if not text.strip():
         raise ApiError(422, "empty_document", f"document {doc_id!r} is empty")
     try:
-        n = int(state.engine.document_ids(Document(text.strip(), title or None)).numel())
+        size = state.runtime.documents.size(text, title)
     except ValueError as e:
         raise ApiError(422, "invalid_document", f"document {doc_id!r}: {e}") from e
-    if n > s.max_document_tokens:
-        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is "
+    if size.tokens > s.max_document_tokens:
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {size.tokens} tokens; the limit is "
                        f"{s.max_document_tokens} (KVLINK_RAG_MAX_DOCUMENT_TOKENS)")
-    fits = state.engine.max_document_tokens()  # what a query over this document alone can hold
-    n = state.engine.linked_tokens(Document(text.strip(), title or None))  # with chunks: their links too
-    if n > fits:
-        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {n} tokens; the limit is {fits}: "
-                       f"{state.engine.document_budget_text()}")
+    if size.linked > size.fits:  # what a query over this document alone can hold, its chunks' links included
+        raise ApiError(413, "document_too_large", f"document {doc_id!r} has {size.linked} tokens; the limit is "
+                       f"{size.fits}: {size.budget}")
 
 
-def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str, metadata) -> IngestOut:
+def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str, metadata,
+            update: bool = False) -> IngestOut:
+    documents = state.runtime.documents
     try:
-        res = state.store.catalog.ingest(tenant, doc_id, text, title, metadata)
-    except QueueUnavailable:
-        rec = state.store.index.get(tenant, doc_id)  # stored but not queued: a re-ingest must retry it
-        if rec is not None:
-            state.store.catalog.fail(tenant, doc_id, rec.version, "precompute could not be queued")
-        state.retrieval.invalidate(tenant)
-        raise
+        if update:
+            res = documents.update(tenant, doc_id, text, title, metadata)
+        else:
+            res = documents.ingest(tenant, doc_id, text, title, metadata)
     except ValueError as e:
         raise ApiError(422, "invalid_document", f"document {doc_id!r}: {e}") from e
-    state.retrieval.invalidate(tenant)
     r = res.record
     return IngestOut(id=r.doc_id, status=r.status, version=r.version, queued=res.queued, content_hash=r.content_hash,
                      simhash=f"{r.simhash:016x}",
@@ -156,9 +150,7 @@ def update_document(state: StateDep, tenant: TenantDep, doc_id: str, body: Docum
         raise ApiError(422, "invalid_request", "pin a document once its new version is ready (PUT pinned alone)")
     title = rec.title if body.title is None else body.title
     check_limits(state, doc_id, body.text, title, body.metadata)
-    if pins is not None:
-        pins.unpin(tenant, doc_id)
-    return _ingest(state, tenant, doc_id, body.text, title, body.metadata)
+    return _ingest(state, tenant, doc_id, body.text, title, body.metadata, update=True)
 
 
 def pin_document(pins, tenant: str, rec, pinned: bool) -> PinOut:
@@ -180,9 +172,6 @@ def pin_document(pins, tenant: str, rec, pinned: bool) -> PinOut:
 def delete_document(state: StateDep, tenant: TenantDep, doc_id: str) -> Deleted:
     """Remove the record, the text and the cache (unless another document has the same text); also a text
     whose record the index lost."""
-    if state.runtime.pins is not None:
-        state.runtime.pins.unpin(tenant, doc_id)
-    if not state.store.catalog.delete(tenant, doc_id, state.engine):
+    if not state.runtime.documents.delete(tenant, doc_id):  # unpinned first
         raise ApiError(404, "document_not_found", f"unknown document id: {doc_id}")
-    state.retrieval.invalidate(tenant)
     return Deleted(id=doc_id, deleted=True)

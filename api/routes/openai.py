@@ -46,9 +46,9 @@ def _role(text: str | None, finish: str | None) -> dict:
 @router.post("/chat/completions", responses={**STREAM_RESPONSE, **error_responses(404, 409, 422)})
 async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
     """Chat completion grounded in the tenant's documents (OpenAI wire format)."""
-    from kvlink_rag.conversation import Turn
+    from service.chat import turns as chat_turns
 
-    turns = [Turn(m.role, m.text()) for m in body.messages]
+    turns = chat_turns((m.role, m.text()) for m in body.messages)
     spec = body.response_spec()
 
     def plan_it():

@@ -55,6 +55,7 @@ async def tokenize(body: TokenizeIn, tenant: TenantDep, queries: QueriesDep, sta
     Raises:
         ServiceError: 422 neither or both given, a bad conversation or a prompt over its limit.
     """
+    from service.chat import conversation_prompt_ids
     from service.completions import prompt_ids
     from service.errors import ServiceError
 
@@ -63,22 +64,8 @@ async def tokenize(body: TokenizeIn, tenant: TenantDep, queries: QueriesDep, sta
     if body.prompt is not None:
         ids = prompt_ids(queries, body.prompt)
     else:
-        ids = _conversation_ids(queries, [(m.role, m.text()) for m in body.messages])
+        ids = conversation_prompt_ids(queries.engine, [(m.role, m.text()) for m in body.messages])
     return {"count": len(ids), "max_model_len": queries.engine.lm.max_positions, "tokens": ids}
-
-
-def _conversation_ids(queries, messages: list[tuple[str, str]]) -> list[int]:
-    """The prompt ids of a plain chat over ``messages``: the system prompt, then the conversation."""
-    from kvlink_rag.conversation import InvalidConversation, Turn, check_turns, conversation_ids
-    from service.errors import ServiceError
-
-    eng = queries.engine
-    turns = [Turn(r, t) for r, t in messages]
-    try:
-        check_turns(turns)
-    except InvalidConversation as e:
-        raise ServiceError(422, "invalid_messages", str(e)) from None
-    return eng.prefix.token_ids.tolist() + conversation_ids(eng.template, eng.lm.tokenizer, turns).tolist()
 
 
 @router.post("/detokenize", responses=error_responses(401, 422, 503))

@@ -17,7 +17,7 @@ QUESTION = "What is the capital of France?"
 @pytest.fixture
 def runtime(make_runtime):
     rt = make_runtime()
-    rt.store.catalog.ingest("default", "paris", PARIS, "Paris")
+    rt.documents.ingest("default", "paris", PARIS, "Paris")
     return rt
 
 
@@ -43,7 +43,7 @@ def test_answer_stream_and_the_engine_give_the_same_tokens(runtime, tiny_engine)
 
 def test_closing_a_stream_early_releases_the_model_lock(make_runtime):
     runtime = make_runtime(scheduler=False)
-    runtime.store.catalog.ingest("default", "paris", PARIS, "Paris")
+    runtime.documents.ingest("default", "paris", PARIS, "Paris")
     queries = runtime.queries
     events = queries.stream(queries.plan("default", QUESTION, ["paris"]))
     assert next(events)[0] == "token"
@@ -57,7 +57,7 @@ def test_closing_a_stream_early_releases_the_model_lock(make_runtime):
 
 def test_closing_a_scheduled_stream_early_frees_its_slot(make_runtime):
     runtime = make_runtime(max_new_tokens=64)
-    runtime.store.catalog.ingest("default", "paris", PARIS, "Paris")
+    runtime.documents.ingest("default", "paris", PARIS, "Paris")
     queries = runtime.queries
     events = queries.stream(queries.plan("default", QUESTION, ["paris"], max_new_tokens=64))
     assert next(events)[0] == "token"

@@ -10,7 +10,7 @@ def test_every_queue_is_a_queue_and_no_queue_schedules_nothing():
     none = NoQueue()
     assert none("t", "d", 1) is None and none.depth() == 0 and none.ping() is None
     celery = CeleryQueue(Settings(broker_url="redis://127.0.0.1:1/0"))  # connects lazily
-    embedded = EmbeddedQueue(None, None, threads=0)
+    embedded = EmbeddedQueue(None, threads=0)
     try:
         assert all(isinstance(q, Queue) for q in (none, celery, embedded))
         assert embedded.depth() == 0
@@ -32,7 +32,7 @@ def test_a_precompute_chunk_waits_while_the_scheduler_is_busy_then_takes_the_mod
     from service.queues import EmbeddedQueue
 
     lock, busy_until = FairLock(), time.monotonic() + 0.2
-    q = EmbeddedQueue(None, lock, threads=0)
+    q = EmbeddedQueue(lock, threads=0)
     q.model_busy = lambda: time.monotonic() < busy_until
     with q._model_turn():  # one chunk
         assert lock.locked() and time.monotonic() >= busy_until

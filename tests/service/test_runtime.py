@@ -15,21 +15,21 @@ def test_the_engine_uses_the_store_cache_and_the_queries_share_the_runtime(make_
     assert isinstance(rt.queue, NoQueue)
     assert rt.engine is tiny_engine and tiny_engine.cache is rt.store.cache
     assert rt.queries.engine is rt.engine and rt.queries.store is rt.store and rt.queries.model_lock is rt.model_lock
-    rec = rt.store.catalog.ingest("t", "d", "The harbour opens at seven.").record
+    rec = rt.documents.ingest("t", "d", "The harbour opens at seven.").record
     assert rec.status == "queued"  # nothing scheduled: a worker or the first query encodes it
 
 
 def test_the_embedded_queue_precomputes_with_the_runtime_engine(make_runtime):
     rt = make_runtime(queue="auto")
     assert isinstance(rt.queue, EmbeddedQueue) and rt.queue.engine is rt.engine
-    rt.store.catalog.ingest("t", "d", "The harbour opens at seven.")
+    rt.documents.ingest("t", "d", "The harbour opens at seven.")
     rec = wait_for(lambda: (r := rt.store.index.get("t", "d")).status == "ready" and r, 30, what="precompute")
     assert rec.cache_key in rt.store.blobs
 
 
 def test_unfinished_documents_are_queued_again_when_built_again(make_runtime, tiny_engine, tmp_path):
     first = build_runtime(service_settings(tmp_path / "home", precompute_threads=0), tiny_engine)  # never precomputes
-    first.store.catalog.ingest("t", "d", "The harbour opens at seven.")
+    first.documents.ingest("t", "d", "The harbour opens at seven.")
     first.close()
     again = make_runtime(queue="auto")
     assert wait_for(lambda: again.store.index.get("t", "d").status == "ready", 30, what="recovery")

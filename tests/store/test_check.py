@@ -7,6 +7,7 @@ from factories import tiny_text_engine
 from kvlink_rag.encodable import find_unencodable
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
+from service.documents import DocumentService
 from store.check import check_store
 from store.factory import open_store
 from store.index import is_corrupt
@@ -21,8 +22,8 @@ def _store(tmp_path):
 
 def _ingest_ready(st, engine, queue, docs: dict[str, str]) -> dict:
     for doc_id, text in docs.items():
-        st.catalog.ingest("acme", doc_id, text, metadata={"n": doc_id})
-    out = {t[1]: st.catalog.precompute(*t, engine) for t in queue}
+        DocumentService(st).ingest("acme", doc_id, text, metadata={"n": doc_id})
+    out = {t[1]: DocumentService(st, engine).precompute(*t) for t in queue}
     queue.clear()
     return out
 
@@ -83,7 +84,7 @@ def test_every_kind_of_problem_is_found_and_repaired(tmp_path, make_kv):
     assert orphan not in st.blobs and ready["b"].cache_key in st.blobs and ready["e"].cache_key in st.blobs
     assert ready["f"].cache_key not in st.blobs  # nothing left to point at it
     assert check_store(st, min_age_s=0).problems == 0
-    st.catalog.precompute("acme", "a", 1, engine)
+    DocumentService(st, engine).precompute("acme", "a", 1)
     assert st.index.get("acme", "a").status == "ready"
     assert st.catalog.cache_key("acme", Document(texts["a"]), engine) in st.blobs
 

@@ -9,6 +9,7 @@ from factories import tiny_text_engine
 from kvlink_rag.cache import DocumentCache
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
+from service.documents import DocumentService
 from store.doc_cache import StoreCache
 from store.factory import open_store
 from store.lmdb_blobs import LmdbBlobStore
@@ -65,8 +66,8 @@ def test_every_cache_write_goes_through_store_cache_write(tmp_path, monkeypatch)
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
     engine.cache = st.cache.for_tenant("acme")
-    st.catalog.ingest("acme", "a", "Ada Lovelace wrote the first published algorithm.")
-    ready = st.catalog.precompute(*queue.pop(), engine)
+    DocumentService(st).ingest("acme", "a", "Ada Lovelace wrote the first published algorithm.")
+    ready = DocumentService(st, engine).precompute(*queue.pop())
     _, hit = engine.get_or_encode(Document("Babbage designed the Analytical Engine in 1837."))
     assert not hit and len(writes) == 2 and writes[0] == ready.cache_key
     assert puts == writes and sorted(st.blobs.keys()) == sorted(writes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
+from service.documents import DocumentService
 from store.factory import open_store
 from store.recovery import index_lost, rebuild_index, requeue_unfinished
 
@@ -13,13 +14,13 @@ def test_unfinished_documents_are_queued_again(tmp_path):
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
-    st.catalog.ingest("acme", "done", "A document already precomputed.")
-    st.catalog.precompute("acme", "done", 1, engine)
-    st.catalog.ingest("acme", "done", "A document updated since: stale.")
-    st.catalog.ingest("acme", "new", "A document still queued.")
-    st.catalog.ingest("globex", "other", "Another tenant's queued document.")
-    st.catalog.ingest("acme", "ok", "A ready one.")
-    st.catalog.precompute("acme", "ok", 1, engine)
+    DocumentService(st).ingest("acme", "done", "A document already precomputed.")
+    DocumentService(st, engine).precompute("acme", "done", 1)
+    DocumentService(st).ingest("acme", "done", "A document updated since: stale.")
+    DocumentService(st).ingest("acme", "new", "A document still queued.")
+    DocumentService(st).ingest("globex", "other", "Another tenant's queued document.")
+    DocumentService(st).ingest("acme", "ok", "A ready one.")
+    DocumentService(st, engine).precompute("acme", "ok", 1)
     again: list = []
     assert requeue_unfinished(st, lambda *task: again.append(task)) == 3
     assert sorted(again) == [("acme", "done", 2), ("acme", "new", 1), ("globex", "other", 1)]
@@ -30,10 +31,10 @@ def test_a_lost_index_is_rebuilt_from_the_texts(tmp_path):
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
-    st.catalog.ingest("acme", "lh", "The lighthouse keeper.", "Lighthouse", {"src": "memo"})
-    st.catalog.ingest("acme", "lh", "The lighthouse keeper, Ann.", "Lighthouse", {"src": "memo"})  # version 2
-    ready = st.catalog.precompute("acme", "lh", 2, engine)
-    st.catalog.ingest("globex", "v", "The volcano.")  # never precomputed
+    DocumentService(st).ingest("acme", "lh", "The lighthouse keeper.", "Lighthouse", {"src": "memo"})
+    DocumentService(st).ingest("acme", "lh", "The lighthouse keeper, Ann.", "Lighthouse", {"src": "memo"})  # version 2
+    ready = DocumentService(st, engine).precompute("acme", "lh", 2)
+    DocumentService(st).ingest("globex", "v", "The volcano.")  # never precomputed
     before = {(r.tenant, r.doc_id): r for t in ("acme", "globex") for r in st.index.list(t)}
     for tenant, doc_id in before:
         st.index.delete(tenant, doc_id)  # the index lost everything (e.g. Redis restarted empty)

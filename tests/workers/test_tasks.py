@@ -25,9 +25,9 @@ def worker_runtime(tmp_path):
 
 
 def test_ready_then_stale_versions_are_skipped(worker_runtime):
-    catalog = worker_runtime.store.catalog
-    catalog.ingest("t", "d", "The harbour opens at seven.")
-    catalog.ingest("t", "d", "The harbour opens at eight.")  # version 2: the version-1 task is stale
+    documents = worker_runtime.documents
+    documents.ingest("t", "d", "The harbour opens at seven.")
+    documents.ingest("t", "d", "The harbour opens at eight.")  # version 2: the version-1 task is stale
     assert precompute.apply(args=["t", "d", 1]).get()["status"] == "skipped"
     done = precompute.apply(args=["t", "d", 2]).get()
     assert done["status"] == "ready" and done["num_tokens"] > 5
@@ -37,8 +37,8 @@ def test_ready_then_stale_versions_are_skipped(worker_runtime):
 
 
 def test_a_document_too_long_for_the_model_is_marked_failed(worker_runtime):
-    catalog = worker_runtime.store.catalog
-    catalog.ingest("t", "long", "word " * 3000)  # the tiny model has 2048 positions
+    documents = worker_runtime.documents
+    documents.ingest("t", "long", "word " * 3000)  # the tiny model has 2048 positions
     out = precompute.apply(args=["t", "long", 1]).get()
     assert out["status"] == "failed"
     rec = worker_runtime.store.index.get("t", "long")

@@ -1,4 +1,4 @@
-"""Ingest, update (invalidation), delete and precompute through the catalog, with a real engine."""
+"""Ingest, update (invalidation), delete and precompute through the document service, with a real engine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
+from service.documents import DocumentService
 from store.factory import open_store
 
 TEXT = "The lighthouse on Skerry Point was built in 1851 and painted red and white."
@@ -24,23 +25,23 @@ def _setup(tmp_path):
 
 
 def _drain(st, engine, queue):
-    done = [st.catalog.precompute(t, d, v, engine) for t, d, v in queue]
+    done = [DocumentService(st, engine).precompute(t, d, v) for t, d, v in queue]
     queue.clear()
     return done
 
 
 def test_same_text_does_nothing_new_text_invalidates_then_serves_the_new_cache(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    first = st.catalog.ingest("acme", "lh", TEXT, "Lighthouse")
+    first = DocumentService(st).ingest("acme", "lh", TEXT, "Lighthouse")
     assert first.queued and first.record.status == "queued" and queue == [("acme", "lh", 1)]
     [ready] = _drain(st, engine, queue)
     old_key = ready.cache_key
     assert ready.status == "ready" and st.blobs.contains(old_key) and ready.num_tokens > 10
 
-    again = st.catalog.ingest("acme", "lh", "  " + TEXT + "\n", "Lighthouse")  # same normalised text
+    again = DocumentService(st).ingest("acme", "lh", "  " + TEXT + "\n", "Lighthouse")  # same normalised text
     assert not again.queued and not again.changed and queue == []
 
-    upd = st.catalog.ingest("acme", "lh", EDITED, "Lighthouse")
+    upd = DocumentService(st).ingest("acme", "lh", EDITED, "Lighthouse")
     assert upd.queued and upd.record.status == "stale" and upd.record.version == 2
     _, doc = st.catalog.document("acme", "lh")
     assert doc.text == EDITED
@@ -55,15 +56,15 @@ def test_same_text_does_nothing_new_text_invalidates_then_serves_the_new_cache(t
 
 def test_stale_task_is_skipped_and_delete_removes_everything(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
-    st.catalog.ingest("acme", "lh", EDITED)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", EDITED)
     assert queue == [("acme", "lh", 1), ("acme", "lh", 2)]
     v1, v2 = _drain(st, engine, queue)
     assert v1 is None and v2.version == 2  # the outdated task did no work
     assert len(st.blobs.keys()) == 1
-    assert st.catalog.delete("acme", "lh")
+    assert DocumentService(st).delete("acme", "lh")
     assert st.index.get("acme", "lh") is None and st.blobs.keys() == [] and st.texts.get("acme", "lh") is None
-    assert not st.catalog.delete("acme", "lh")
+    assert not DocumentService(st).delete("acme", "lh")
 
 
 def test_near_duplicates_are_reported_and_tenants_are_separate(tmp_path):
@@ -72,18 +73,18 @@ def test_near_duplicates_are_reported_and_tenants_are_separate(tmp_path):
             "when three ships ran aground on the reef to the north. The tower is 31 metres tall, has 140 steps, "
             "and its lens was made in Paris by Henry-Lepaute. It was automated in 1984 and is now a museum "
             "run by the county, open from April to October, with a small cafe in the old keeper's cottage.")
-    st.catalog.ingest("acme", "a", long)
-    near = st.catalog.ingest("acme", "b", long.replace("museum", "gallery"))
+    DocumentService(st).ingest("acme", "a", long)
+    near = DocumentService(st).ingest("acme", "b", long.replace("museum", "gallery"))
     assert [d for d, _ in near.near_duplicates] == ["a"] and near.near_duplicates[0][1] <= 3
-    other = st.catalog.ingest("globex", "c", long)
+    other = DocumentService(st).ingest("globex", "c", long)
     assert other.near_duplicates == []
     # identical text in two documents shares one cache; deleting one keeps it for the other
     _drain(st, engine, queue)
-    st.catalog.ingest("acme", "twin", long)
+    DocumentService(st).ingest("acme", "twin", long)
     _drain(st, engine, queue)
     key = st.index.get("acme", "a").cache_key
     assert st.index.get("acme", "twin").cache_key == key
-    st.catalog.delete("acme", "a")
+    DocumentService(st).delete("acme", "a")
     assert st.blobs.contains(key)
 
 
@@ -103,24 +104,24 @@ def _meanwhile(engine, action):
 
 def test_a_delete_during_precompute_leaves_no_cache(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
-    eng = _meanwhile(engine, lambda: st.catalog.delete("acme", "lh"))
-    assert st.catalog.precompute("acme", "lh", 1, eng) is None
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    eng = _meanwhile(engine, lambda: DocumentService(st).delete("acme", "lh"))
+    assert DocumentService(st, eng).precompute("acme", "lh", 1) is None
     assert st.blobs.keys() == [] and st.index.get("acme", "lh") is None
 
 
 def test_an_update_during_precompute_keeps_only_the_new_versions_cache(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", TEXT)
     queue.clear()
-    eng = _meanwhile(engine, lambda: st.catalog.ingest("acme", "lh", EDITED))
-    assert st.catalog.precompute("acme", "lh", 1, eng) is None  # v1 lost the race: its cache is dropped
+    eng = _meanwhile(engine, lambda: DocumentService(st).ingest("acme", "lh", EDITED))
+    assert DocumentService(st, eng).precompute("acme", "lh", 1) is None  # v1 lost the race: its cache is dropped
     assert st.blobs.keys() == []
     [ready] = _drain(st, engine, queue)
     assert ready.version == 2 and st.blobs.keys() == [ready.cache_key]
     # an update back to the first text while v3 waits: v2's task is skipped, v3 reuses nothing stale
-    st.catalog.ingest("acme", "lh", TEXT)
-    st.catalog.ingest("acme", "lh", EDITED)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", EDITED)
     v3, v4 = _drain(st, engine, queue)
     assert v3 is None and v4.version == 4 and v4.cache_key == ready.cache_key  # same text, same key
     assert st.blobs.keys() == [ready.cache_key]
@@ -128,46 +129,46 @@ def test_an_update_during_precompute_keeps_only_the_new_versions_cache(tmp_path)
 
 def test_a_cache_a_query_wrote_for_a_document_deleted_meanwhile_is_dropped(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", TEXT)
     _, doc = st.catalog.document("acme", "lh")
     _, hit = engine.get_or_encode(doc)  # a query encodes it on the spot and stores the cache
     assert not hit and len(st.blobs.keys()) == 1
-    assert st.catalog.delete("acme", "lh")  # the queued record pointed at no cache yet
-    assert st.catalog.adopt("acme", "lh", 1, doc, engine) is None
+    assert DocumentService(st).delete("acme", "lh")  # the queued record pointed at no cache yet
+    assert DocumentService(st, engine).adopt("acme", "lh", 1, doc) is None
     assert st.blobs.keys() == []
-    st.catalog.ingest("acme", "lh", TEXT)  # and the usual case: the query's cache becomes the record's
+    DocumentService(st).ingest("acme", "lh", TEXT)  # and the usual case: the query's cache becomes the record's
     rec, doc = st.catalog.document("acme", "lh")
     engine.get_or_encode(doc)
-    ready = st.catalog.adopt("acme", "lh", rec.version, doc, engine)
+    ready = DocumentService(st, engine).adopt("acme", "lh", rec.version, doc)
     assert ready.status == "ready" and st.blobs.keys() == [ready.cache_key]
 
 
 def test_tenants_get_separate_caches_of_the_same_text(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
-    st.catalog.ingest("globex", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("globex", "lh", TEXT)
     a, g = _drain(st, engine, queue)
     assert a.cache_key != g.cache_key and sorted(st.blobs.keys()) == sorted([a.cache_key, g.cache_key])
     assert a.cache_key == engine.cache_key(Document(TEXT)) == st.catalog.cache_key("acme", Document(TEXT), engine)
-    st.catalog.delete("globex", "lh")
+    DocumentService(st).delete("globex", "lh")
     assert st.blobs.keys() == [a.cache_key]
 
 
 def test_reposting_a_queued_document_queues_it_again(tmp_path):
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "lh", TEXT)
+    DocumentService(st).ingest("acme", "lh", TEXT)
     queue.clear()  # the task was lost (a crash)
-    again = st.catalog.ingest("acme", "lh", TEXT)
+    again = DocumentService(st).ingest("acme", "lh", TEXT)
     assert again.queued and not again.changed and queue == [("acme", "lh", 1)]
     _drain(st, engine, queue)
-    assert not st.catalog.ingest("acme", "lh", TEXT).queued and queue == []  # ready: nothing to do
+    assert not DocumentService(st).ingest("acme", "lh", TEXT).queued and queue == []  # ready: nothing to do
 
 
 def test_a_corrupt_text_is_marked_failed_and_reingesting_repairs_it(tmp_path):
     from store.integrity import CorruptEntry
 
     st, engine, queue = _setup(tmp_path)
-    st.catalog.ingest("acme", "code", "The door code is KIWI42.")
+    DocumentService(st).ingest("acme", "code", "The door code is KIWI42.")
     key = b"acme\0code"
 
     def flip(txn):
@@ -179,21 +180,21 @@ def test_a_corrupt_text_is_marked_failed_and_reingesting_repairs_it(tmp_path):
     assert rec.status == "failed" and "corrupt (checksum mismatch); re-ingest" in rec.metadata["error"]
     with pytest.raises(CorruptEntry):
         st.catalog.document("acme", "code")
-    again = st.catalog.ingest("acme", "code", "The door code is KIWI42.")  # same text: repairs it
+    again = DocumentService(st).ingest("acme", "code", "The door code is KIWI42.")  # same text: repairs it
     assert again.queued and again.record.version == 2
     [ready] = _drain(st, engine, queue)
     assert ready.status == "ready" and st.catalog.document("acme", "code")[1].text == "The door code is KIWI42."
 
 
 def test_a_document_larger_than_the_whole_store_is_marked_failed_with_the_reason(tmp_path):
-    from store.catalog import CacheTooLarge
+    from service.documents import CacheTooLarge
 
     queue: list[tuple[str, str, int]] = []
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=1 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path, layers=8, kv_dtype="float32", cache=None)  # 2 KiB of KV a token
     engine.cache = st.cache.for_tenant("acme")
-    st.catalog.ingest("acme", "huge", "word " * 700)  # ~1.4 MB of KV, the store holds at most 1 MiB
+    DocumentService(st).ingest("acme", "huge", "word " * 700)  # ~1.4 MB of KV, the store holds at most 1 MiB
     with pytest.raises(CacheTooLarge, match=r"does not fit the document store"):  # a ValueError: permanent
         _drain(st, engine, queue)
     rec = st.index.get("acme", "huge")
@@ -222,7 +223,7 @@ def test_a_storm_of_concurrent_updates_and_deletes_leaves_every_cache_referenced
                 task = tasks.get(timeout=0.02)
             except queue.Empty:
                 continue
-            st.catalog.precompute(*task, engine)
+            DocumentService(st, engine).precompute(*task)
 
     workers = [threading.Thread(target=worker) for _ in range(2)]
     for w in workers:
@@ -232,14 +233,14 @@ def test_a_storm_of_concurrent_updates_and_deletes_leaves_every_cache_referenced
     for _ in range(150):
         doc_id = f"d{rng.randrange(3)}"
         if rng.random() < 0.2:
-            st.catalog.delete("acme", doc_id)
+            DocumentService(st).delete("acme", doc_id)
         else:
-            st.catalog.ingest("acme", doc_id, rng.choice(notices))
+            DocumentService(st).ingest("acme", doc_id, rng.choice(notices))
     stop.set()
     for w in workers:
         w.join()
     while not tasks.empty():  # anything queued again at the very end
-        st.catalog.precompute(*tasks.get(), engine)
+        DocumentService(st, engine).precompute(*tasks.get())
     report = check_store(st, min_age_s=0)
     assert report.problems == 0, report.to_dict()
     recs = st.index.list("acme")

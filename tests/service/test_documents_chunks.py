@@ -1,4 +1,4 @@
-"""A long document in the catalog: stored as chunk caches, an update encodes and drops only changed chunks,
+"""A long document in the document service: stored as chunk caches, an update encodes and drops only changed chunks,
 delete drops them all, store check sees every chunk."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import random
 
 from factories import tiny_text_engine
 from kvlink_rag.settings import Settings
+from service.documents import DocumentService
 from store.check import check_store
 from store.factory import open_store
 
@@ -31,7 +32,7 @@ def _setup(tmp_path):
 
 
 def _drain(st, engine, queue):
-    done = [st.catalog.precompute(t, d, v, engine) for t, d, v in queue]
+    done = [DocumentService(st, engine).precompute(t, d, v) for t, d, v in queue]
     queue.clear()
     return done
 
@@ -39,7 +40,7 @@ def _drain(st, engine, queue):
 def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
     st, engine, queue, encoded = _setup(tmp_path)
     text = _text()
-    st.catalog.ingest("acme", "notes", text, "Notes")
+    DocumentService(st).ingest("acme", "notes", text, "Notes")
     [ready] = _drain(st, engine, queue)
     keys = ready.cache_keys
     assert ready.status == "ready" and len(keys) >= 3 and len(encoded) == len(set(keys))
@@ -49,7 +50,7 @@ def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
     paras = text.split("\n\n")
     paras[12] = "EDITED " + paras[12]
     encoded.clear()
-    st.catalog.ingest("acme", "notes", "\n\n".join(paras), "Notes")
+    DocumentService(st).ingest("acme", "notes", "\n\n".join(paras), "Notes")
     [ready2] = _drain(st, engine, queue)
     new, gone = set(ready2.cache_keys) - set(keys), set(keys) - set(ready2.cache_keys)
     assert len(new) == len(gone) == 1 and [("EDITED" in d.text) for d in encoded] == [True]
@@ -58,4 +59,4 @@ def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
 
     _, doc = st.catalog.document("acme", "notes")
     assert engine.warm(doc)  # every chunk a hit
-    assert st.catalog.delete("acme", "notes") and st.blobs.keys() == []
+    assert DocumentService(st).delete("acme", "notes") and st.blobs.keys() == []
