@@ -96,7 +96,7 @@ def _read(h) -> None:
 
 def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: dict) -> dict:
     """Run one policy (``p``: the suite's parameters); the row of :func:`fairness_suite`."""
-    from kvlink_rag.runtime.admission import make_policy
+    from kvlink_rag.runtime.policies import make_policy
     from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 

@@ -115,7 +115,7 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
     from kvlink_rag.runtime.prefix_tree import PrefixTree
-    from kvlink_rag.runtime.admission import make_policy
+    from kvlink_rag.runtime.policies import make_policy
     from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .fair_admission import FairPolicy
 from .gen_request import GenRequest
 
 
@@ -91,17 +90,3 @@ class CacheAwarePolicy:
             rest.remove(best)
             warm |= waiting[best].documents
         return order
-
-
-POLICIES = {"buckets": BucketPolicy, "cache-aware": CacheAwarePolicy, "fifo": FifoPolicy, "fair": FairPolicy}
-
-
-def make_policy(name: str) -> AdmissionPolicy:
-    """The policy called ``name`` (:data:`POLICIES`).
-
-    Raises:
-        ValueError: unknown name.
-    """
-    if name not in POLICIES:
-        raise ValueError(f"unknown admission policy {name!r}; choose one of {', '.join(POLICIES)}")
-    return POLICIES[name]()

@@ -81,7 +81,7 @@ def test_planning_errors_are_service_errors_with_a_status(runtime):
 def test_the_fair_admission_policy_counts_each_queries_tenant(make_runtime):
     rt = make_runtime(admission_policy="fair")
     for tenant in ("acme", "globex"):
-        rt.store.catalog.ingest(tenant, "paris", PARIS, "Paris")
+        rt.documents.ingest(tenant, "paris", PARIS, "Paris")
     rt.queries.answer(rt.queries.plan("acme", QUESTION, ["paris"]))
     assert set(rt.scheduler.policy.counters) == {"acme"}
     rt.queries.answer(rt.queries.plan("globex", QUESTION, ["paris"]))

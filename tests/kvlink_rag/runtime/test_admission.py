@@ -6,7 +6,8 @@ import pytest
 
 from kvlink_rag.generate import SamplingParams
 from kvlink_rag.types import Document
-from kvlink_rag.runtime.admission import BucketPolicy, CacheAwarePolicy, WaitingView, make_policy
+from kvlink_rag.runtime.admission import BucketPolicy, CacheAwarePolicy, WaitingView
+from kvlink_rag.runtime.policies import make_policy
 from kvlink_rag.runtime.gen_request import GenRequest
 
 A, B, C = (Document(f"text {x}", x) for x in "ABC")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from kvlink_rag.generate import SamplingParams
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
-from kvlink_rag.runtime.admission import FifoPolicy, WaitingView, make_policy
+from kvlink_rag.runtime.admission import FifoPolicy, WaitingView
+from kvlink_rag.runtime.policies import make_policy
 from kvlink_rag.runtime.fair_admission import FairPolicy
 from kvlink_rag.runtime.gen_request import GenRequest
 

@@ -1,0 +1,19 @@
+"""The admission policies by name: one registration each (``KVLINK_RAG_ADMISSION_POLICY``)."""
+
+from __future__ import annotations
+
+from .admission import AdmissionPolicy, BucketPolicy, CacheAwarePolicy, FifoPolicy
+from .fair_admission import FairPolicy
+
+POLICIES = {"buckets": BucketPolicy, "cache-aware": CacheAwarePolicy, "fifo": FifoPolicy, "fair": FairPolicy}
+
+
+def make_policy(name: str) -> AdmissionPolicy:
+    """The policy called ``name`` (:data:`POLICIES`).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown admission policy {name!r}; choose one of {', '.join(POLICIES)}")
+    return POLICIES[name]()
