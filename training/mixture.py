@@ -14,8 +14,9 @@ run's seed and the example's index, so a run and its resumption draw the same se
 - ``retention``: NQ at ``docs`` documents, each document kept at a retention drawn from ``retentions``
   (:mod:`kvlink_rag.retention`, ``retention_method``), so the link tokens learn to repair pruned caches.
 
-Validation is per task on fixed examples: NQ at 10 documents (the evaluation's setting), KV at
-``kv_docs``, long documents at the midpoint of ``long_passages``, retention at its lowest value.
+Validation is per task on fixed examples: NQ at ``docs`` documents (``--docs``, 10 by default: the
+evaluation's setting and today's validation), KV at ``kv_docs``, long documents at the midpoint of
+``long_passages``, retention at ``docs`` documents and the lowest of ``retentions``.
 
 No torch here.
 """
@@ -154,7 +155,7 @@ def val_samples(mix: Mixture, task: str, val: list[NQExample], pool: list[NQExam
             continue
         if i >= len(val):
             break
-        n_docs = (sum(mix.long_passages) // 2) if task == "long" else 10 if task == "nq" else mix.docs
+        n_docs = (sum(mix.long_passages) // 2) if task == "long" else mix.docs
         try:
             docs, _ = build_documents(pool, i, n_docs, "random", seed=1)
         except TooFewDistractors:
