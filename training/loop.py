@@ -55,7 +55,9 @@ class TrainConfig:
     init: path of a saved artifact to start from (:mod:`training.warm_start`), "" for the initialisation;
     curriculum: ``(min, max)``: documents per training example drawn per example (seeded) in that range
     instead of ``docs`` (validation keeps ``docs``); doc_side: the adapter encodes documents too;
-    mixture: train on a task mixture (:mod:`training.mixture`; None: NQ at ``docs`` / ``curriculum``).
+    mixture: train on a task mixture (:mod:`training.mixture`; None: NQ at ``docs`` / ``curriculum``);
+    retention_method: which tokens the mixture's retention task keeps; link_init: ``separator`` (today's) or
+    ``document`` (:mod:`training.link_init`, from 64 training passages' last hidden states).
     Speed (issue 28; none changes what is trained, only how fast and, for ``bf16``, the rounding):
     fast_attention: :mod:`training.fast_attention` (no gradient formed for the cached KV); pack: the
     ``accumulate`` examples of a step in one batched forward (:mod:`training.packed`); bf16: the frozen base
@@ -82,6 +84,7 @@ class TrainConfig:
     doc_side: bool = False
     mixture: Mixture | None = None
     retention_method: str = "importance"
+    link_init: str = "separator"
     fast_attention: bool = False
     pack: bool = False
     bf16: bool = False
@@ -157,8 +160,10 @@ class Trainer:
         check_context(engine, split, most, cfg.k, cfg.max_answer_tokens)
         torch.manual_seed(cfg.seed)
         self.lm = engine.lm  # the link-and-question forward's model
-        init = initial_link_tokens(engine.lm, cfg.k, slots=cfg.slots)
-        self.link_embeds = torch.nn.Parameter(init.embeds.clone().to(engine.lm.device))
+        order = list(range(len(split.train)))
+        random.Random(cfg.seed).shuffle(order)
+        self.order = order
+        self.link_embeds = torch.nn.Parameter(self._initial_links().to(engine.lm.device))
         groups = [{"params": [self.link_embeds], "lr": cfg.link_lr}]
         self.adapter = None
         if cfg.lora:
@@ -173,9 +178,6 @@ class Trainer:
         self.params = [p for g in groups for p in g["params"]]
         self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
         self.state = TrainState()
-        order = list(range(len(split.train)))
-        random.Random(cfg.seed).shuffle(order)
-        self.order = order
         self.best_params: list[torch.Tensor] | None = None
         self.best_by_task: dict[str, list[torch.Tensor]] = {}
         self.init_steps, self.example_offset = 0, 0
@@ -184,6 +186,18 @@ class Trainer:
 
             self.init_steps, self.example_offset = warm_start(self, Path(cfg.init))
         self._resume()
+
+    def _initial_links(self) -> torch.Tensor:
+        """``[(S,) K, hidden]`` float32 starting link embeddings (``cfg.link_init``). Raises ValueError: unknown."""
+        cfg = self.cfg
+        if cfg.link_init == "separator":
+            return initial_link_tokens(self.engine.lm, cfg.k, slots=cfg.slots).embeds.clone()
+        if cfg.link_init == "document":
+            from .link_init import document_link_init
+
+            docs = [self.split.train[i].gold for i in self.order[:64]]
+            return document_link_init(self.engine, docs, cfg.k, cfg.slots, seed=cfg.seed)
+        raise ValueError(f"unknown link init {cfg.link_init!r}; choose separator or document")
 
     # -- checkpoints -----------------------------------------------------------------------------
     @property
