@@ -9,8 +9,12 @@ run's seed and the example's index, so a run and its resumption draw the same se
 - ``kv``: key-value retrieval (:mod:`training.kv_retrieval`) over ``kv_docs`` documents, generated from seed
   ``KV_TRAIN_SEED + seed`` (validation ``KV_VAL_SEED``); ``eval --task kv-retrieval`` generates from its own
   ``--seed`` (default 0), so any evaluation seed below ``KV_TRAIN_SEED`` never meets a trained question.
+  Every example is a new question (its documents encoded when it comes), or with ``pool`` N > 0
+  question ``i mod N``: a pool of N x ``kv_docs`` documents that pre-encoding covers once.
 - ``long``: the example's passages (``long_passages`` drawn uniformly) joined into ONE document that the
   engine chunks as the store does (``chunk_tokens``, :mod:`kvlink_rag.chunking`), link tokens after every chunk.
+  Each is a new document (~1,500 tokens at 10 passages, 35 MB of bfloat16 KV for the default model), or with
+  ``pool`` N > 0 the long document of example ``i mod N`` (N documents to encode and hold).
 - ``retention``: NQ at ``docs`` documents, each document kept at a retention drawn from ``retentions``
   (:mod:`kvlink_rag.retention`, ``retention_method``), so the link tokens learn to repair pruned caches.
 
@@ -60,6 +64,7 @@ class Mixture:
     long_passages: tuple[int, int] = (5, 15)
     retentions: tuple[float, ...] = (0.4, 0.6, 0.8)
     docs: int = 10
+    pool: int = 0
 
     def check(self) -> Mixture:
         names = [t for t, _ in self.weights]
@@ -124,11 +129,13 @@ def train_sample(mix: Mixture, train: list[NQExample], order: list[int], seed: i
     task = draw_task(mix, seed, i)
     rng = random.Random(f"mixture-draw-{seed}-{i}")
     if task == "kv":
-        ex = kv.make_example(i, mix.kv_docs, seed=KV_TRAIN_SEED + seed)
+        ex = kv.make_example(i % mix.pool if mix.pool else i, mix.kv_docs, seed=KV_TRAIN_SEED + seed)
         docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=seed + i)
         return Sample(task, ex.question, ex.answers, tuple(docs))
     if task == "long":
-        ex, docs = _nq_docs(train, order, i, rng.randint(*mix.long_passages), seed + i)
+        j = i % mix.pool if mix.pool else i
+        rng = random.Random(f"mixture-draw-{seed}-{j}")
+        ex, docs = _nq_docs(train, order, j, rng.randint(*mix.long_passages), seed + j)
         return Sample(task, ex.question, ex.answers, (join_passages(docs),))
     n_docs = rng.randint(*mix.nq_docs) if task == "nq" else mix.docs
     ex, docs = _nq_docs(train, order, i, n_docs, seed + i)

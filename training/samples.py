@@ -11,19 +11,24 @@ the earlier step on a tie.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
 
 from kvlink_rag.lora import adapter_scope
 from kvlink_rag.nq import NQExample
-from kvlink_rag.types import LayeredDocuments
+from kvlink_rag.types import Document, LayeredDocuments
 
 from .mixture import Sample, train_sample, val_samples
 from .packed import PackItem, packed_loss
 
 if TYPE_CHECKING:
     from .loop import Trainer
+
+ARTIFACT_RULE = ("the artifact is the validation step with the lowest mean over the trained tasks of "
+                 "val_nll(task, step) / val_nll(task, first validation) (validation questions only, never "
+                 "evaluation ones; the earlier step on a tie); each task's own best step is saved beside it")
 
 
 def sample_of(sample: Sample) -> NQExample:
@@ -94,3 +99,17 @@ def validate_tasks(trainer: Trainer, n: int) -> float:
             st.best_by_task[task] = (step, val)
             trainer.best_by_task[task] = [p.detach().cpu().clone() for p in trainer.params]
     return overall_score(st.val_by_task, step)
+
+
+def run_documents(trainer: Trainer, val_n: int = 20) -> Iterator[Document]:
+    """Every document slot the run's remaining steps and its validation (first ``val_n`` per task) will link,
+    in order of first use (repeats included; :func:`training.train_model.preencode` skips them)."""
+    first = trainer.example_offset + trainer.state.step * trainer.cfg.accumulate
+    last = trainer.example_offset + trainer.cfg.steps * trainer.cfg.accumulate
+    for i in range(first, last):
+        yield from slots(trainer, trainer.sample(i))
+    if trainer.mixture is not None:
+        for task in trainer.mixture.tasks:
+            for s in val_samples(trainer.mixture, task, trainer.split.val, trainer.split.val + trainer.split.train,
+                                 val_n):
+                yield from slots(trainer, s)

@@ -87,3 +87,12 @@ def test_validation_examples_are_fixed_per_task():
     kv_val = {s.question for s in val_samples(mix, "kv", val, pool, 3)}
     kv_train = {train_sample(Mixture(weights=(("kv", 1.0),)), ex, list(range(40)), 0, i).question for i in range(50)}
     assert not kv_val & kv_train
+
+
+def test_a_pool_makes_kv_and_long_examples_recur_so_their_documents_are_encoded_once():
+    train, order = _examples(), list(range(40))
+    for task in ("kv", "long"):
+        mix = Mixture(weights=((task, 1.0),), pool=3, long_passages=(3, 6)).check()
+        a, b = train_sample(mix, train, order, 0, 1), train_sample(mix, train, order, 0, 4)
+        assert a.question == b.question and {d.text for d in a.docs} == {d.text for d in b.docs}
+        assert train_sample(mix, train, order, 0, 2).question != a.question
