@@ -90,6 +90,7 @@ def validate_tasks(trainer: Trainer, n: int) -> float:
     """Record each task's validation NLL at the current step (best per task kept with its parameters) and
     return the overall score of :func:`overall_score`."""
     st, step = trainer.state, trainer.state.step
+    n = min(n, len(trainer.split.val))  # generated kv questions too: every task validates on as many
     for task in trainer.mixture.tasks:
         losses = task_losses(trainer, task, n)
         val = sum(losses) / max(1, len(losses))
