@@ -10,8 +10,8 @@ import typer
 
 from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, doc_cache_engine, fail, make_settings, \
     progress_bar, results_only_stdout
-from cli.train_options import Bf16Opt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvDocsOpt, MixPoolOpt, MixLongOpt, \
-    MixNqDocsOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, check_speed, parse_mixture
+from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvDocsOpt, MixLongOpt, \
+    MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, issue28_options, parse_mixture
 
 if TYPE_CHECKING:
     from kvlink_rag.settings import Settings
@@ -23,6 +23,19 @@ TrainDocCacheOpt = Annotated[str, typer.Option(
 
 StepsOpt = Annotated[int, typer.Option(help="Optimiser steps (each over --accumulate examples); 550 made the shipped "
                                        "artifact (validation stopped improving there, EVALUATION.md).")]
+
+InitOpt = Annotated[Optional[Path], typer.Option(help="Start from this saved artifact (same K, slots, rank, targets) "
+                                              "with a fresh optimiser; --steps more steps, on the examples after "
+                                              "those it was trained on.")]
+ValEveryOpt = Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
+                                          "0: never); the best step's artifact is saved as --out.")]
+CurriculumOpt = Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
+                                                     "example in [MIN, MAX] instead of --docs (validation: --docs).")]
+TimeLimitOpt = Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
+                                             "rerun to resume); 0: no limit.")]
+DocSideOpt = Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
+                                          "the document encodings); an upper bound: such caches depend on the "
+                                          "adapter, so only `eval` takes the artifact.")]
 
 # LoRA targets of the shipped artifact: MLP projections added to q/k/v/o lowered held-out answer NLL most of the
 # variants measured side by side (issue 17, EVALUATION.md)
@@ -54,33 +67,17 @@ def train_links(
     val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of example order, distractors and initialisation (runs are deterministic).")] = 0,
     encoding: EncOpt = None,
-    init: Annotated[Optional[Path], typer.Option(help="Start from this saved artifact (same K, slots, rank, targets) "
-                                                 "with a fresh optimiser; --steps more steps, on the examples after "
-                                                 "those it was trained on.")] = None,
-    val_every: Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
-                                           "0: never); the best step's artifact is saved as --out.")] = 50,
-    curriculum: Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
-                                                      "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
-    time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
-                                              "rerun to resume); 0: no limit.")] = 0.0,
+    init: InitOpt = None,
+    val_every: ValEveryOpt = 50,
+    curriculum: CurriculumOpt = None,
+    time_limit: TimeLimitOpt = 0.0,
     doc_cache: TrainDocCacheOpt = "memory",
-    doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
-                                           "the document encodings); an upper bound: such caches depend on the "
-                                           "adapter, so only `eval` takes the artifact.")] = False,
-    mixture: MixtureOpt = None,
-    mix_nq_docs: MixNqDocsOpt = "5-20",
-    mix_kv_docs: MixKvDocsOpt = 10,
-    mix_pool: MixPoolOpt = 0,
-    mix_long_passages: MixLongOpt = "5-15",
-    mix_retentions: MixRetentionsOpt = "0.4,0.6,0.8",
-    pack: PackOpt = False,
-    fast_attention: FastAttentionOpt = False,
-    bf16: Bf16Opt = False,
-    preencode: PreencodeOpt = False,
-    link_init: LinkInitOpt = "separator",
-    device: DeviceOpt = None,
-    checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint folder (params, optimiser state, curves; "
-                                                       "resumed when present). Default <out>.ckpt.")] = None,
+    doc_side: DocSideOpt = False,
+    # issue 28 (cli.train_options): the task mixture, speed switches, link-token init, device, checkpoint folder
+    mixture: MixtureOpt = None, mix_nq_docs: MixNqDocsOpt = "5-20", mix_kv_docs: MixKvDocsOpt = 10,
+    mix_pool: MixPoolOpt = 0, mix_long_passages: MixLongOpt = "5-15", mix_retentions: MixRetentionsOpt = "0.4,0.6,0.8",
+    pack: PackOpt = False, fast_attention: FastAttentionOpt = False, bf16: Bf16Opt = False, preencode: PreencodeOpt = False,
+    link_init: LinkInitOpt = "separator", device: DeviceOpt = None, checkpoint: CheckpointOpt = None,
 ) -> None:
     """Train link tokens and a query-side LoRA on NQ; resumable.
 
@@ -93,10 +90,9 @@ def train_links(
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
     span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
     stored_docs = checked_doc_cache(doc_cache)
-    mix = parse_mixture(mixture, mix_nq_docs, mix_kv_docs, mix_pool, mix_long_passages, mix_retentions, docs)
-    check_speed(bf16, device, doc_side, link_init)
-    if mix is not None and doc_side:
-        fail("--mixture and --doc-side do not combine")
+    cfg28, settings28 = issue28_options(parse_mixture(mixture, mix_nq_docs, mix_kv_docs, mix_pool, mix_long_passages,
+                                                      mix_retentions, docs), pack, fast_attention, bf16, link_init,
+                                        device, doc_side)
     try:
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
@@ -105,14 +101,9 @@ def train_links(
 
     cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
                       lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
-                      slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side,
-                      mixture=mix, pack=pack, fast_attention=fast_attention, bf16=bf16, link_init=link_init)
-    # untrained init; no importance scores (scoring, eager attention per layer, made each step ~3x slower: 17 steps
-    # in 100 s on an H200) unless the mixture's retention task keeps tokens by importance
-    scores = mix is not None and "retention" in mix.tasks
-    extra = {"device": device} if device else {}
-    _train(make_settings(k, encoding, shipped_links=False, importance_scores=scores, **extra), split, cfg, out,
-           val_every, time_limit, stored_docs, preencode, checkpoint)
+                      slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side, **cfg28)
+    _train(make_settings(k, encoding, shipped_links=False, **settings28), split, cfg, out, val_every, time_limit,
+           stored_docs, preencode, checkpoint)
 
 
 def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:

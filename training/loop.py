@@ -30,9 +30,8 @@ from kvlink_rag.linker import link
 from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
 from kvlink_rag.model import LoadedModel
 from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
-from kvlink_rag.prompt import encode_user_text
 
-from .data import Split, check_context
+from .data import Split, answer_ids, check_context
 from .fast_attention import training_attention
 from .mixture import Mixture, Sample
 from .packed import packed_loss
@@ -102,13 +101,6 @@ class TrainState:
     seconds: float = 0.0
     val_by_task: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     best_by_task: dict[str, tuple[int, float]] = field(default_factory=dict)
-
-
-def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
-    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
-    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
-    end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
-    return torch.tensor(ids + [end], dtype=torch.long)
 
 
 def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,

@@ -20,6 +20,7 @@ from kvlink_rag.lora import adapter_scope
 from kvlink_rag.nq import NQExample
 from kvlink_rag.types import Document, LayeredDocuments
 
+from .data import answer_ids
 from .mixture import Sample, train_sample, val_samples
 from .packed import PackItem, packed_loss
 
@@ -60,8 +61,6 @@ def pack_item(trainer: Trainer, sample: Sample) -> PackItem:
     kvs = [eng.get_or_encode(d)[0] for d in slots(trainer, sample)]
     docs = LayeredDocuments.from_documents(kvs, sample.retention, trainer.cfg.retention_method) \
         if sample.retention < 1.0 else kvs
-    from .loop import answer_ids
-
     return PackItem(docs, eng.template.question_ids(eng.lm.tokenizer, sample.question),
                     answer_ids(eng, sample.answers[0], trainer.cfg.max_answer_tokens))
 
@@ -110,6 +109,7 @@ def run_documents(trainer: Trainer, val_n: int = 20) -> Iterator[Document]:
     for i in range(first, last):
         yield from slots(trainer, trainer.sample(i))
     if trainer.mixture is not None:
+        val_n = min(val_n, len(trainer.split.val))  # as validate_tasks
         for task in trainer.mixture.tasks:
             for s in val_samples(trainer.mixture, task, trainer.split.val, trainer.split.val + trainer.split.train,
                                  val_n):
