@@ -244,7 +244,7 @@ class Trainer:
     def sample_loss(self, sample: Sample) -> torch.Tensor:
         """One example's mean answer NLL (graph kept): today's :func:`example_loss` path for a whole-document NQ
         example, else :func:`training.packed.packed_loss` of one item (the same function of the inputs)."""
-        if sample.task == "nq" and sample.retention == 1.0 and not self.cfg.pack:
+        if sample.task == "nq" and sample.retention == 1.0 and (not self.cfg.pack or self.cfg.doc_side):
             return example_loss(self.engine, self.link_embeds, sample_of(sample), list(sample.docs), self.cfg,
                                 self.lm)
         return packed_loss(self.lm, self.engine.prefix, [pack_item(self, sample)], self.link_embeds,
@@ -261,7 +261,7 @@ class Trainer:
         bf16 = self.cfg.bf16 and not self.cfg.doc_side
         with adapter_scope(self.lm, self.adapter), training_attention(self.lm.model, fast or bf16, bf16), \
                 bf16_gemms(self.lm.model, bf16):
-            if self.cfg.pack:
+            if self.cfg.pack and not self.cfg.doc_side:  # doc-side encodings keep their graph: one at a time
                 loss = packed_loss(self.lm, self.engine.prefix, [pack_item(self, s) for s in samples],
                                    self.link_embeds, self.engine.anchored)
                 loss.backward()
