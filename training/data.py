@@ -11,10 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from kvlink_rag.nq import NQExample, load_nq
-from kvlink_rag.prompt import encode_user_text
 from kvlink_rag.types import ContextTooLong
 
 if TYPE_CHECKING:
@@ -79,8 +76,12 @@ def check_context(engine: Engine, split: Split, max_docs: int, k: int, answer_to
     return need
 
 
-def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
+def answer_ids(engine: Engine, answer: str, max_tokens: int) -> "torch.Tensor":
     """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
+    import torch  # here: the CLI imports this module before it loads the model (no torch at start-up)
+
+    from kvlink_rag.prompt import encode_user_text
+
     ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
     end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
     return torch.tensor(ids + [end], dtype=torch.long)
