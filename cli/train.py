@@ -10,6 +10,8 @@ import typer
 
 from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, doc_cache_engine, fail, make_settings, \
     progress_bar, results_only_stdout
+from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvDocsOpt, MixLongOpt, \
+    MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, issue28_options, parse_mixture
 
 if TYPE_CHECKING:
     from kvlink_rag.settings import Settings
@@ -21,6 +23,19 @@ TrainDocCacheOpt = Annotated[str, typer.Option(
 
 StepsOpt = Annotated[int, typer.Option(help="Optimiser steps (each over --accumulate examples); 550 made the shipped "
                                        "artifact (validation stopped improving there, EVALUATION.md).")]
+
+InitOpt = Annotated[Optional[Path], typer.Option(help="Start from this saved artifact (same K, slots, rank, targets) "
+                                              "with a fresh optimiser; --steps more steps, on the examples after "
+                                              "those it was trained on.")]
+ValEveryOpt = Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
+                                          "0: never); the best step's artifact is saved as --out.")]
+CurriculumOpt = Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
+                                                     "example in [MIN, MAX] instead of --docs (validation: --docs).")]
+TimeLimitOpt = Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
+                                             "rerun to resume); 0: no limit.")]
+DocSideOpt = Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
+                                          "the document encodings); an upper bound: such caches depend on the "
+                                          "adapter, so only `eval` takes the artifact.")]
 
 # LoRA targets of the shipped artifact: MLP projections added to q/k/v/o lowered held-out answer NLL most of the
 # variants measured side by side (issue 17, EVALUATION.md)
@@ -52,19 +67,17 @@ def train_links(
     val_n: Annotated[int, typer.Option(help="Held-out validation questions (end of the file).")] = 50,
     seed: Annotated[int, typer.Option(help="Seed of example order, distractors and initialisation (runs are deterministic).")] = 0,
     encoding: EncOpt = None,
-    init: Annotated[Optional[Path], typer.Option(help="Start from this saved artifact (same K, slots, rank, targets) "
-                                                 "with a fresh optimiser; --steps more steps, on the examples after "
-                                                 "those it was trained on.")] = None,
-    val_every: Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
-                                           "0: never); the best step's artifact is saved as --out.")] = 50,
-    curriculum: Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
-                                                      "example in [MIN, MAX] instead of --docs (validation: --docs).")] = None,
-    time_limit: Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
-                                              "rerun to resume); 0: no limit.")] = 0.0,
+    init: InitOpt = None,
+    val_every: ValEveryOpt = 50,
+    curriculum: CurriculumOpt = None,
+    time_limit: TimeLimitOpt = 0.0,
     doc_cache: TrainDocCacheOpt = "memory",
-    doc_side: Annotated[bool, typer.Option("--doc-side", help="The adapter encodes documents too (gradients through "
-                                           "the document encodings); an upper bound: such caches depend on the "
-                                           "adapter, so only `eval` takes the artifact.")] = False,
+    doc_side: DocSideOpt = False,
+    # issue 28 (cli.train_options): the task mixture, speed switches, link-token init, device, checkpoint folder
+    mixture: MixtureOpt = None, mix_nq_docs: MixNqDocsOpt = "5-20", mix_kv_docs: MixKvDocsOpt = 10,
+    mix_pool: MixPoolOpt = 0, mix_long_passages: MixLongOpt = "5-15", mix_retentions: MixRetentionsOpt = "0.4,0.6,0.8",
+    pack: PackOpt = False, fast_attention: FastAttentionOpt = False, bf16: Bf16Opt = False, preencode: PreencodeOpt = False,
+    link_init: LinkInitOpt = "separator", device: DeviceOpt = None, checkpoint: CheckpointOpt = None,
 ) -> None:
     """Train link tokens and a query-side LoRA on NQ; resumable.
 
@@ -77,6 +90,9 @@ def train_links(
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
     span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
     stored_docs = checked_doc_cache(doc_cache)
+    cfg28, settings28 = issue28_options(parse_mixture(mixture, mix_nq_docs, mix_kv_docs, mix_pool, mix_long_passages,
+                                                      mix_retentions, docs), pack, fast_attention, bf16, link_init,
+                                        device, doc_side)
     try:
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
@@ -85,11 +101,9 @@ def train_links(
 
     cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
                       lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,
-                      slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side)
-    # untrained init; no importance scores: training keeps its document caches in memory at full retention, and
-    # scoring (eager attention per layer) made each step ~3x slower (17 steps in 100 s on an H200)
-    _train(make_settings(k, encoding, shipped_links=False, importance_scores=False), split, cfg, out, val_every,
-           time_limit, stored_docs)
+                      slots=slots, seed=seed, init=str(init) if init else "", curriculum=span, doc_side=doc_side, **cfg28)
+    _train(make_settings(k, encoding, shipped_links=False, **settings28), split, cfg, out, val_every, time_limit,
+           stored_docs, preencode, checkpoint)
 
 
 def _train_checks(out: Path, name: str | None, adapter: str, targets: str, *counts: int) -> tuple[Path, tuple[str, ...]]:
@@ -129,7 +143,7 @@ def _train_variant_checks(init: Path | None, val_every: int, curriculum: str | N
 
 
 def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_limit: float = 0.0,
-           stored_docs: bool = False) -> None:
+           stored_docs: bool = False, preencode: bool = False, checkpoint: Path | None = None) -> None:
     """Train (resuming from ``<out>.ckpt``), validate and save the best artifact, the loss curve and the summary;
     document encodings memoised in memory, or with ``stored_docs`` read from and written to the store (untracked)."""
     from kvlink_rag.types import ContextTooLong
@@ -138,9 +152,11 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
 
     engine = doc_cache_engine(settings, stored_docs)
     try:
-        trainer = Trainer(engine, split, cfg, out.with_suffix(".ckpt"))
+        trainer = Trainer(engine, split, cfg, checkpoint or out.with_suffix(".ckpt"))
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
+    if preencode:
+        _preencode(trainer)
     last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
     with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
             results_only_stdout():
@@ -154,3 +170,16 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
                   f"{s['best_step']} of {s['steps']}), validation accuracy {s['val_accuracy_best']:.3f} on "
                   f"{s['val_n']} held-out questions; {s['seconds_per_step'] or 0:.2f} s/step on {s['device']}; "
                   f"curve {out.with_suffix('.json')}")
+
+
+def _preencode(trainer) -> None:
+    """Encode every document of the run's remaining steps and of validation once (:mod:`training.train_model`)."""
+    import time
+
+    from training.samples import run_documents
+    from training.train_model import preencode
+
+    t0 = time.perf_counter()
+    with results_only_stdout():
+        seen, encoded = preencode(trainer.engine.warm, run_documents(trainer))
+    console.print(f"pre-encoded {encoded} of {seen} documents in {time.perf_counter() - t0:.0f} s")

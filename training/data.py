@@ -74,3 +74,14 @@ def check_context(engine: Engine, split: Split, max_docs: int, k: int, answer_to
             f"({doc_mean:.0f}-token passage + {k} link tokens), question {question}, answer {answer_tokens + 1}); "
             f"the model's context holds {engine.lm.max_positions}: use fewer documents per example")
     return need
+
+
+def answer_ids(engine: Engine, answer: str, max_tokens: int) -> "torch.Tensor":
+    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
+    import torch  # here: the CLI imports this module before it loads the model (no torch at start-up)
+
+    from kvlink_rag.prompt import encode_user_text
+
+    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
+    end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
+    return torch.tensor(ids + [end], dtype=torch.long)

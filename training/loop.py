@@ -28,12 +28,19 @@ from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
 from kvlink_rag.linker import link
 from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
+from kvlink_rag.model import LoadedModel
 from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
-from kvlink_rag.prompt import encode_user_text
 
-from .data import Split, check_context
+from .data import Split, answer_ids, check_context
+from .fast_attention import training_attention
+from .mixture import Mixture, Sample
+from .packed import packed_loss
+from .samples import pack_item, sample_of, train_sample_at, validate_tasks
+from .train_model import bf16_gemms
 
 TRAIN_ADAPTER = "train_links"
+SPEED_FIELDS = ("fast_attention", "pack", "bf16")
+"""Settings a run may change when it resumes (a CPU fallback resumes a bfloat16 GPU run, say)."""
 
 
 @dataclass
@@ -46,7 +53,15 @@ class TrainConfig:
     rank, alpha, targets: LoRA rank, scale numerator and target projections;
     init: path of a saved artifact to start from (:mod:`training.warm_start`), "" for the initialisation;
     curriculum: ``(min, max)``: documents per training example drawn per example (seeded) in that range
-    instead of ``docs`` (validation keeps ``docs``); doc_side: the adapter encodes documents too.
+    instead of ``docs`` (validation keeps ``docs``); doc_side: the adapter encodes documents too;
+    mixture: train on a task mixture (:mod:`training.mixture`; None: NQ at ``docs`` / ``curriculum``);
+    retention_method: which tokens the mixture's retention task keeps; link_init: ``separator`` (today's) or
+    ``document`` (:mod:`training.link_init`, from 64 training passages' last hidden states).
+    Speed (issue 28; none changes what is trained, only how fast and, for ``bf16``, the rounding):
+    fast_attention: :mod:`training.fast_attention` (no gradient formed for the cached KV); pack: the
+    ``accumulate`` examples of a step in one batched forward (:mod:`training.packed`); bf16: the frozen base
+    GEMMs run in bfloat16 during training steps (everything else float32; documents are encoded by the
+    float32 model as at serving, :mod:`training.train_model`).
     """
 
     steps: int = 150
@@ -66,6 +81,12 @@ class TrainConfig:
     init: str = ""
     curriculum: tuple[int, int] | None = None
     doc_side: bool = False
+    mixture: Mixture | None = None
+    retention_method: str = "importance"
+    link_init: str = "separator"
+    fast_attention: bool = False
+    pack: bool = False
+    bf16: bool = False
 
 
 @dataclass
@@ -78,17 +99,14 @@ class TrainState:
     best_step: int | None = None
     best_val: float | None = None
     seconds: float = 0.0
+    val_by_task: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    best_by_task: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
-def answer_ids(engine: Engine, answer: str, max_tokens: int) -> torch.Tensor:
-    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
-    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
-    end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
-    return torch.tensor(ids + [end], dtype=torch.long)
-
-
-def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig) -> torch.Tensor:
-    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout;
+def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,
+                 lm: LoadedModel | None = None) -> torch.Tensor:
+    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout, the
+    link-and-question forward on ``lm`` (default ``engine.lm``; documents always come from ``engine``);
     with ``cfg.doc_side`` the documents are encoded now with the training adapter on (graph kept)."""
     if cfg.doc_side:
         prefix = engine.prefix if engine.anchored else None
@@ -99,7 +117,7 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
         kvs = [engine.get_or_encode(d)[0] for d in docs]
     q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
     a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
-    ctx = link(engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
+    ctx = link(lm or engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
                anchored=engine.anchored, logits_to_keep=len(a_ids))
     return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
 
@@ -109,7 +127,7 @@ def _comparable(config: dict) -> dict:
     the checkpoint was written takes its default)."""
     full = {**asdict(TrainConfig()), **config}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()
-            if k not in ("steps", "checkpoint_every")}
+            if k not in ("steps", "checkpoint_every", *SPEED_FIELDS)}
 
 
 class Trainer:
@@ -129,34 +147,49 @@ class Trainer:
 
     def __init__(self, engine: Engine, split: Split, cfg: TrainConfig, out_dir: Path):
         self.engine, self.split, self.cfg, self.out_dir = engine, split, cfg, Path(out_dir)
-        check_context(engine, split, cfg.curriculum[1] if cfg.curriculum else cfg.docs, cfg.k, cfg.max_answer_tokens)
+        self.mixture = cfg.mixture.check() if cfg.mixture is not None else None
+        most = self.mixture.max_docs if self.mixture else cfg.curriculum[1] if cfg.curriculum else cfg.docs
+        check_context(engine, split, most, cfg.k, cfg.max_answer_tokens)
         torch.manual_seed(cfg.seed)
-        init = initial_link_tokens(engine.lm, cfg.k, slots=cfg.slots)
-        self.link_embeds = torch.nn.Parameter(init.embeds.clone().to(engine.lm.device))
+        self.lm = engine.lm  # the link-and-question forward's model
+        order = list(range(len(split.train)))
+        random.Random(cfg.seed).shuffle(order)
+        self.order = order
+        self.link_embeds = torch.nn.Parameter(self._initial_links().to(engine.lm.device))
         groups = [{"params": [self.link_embeds], "lr": cfg.link_lr}]
         self.adapter = None
         if cfg.lora:
-            if TRAIN_ADAPTER not in engine.lm.adapters:
-                add_lora(engine.lm, TRAIN_ADAPTER, cfg.rank, cfg.alpha, cfg.targets)
+            if TRAIN_ADAPTER not in self.lm.adapters:
+                add_lora(self.lm, TRAIN_ADAPTER, cfg.rank, cfg.alpha, cfg.targets)
             self.adapter = TRAIN_ADAPTER
-            with adapter_scope(engine.lm, TRAIN_ADAPTER):
-                lora_params = [p for n, p in engine.lm.model.named_parameters() if f".{TRAIN_ADAPTER}." in n]
+            with adapter_scope(self.lm, TRAIN_ADAPTER):
+                lora_params = [p for n, p in self.lm.model.named_parameters() if f".{TRAIN_ADAPTER}." in n]
             for p in lora_params:
                 p.requires_grad_(True)
             groups.append({"params": lora_params, "lr": cfg.lr})
         self.params = [p for g in groups for p in g["params"]]
         self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
         self.state = TrainState()
-        order = list(range(len(split.train)))
-        random.Random(cfg.seed).shuffle(order)
-        self.order = order
         self.best_params: list[torch.Tensor] | None = None
+        self.best_by_task: dict[str, list[torch.Tensor]] = {}
         self.init_steps, self.example_offset = 0, 0
         if cfg.init:
             from .warm_start import warm_start
 
             self.init_steps, self.example_offset = warm_start(self, Path(cfg.init))
         self._resume()
+
+    def _initial_links(self) -> torch.Tensor:
+        """``[(S,) K, hidden]`` float32 starting link embeddings (``cfg.link_init``). Raises ValueError: unknown."""
+        cfg = self.cfg
+        if cfg.link_init == "separator":
+            return initial_link_tokens(self.engine.lm, cfg.k, slots=cfg.slots).embeds.clone()
+        if cfg.link_init == "document":
+            from .link_init import document_link_init
+
+            docs = [self.split.train[i].gold for i in self.order[:64]]
+            return document_link_init(self.engine, docs, cfg.k, cfg.slots, seed=cfg.seed)
+        raise ValueError(f"unknown link init {cfg.link_init!r}; choose separator or document")
 
     # -- checkpoints -----------------------------------------------------------------------------
     @property
@@ -175,6 +208,7 @@ class Trainer:
         self.opt.load_state_dict(ck["optimizer"])  # moves the moments to the parameters' device
         self.state = TrainState(**ck["state"])
         self.best_params = ck.get("best_params")
+        self.best_by_task = ck.get("best_by_task") or {}
 
     def save_checkpoint(self) -> None:
         """Atomically write params, optimiser and state."""
@@ -182,7 +216,8 @@ class Trainer:
         tmp = self.checkpoint_path.with_suffix(".part")
         torch.save({"config": asdict(self.cfg),
                     "params": [p.detach().cpu() for p in self.params], "optimizer": self.opt.state_dict(),
-                    "state": asdict(self.state), "best_params": self.best_params}, tmp)
+                    "state": asdict(self.state), "best_params": self.best_params,
+                    "best_by_task": self.best_by_task}, tmp)
         tmp.replace(self.checkpoint_path)
 
     # -- steps -----------------------------------------------------------------------------------
@@ -201,16 +236,41 @@ class Trainer:
             return self.split.train[idx], docs
         raise TooFewDistractors(f"no training question has {n_docs - 1} distractors without its answer")
 
+    def sample(self, i: int) -> Sample:
+        """The ``i``-th training example of the run as a :class:`training.mixture.Sample` (the mixture's, or
+        :meth:`example`'s NQ example)."""
+        return train_sample_at(self, i)
+
+    def sample_loss(self, sample: Sample) -> torch.Tensor:
+        """One example's mean answer NLL (graph kept): today's :func:`example_loss` path for a whole-document NQ
+        example, else :func:`training.packed.packed_loss` of one item (the same function of the inputs)."""
+        if sample.task == "nq" and sample.retention == 1.0 and (not self.cfg.pack or self.cfg.doc_side):
+            return example_loss(self.engine, self.link_embeds, sample_of(sample), list(sample.docs), self.cfg,
+                                self.lm)
+        return packed_loss(self.lm, self.engine.prefix, [pack_item(self, sample)], self.link_embeds,
+                           self.engine.anchored)
+
     def step(self) -> float:
-        """One optimiser step over ``accumulate`` examples; returns the mean loss."""
+        """One optimiser step over ``accumulate`` examples (one packed forward with ``cfg.pack``); returns the
+        mean loss."""
         total, t0 = 0.0, time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        with adapter_scope(self.engine.lm, self.adapter):
-            for j in range(self.cfg.accumulate):
-                ex, docs = self.example(self.example_offset + self.state.step * self.cfg.accumulate + j)
-                loss = example_loss(self.engine, self.link_embeds, ex, docs, self.cfg) / self.cfg.accumulate
+        first = self.example_offset + self.state.step * self.cfg.accumulate
+        samples = [self.sample(first + j) for j in range(self.cfg.accumulate)]
+        fast = (self.cfg.fast_attention or self.cfg.pack) and not self.cfg.doc_side
+        bf16 = self.cfg.bf16 and not self.cfg.doc_side
+        with adapter_scope(self.lm, self.adapter), training_attention(self.lm.model, fast or bf16, bf16), \
+                bf16_gemms(self.lm.model, bf16):
+            if self.cfg.pack and not self.cfg.doc_side:  # doc-side encodings keep their graph: one at a time
+                loss = packed_loss(self.lm, self.engine.prefix, [pack_item(self, s) for s in samples],
+                                   self.link_embeds, self.engine.anchored)
                 loss.backward()
-                total += float(loss.detach())
+                total = float(loss.detach())
+            else:
+                for s in samples:
+                    loss = self.sample_loss(s) / self.cfg.accumulate
+                    loss.backward()
+                    total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
         self.state.step += 1
@@ -225,16 +285,17 @@ class Trainer:
         """Mean answer NLL (nats/token) over the validation examples (gold at a random slot)."""
         val = self.split.val[:n] if n else self.split.val
         losses = []
-        with adapter_scope(self.engine.lm, self.adapter):
+        with adapter_scope(self.lm, self.adapter):
             for i, ex in enumerate(val):
                 docs, _ = build_documents(self.split.val + self.split.train, i, self.cfg.docs, "random", seed=1)
-                losses.append(float(example_loss(self.engine, self.link_embeds, ex, docs, self.cfg)))
+                losses.append(float(example_loss(self.engine, self.link_embeds, ex, docs, self.cfg, self.lm)))
         return sum(losses) / len(losses)
 
     def validate(self, n: int = 20) -> float:
-        """Record the validation loss of the current step (first ``n`` validation examples); keep a copy of
-        the parameters when it is the best so far."""
-        val = self.validation_loss(n)
+        """Record the validation loss of the current step (first ``n`` validation examples; with a mixture
+        the overall score of :func:`training.samples.validate_tasks`, each task's NLL recorded beside it); keep a
+        copy of the parameters when it is the best so far."""
+        val = validate_tasks(self, n) if self.mixture else self.validation_loss(n)
         self.state.val_losses.append((self.state.step, val))
         if self.state.best_val is None or val < self.state.best_val:
             self.state.best_step, self.state.best_val = self.state.step, val
@@ -277,7 +338,7 @@ class Trainer:
 
     def artifact(self, metadata: dict) -> LinkTokens:
         """The trained link tokens (and adapter) as a shippable artifact."""
-        lora = lora_state(self.engine.lm, TRAIN_ADAPTER) if self.adapter else None
+        lora = lora_state(self.lm, TRAIN_ADAPTER) if self.adapter else None
         cfg = {"rank": self.cfg.rank, "alpha": self.cfg.alpha, "targets": list(self.cfg.targets)} if lora else None
         meta = {"k": self.cfg.k, "steps": self.init_steps + self.state.step, "data_hash": self.split.data_hash,
                 "train_config": json.loads(json.dumps(asdict(self.cfg))), "trained": True,

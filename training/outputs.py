@@ -67,5 +67,34 @@ def save_outputs(trainer: Trainer, split: Split, out: Path, metadata: dict) -> d
                       "best_step": st.best_step is not None}).save(out)
     plot_losses(st, out.with_suffix(".png"))
     result = summary(trainer, out, acc, last)
+    if trainer.mixture is not None:
+        result.update(_task_artifacts(trainer, out, metadata))
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def task_path(out: Path, task: str) -> Path:
+    """Where the best validation step of one task goes: ``<stem>-best-<task><suffix>``."""
+    return out.with_name(f"{out.stem}-best-{task}{out.suffix}")
+
+
+def _task_artifacts(trainer: Trainer, out: Path, metadata: dict) -> dict:
+    """Save each task's best-validation artifact (:func:`task_path`); returns the summary's per-task part
+    (curves, best steps, paths and the rule that picked ``out``). The trainer's parameters are left as they were."""
+    from .samples import ARTIFACT_RULE
+
+    st = trainer.state
+    keep = [p.detach().cpu().clone() for p in trainer.params]
+    paths = {}
+    for task, params in trainer.best_by_task.items():
+        with torch.no_grad():
+            for p, saved in zip(trainer.params, params):
+                p.copy_(saved)
+        step = st.best_by_task[task][0]
+        paths[task] = str(task_path(out, task))
+        trainer.artifact({**metadata, **_provenance(trainer, step), "best_for_task": task}).save(task_path(out, task))
+    with torch.no_grad():
+        for p, saved in zip(trainer.params, keep):
+            p.copy_(saved)
+    return {"tasks": trainer.mixture.tasks, "val_by_task": st.val_by_task, "best_by_task": st.best_by_task,
+            "task_artifacts": paths, "artifact_rule": ARTIFACT_RULE}

@@ -99,7 +99,7 @@ def warm_start(trainer: WarmStartable, path: Path) -> tuple[int, int]:
         from peft import set_peft_model_state_dict
 
         name = trainer.adapter  # the training adapter's name
-        result = set_peft_model_state_dict(trainer.engine.lm.model, lt.lora, adapter_name=name)
+        result = set_peft_model_state_dict(trainer.lm.model, lt.lora, adapter_name=name)
         held = set((lt.lora_config or {}).get("targets", []))  # targets the artifact trained
         missing = [k for k in result.missing_keys if f".{name}." in k and ".lora_" in k
                    and any(f".{t}." in k for t in held)]

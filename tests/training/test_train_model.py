@@ -1,0 +1,30 @@
+"""bfloat16 GEMMs inside the block only; documents pre-encoded once each."""
+
+from __future__ import annotations
+
+import torch
+
+from factories import tiny_text_engine
+from kvlink_rag.types import Document
+from training.train_model import bf16_gemms, frozen_linears, preencode
+
+
+def test_bf16_gemms_apply_inside_the_block_only(tmp_path):
+    eng = tiny_text_engine(tmp_path)
+    ids = torch.tensor([[1, 5, 9, 13, 2]])
+    with torch.no_grad():
+        ref = eng.lm.model(input_ids=ids).logits
+        with bf16_gemms(eng.lm.model):
+            fast = eng.lm.model(input_ids=ids).logits
+        again = eng.lm.model(input_ids=ids).logits
+    assert fast.dtype == torch.float32 and not torch.equal(fast, ref)
+    assert (fast - ref).abs().max() < 0.05 * ref.abs().max()
+    assert torch.equal(again, ref)  # restored exactly
+    assert all("forward" not in m.__dict__ for m in frozen_linears(eng.lm.model))
+
+
+def test_preencode_encodes_each_distinct_document_once(tmp_path):
+    eng = tiny_text_engine(tmp_path)
+    a, b = Document("Alpha is first.", "A"), Document("Beta is second.", "B")
+    assert preencode(eng.warm, [a, b, a, Document("Alpha is first.", "A")]) == (2, 2)
+    assert preencode(eng.warm, [b, a]) == (2, 0)  # already cached
