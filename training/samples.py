@@ -12,7 +12,7 @@ the earlier step on a tie.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -25,7 +25,34 @@ from .mixture import Sample, train_sample, val_samples
 from .packed import PackItem, packed_loss
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.model import LoadedModel
+
+    from .data import Split
+    from .mixture import Mixture
+
+
+class Trainer(Protocol):
+    """What these helpers read of a run (``training.loop.Trainer``; a protocol, so that the loop's helpers do
+    not import the loop): its config (``seed``, ``accumulate``, ...), state (``step``, ...), engine and model,
+    examples and mixture, link embeddings, trainable parameters and the best parameters per task."""
+
+    cfg: Any
+    state: Any
+    engine: Engine
+    lm: LoadedModel
+    split: Split
+    mixture: Mixture | None
+    order: list[int]
+    example_offset: int
+    link_embeds: torch.Tensor
+    adapter: str | None
+    params: list[torch.Tensor]
+    best_by_task: dict[str, list[torch.Tensor]]
+
+    def example(self, i: int) -> tuple[NQExample, list]: ...
+
+    def sample(self, i: int) -> Sample: ...
 
 ARTIFACT_RULE = ("the artifact is the validation step with the lowest mean over the trained tasks of "
                  "val_nll(task, step) / val_nll(task, first validation) (validation questions only, never "
