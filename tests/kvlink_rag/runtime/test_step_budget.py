@@ -29,6 +29,11 @@ def test_a_long_prefill_alone_takes_the_whole_budget_and_its_last_chunk_complete
     assert _tokens([("long", _Req(100)), ("other", _Req(900))], 128) == {"long": 100, "other": 16}
 
 
+def test_short_prefills_beside_a_completing_one_keep_the_room():
+    running = [("a", _Req(40)), ("b", _Req(60)), ("c", _Req(50)), ("long", _Req(3000))]
+    assert _tokens(running, 128) == {"a": 40, "c": 50, "b": 38}  # the long one waits for a step without arrivals
+
+
 def test_decodes_filling_the_budget_still_leave_a_prefill_its_minimum():
     running = [(f"d{i}", _Req(1)) for i in range(130)] + [("long", _Req(3000))]
     assert _tokens(running, 128)["long"] == MIN_CHUNK
