@@ -218,6 +218,8 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, scale=scale,
                                               enable_gqa=q.shape[0] != k.shape[0])[0]
     if len(pieces) > 1 and q.shape[1] == 1:
+        if mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu":
+            return _attend_pieces_merged(q, pieces, scale)
         return _attend_pieces(q, pieces, mask, scale)
     k = pieces[0][0] if len(pieces) == 1 else torch.cat([k for k, _ in pieces], dim=1)
     v = pieces[0][1] if len(pieces) == 1 else torch.cat([v for _, v in pieces], dim=1)
@@ -225,6 +227,52 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=m, scale=scale,
                                          enable_gqa=q.shape[0] != k.shape[0])
     return out[0]
+
+
+def _attend_pieces_merged(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], scale: float
+                          ) -> torch.Tensor:
+    """:func:`attend` of one-token queries over several bfloat16 pieces on the CPU: the fused kernel per piece,
+    its outputs merged by their log-sum-exps (FlashAttention's split-KV / FlashDecoding merge), in float32.
+    A piece's kernel call over ``[kv_heads, tokens_i, head_dim]`` reads the piece once; the matmul form of
+    :func:`_attend_pieces` runs oneDNN's small bfloat16 GEMMs, slower here than the whole attention."""
+    heads, n, d = q.shape
+    kv = pieces[0][0].shape[0]
+    qg = q.reshape(1, kv, (heads // kv) * n, d)  # each kv head's group of query heads as its query rows
+    out = lse = None
+    for k, v in _grouped(pieces):
+        o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qg, k[None], v[None], 0.0, False,
+                                                                            scale=scale)[:2]
+        o = o.float()  # o: [1, kv, g, head_dim]; l: [1, kv, g] float32 log-sum-exp of the piece's scores
+        if out is None:
+            out, lse = o, l
+            continue
+        new = torch.logaddexp(lse, l)
+        out = out * torch.exp(lse - new)[..., None] + o * torch.exp(l - new)[..., None]
+        lse = new
+    return out.to(q.dtype).view(heads, n, d)
+
+
+GROUP_TOKENS = 256  # pieces shorter than this are joined with their short neighbours before the kernel
+
+
+def _grouped(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Runs of short pieces (< :data:`GROUP_TOKENS`, e.g. a conversation's turns) joined (a small copy), long
+    ones as they are: fewer kernel calls without copying what is large."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            out.append(run[0] if len(run) == 1 else (torch.cat([k for k, _ in run], 1), torch.cat([v for _, v in run], 1)))
+            run.clear()
+
+    for piece in pieces:
+        if piece[0].shape[1] >= GROUP_TOKENS:
+            flush()
+            out.append(piece)
+        else:
+            run.append(piece)
+    flush()
+    return out
 
 
 def _attend_pieces(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
