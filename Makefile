@@ -11,7 +11,7 @@ $(BIN)/kvlink-rag: pyproject.toml
 	@echo "creating $(VENV) and installing torch, transformers and kvlink-rag (~1.4 GB, about 2-4 min)..."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch==2.13.0 is the CPU build on this machine's disk; elsewhere pip fetches it from PyPI.
+	# torch==2.13.0: pinned; where a local CPU wheel of it is on disk pip takes that, elsewhere it fetches it from PyPI.
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
