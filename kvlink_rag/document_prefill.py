@@ -157,29 +157,37 @@ def on_runner(lm: LoadedModel) -> bool:
     return lm.weight_format in BF16_KV_FORMATS and runs_on_runner()
 
 
+def _in_chunks(n: int, forward: Callable[[int, int], None]) -> None:
+    """``forward(c0, c1)`` over tokens ``0..n``: at once without :data:`chunk_guard`, else in chunks of
+    :data:`CHUNK_TOKENS` resized toward :data:`CHUNK_SECONDS` (:func:`_next_chunk`), each inside the guard."""
+    guard = chunk_guard.get()
+    size, c0 = (CHUNK_TOKENS if guard is not None else n), 0
+    while c0 < n:
+        c1 = min(n, c0 + size)
+        with guard() if guard is not None else nullcontext():
+            t0 = time.perf_counter()
+            forward(c0, c1)
+            took = time.perf_counter() - t0
+        size, c0 = (_next_chunk(size, took) if guard is not None else size), c1
+
+
 def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: PrefixKV | None,
              scores: ImportanceAccumulator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The base model over the document at ``pos`` (after the prefix's KV, if any), attention captured into
     ``scores`` when given; returns the document's own K (rotated) and V, ``[layers, kv_heads, n, head_dim]``."""
     if on_runner(lm):
         return _runner_forward(lm, ids, pos, prefix, scores)
-    cache = None
-    if prefix is not None:
-        cache = build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
-    n, guard = int(ids.numel()), chunk_guard.get()
-    size, c0 = (CHUNK_TOKENS if guard is not None else n), 0
-    while c0 < n:
-        c1 = min(n, c0 + size)
-        with guard() if guard is not None else nullcontext():
-            t0 = time.perf_counter()
-            with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
-                # documents are always encoded by the base model
-                out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
-                                     cache=cache, use_cache=True)
-            took = time.perf_counter() - t0
-        cache = out.cache
-        size, c0 = (_next_chunk(size, took) if guard is not None else size), c1
-    k, v = cache_tensors(cache)
+    cache = [None if prefix is None else build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))]
+
+    def forward(c0: int, c1: int) -> None:
+        with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
+            # documents are always encoded by the base model
+            out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
+                                 cache=cache[0], use_cache=True)
+        cache[0] = out.cache
+
+    _in_chunks(int(ids.numel()), forward)
+    k, v = cache_tensors(cache[0])
     # k, v: [layers, kv_heads, start + n, head_dim]; keep the document's own slots.
     start = prefix.num_tokens if prefix is not None else 0
     return k[:, :, start:], v[:, :, start:]
@@ -196,17 +204,13 @@ def _runner_forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefi
     n, cfg = int(ids.numel()), lm.config
     chunks = [] if prefix is None else [KVChunk(prefix.keys.to(lm.device, lm.dtype), prefix.values.to(lm.device, lm.dtype))]
     seq = SequenceKV(chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.dtype, lm.device, n)
-    guard = chunk_guard.get()
-    size, c0 = (CHUNK_TOKENS if guard is not None else n), 0
-    while c0 < n:
-        c1 = min(n, c0 + size)
-        with guard() if guard is not None else nullcontext():
-            t0 = time.perf_counter()
-            with adapter_scope(lm, None):  # documents are always encoded by the base model
-                batch = RaggedBatch()
-                batch.add(seq, c1 - c0, attention=scores)
-                forward_ragged(lm, batch, lm.embed_tokens(ids[c0:c1].to(lm.device)), pos[c0:c1])
-            took = time.perf_counter() - t0
-        size, c0 = (_next_chunk(size, took) if guard is not None else size), c1
+
+    def forward(c0: int, c1: int) -> None:
+        with adapter_scope(lm, None):  # documents are always encoded by the base model
+            batch = RaggedBatch()
+            batch.add(seq, c1 - c0, attention=scores)
+            forward_ragged(lm, batch, lm.embed_tokens(ids[c0:c1].to(lm.device)), pos[c0:c1])
+
+    _in_chunks(n, forward)
     # own KV: [layers, kv_heads, n, head_dim], keys after RoPE
     return seq.keys[:, :, :n], seq.values[:, :, :n]
