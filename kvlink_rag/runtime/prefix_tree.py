@@ -137,7 +137,7 @@ class PrefixTree:
 
         Args:
             kv: keys/values ``[layers, kv_heads, tokens, head_dim]`` of ``items[kv_from:]`` (kept by
-                reference: pass a compact tensor, see :func:`chunk_of`).
+                reference: views of a request's own buffers, which it decodes on in, are held once).
             kv_from: items before it are expected in the tree already (the request's match).
         Returns:
             new tokens stored (0 when sharing is off, everything was there, or the path before ``kv_from``
@@ -217,9 +217,3 @@ def _walk(root: Node) -> list[Node]:
         out.append(nd)
         stack.extend(nd.children.values())
     return out
-
-
-def chunk_of(keys: torch.Tensor, values: torch.Tensor) -> KVChunk:
-    """A :class:`KVChunk` owning a compact copy of ``[layers, kv_heads, tokens, head_dim]`` slices (so a
-    request's larger growable buffer is not kept alive by the tree)."""
-    return KVChunk(keys.clone(), values.clone())

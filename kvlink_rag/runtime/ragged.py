@@ -10,10 +10,11 @@ queries to that request's own keys and values (:func:`attend`, called per row by
 tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
 (a decode token sees everything before it).
 
-Attention per row is torch's SDPA over the row's keys (the fused kernels), or for a one-token decode over
-several shared chunks ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]`` with the scores
-of all chunks concatenated (small) and the values never concatenated — the same arithmetic up to
-summation order.
+Attention per row is torch's SDPA over the row's keys (the fused kernels; its causal path for a row that
+opens its sequence), or for a one-token decode over several shared chunks: in bfloat16 on the CPU the
+fused kernel per chunk merged by log-sum-exp (short chunks joined first), otherwise
+``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]`` with the scores of all chunks
+concatenated (small) and the values never concatenated — the same arithmetic up to summation order.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from kvlink_rag.runtime.prefix_tree import PrefixTree, chunk_of
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.runtime.ragged import KVChunk
 
 
 def kv(tokens: int, fill: float) -> KVChunk:
     # keys, values: [layers=2, kv_heads=1, tokens, head_dim=4]; 64 bytes per token (float32)
     t = torch.full((2, 1, tokens, 4), fill)
-    return chunk_of(t + torch.arange(tokens).view(1, 1, -1, 1), t)
+    return KVChunk(t + torch.arange(tokens).view(1, 1, -1, 1), t.clone())
 
 
 def test_match_returns_the_stored_prefix_and_diverging_inserts_split_without_copies():
