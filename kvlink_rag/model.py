@@ -99,7 +99,7 @@ class LoadedModel:
         return kv_dtype_of(self.weight_format, self.dtype)
 
 
-BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16")  # formats whose linear layers compute in bfloat16
+BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16", "q4q8-bf16")  # formats whose linear layers compute in bfloat16
 
 
 def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype) -> torch.dtype:
@@ -264,13 +264,23 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
     prefill) and in the model's float32 (``int4-f32``) where it does not (AVX2 only: bfloat16 GEMM is emulated,
     measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Other checkpoints: ``native``
     (no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices they fall
-    back to ``native``."""
+    back to ``native``.
+
+    Raises:
+        ValueError: a ``q4q8`` format on a CPU where its kernel cannot run (no AVX512-VNNI or no compiler).
+    """
     if name == "auto":
         if not (default_model and device.type == "cpu"):
             return "native"
         return "int4-bf16" if cpu_has_native_bf16() else "int4-f32"
-    if name in ("int8", "int4", "int4-bf16", "int4-f32") and device.type != "cpu":
+    if name in ("int8", "int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32") and device.type != "cpu":
         return "native"
+    if name.startswith("q4q8"):
+        from .runtime import q4q8
+
+        if not q4q8.available():
+            raise ValueError(f"weight format {name!r} needs a CPU with AVX512-VNNI and a C++ compiler (g++) to "
+                             "build its kernel; choose int4-bf16 or int4-f32")
     return name
 
 

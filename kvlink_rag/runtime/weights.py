@@ -19,7 +19,7 @@ QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and k
 # group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
 # Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats'); decode
 # steps read it as int8 and re-score their best candidates exactly (runtime/head.py).
-SHARED_FORMATS = ("native", "int4-f32")  # formats that keep the model's own tensors (fused, re-pointed)
+SHARED_FORMATS = ("native", "int4-f32", "q4q8-f32")  # formats that keep the model's own tensors (fused, re-pointed)
 
 
 @dataclass
@@ -110,14 +110,19 @@ def _head(module: torch.nn.Module, fmt: str) -> Linear:
     bfloat16 (see the note on top) for prefill rows and read it as int8 with the top candidates re-scored
     exactly for decode rows (:class:`~kvlink_rag.runtime.head.RescoredHead`: 3x less time per decode step's
     head, the same greedy tokens); ``int4-f32`` prefills on the model's own float32 head."""
-    if fmt not in ("int4", "int4-bf16", "int4-f32"):
+    if fmt not in ("int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32"):
         return _one(module, fmt)
     from .head import RescoredHead
     from .linear import SplitLinear
 
     exact = _one(module, "bfloat16")
-    large = _one(module, "native") if fmt == "int4-f32" else exact
-    return SplitLinear(RescoredHead(exact), large)
+    large = _one(module, "native") if fmt in ("int4-f32", "q4q8-f32") else exact
+    approx = None
+    if fmt.startswith("q4q8"):
+        from .q4q8 import Q8Q8Linear
+
+        approx = Q8Q8Linear(base_linear(module).weight)
+    return SplitLinear(RescoredHead(exact, approx=approx), large)
 
 
 def _silu_mlp(config) -> None:

@@ -7,8 +7,9 @@ import torch
 
 from factories import random_ids, randomise_lora, tiny_model
 from kvlink_rag.lora import adapter_scope, add_lora
-from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
+from kvlink_rag.runtime import q4q8
 from kvlink_rag.runtime.model_runner import ModelRunner, forward_ragged, get_runner
+from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 
 FAMILIES = ["llama", "llama3", "llama-linear", "llama-yarn", "qwen2", "qwen3", "mistral"]
 
@@ -92,7 +93,9 @@ def test_native_weights_are_the_models_own_tensors_not_a_copy():
         assert start <= proj.weight.data_ptr() < end
 
 
-@pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25), ("int4-bf16", 0.25)])
+@pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25), ("int4-bf16", 0.25),
+                                     pytest.param("q4q8-bf16", 0.25, marks=pytest.mark.skipif(
+                                         not q4q8.available(), reason="no AVX512-VNNI on this CPU"))])
 @torch.inference_mode()
 def test_compressed_weight_formats_stay_close_to_native(fmt, tol):
     lm = tiny_model("llama", head_dim=64)
