@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 
 from .timing import pct, run_clients
 

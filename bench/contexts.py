@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 
 

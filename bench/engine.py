@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from kvlink_rag.model import LoadedModel, kv_dtype_of
+from kvlink_rag.model.loader import LoadedModel, kv_dtype_of
 from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import ModelRunner
 

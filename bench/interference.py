@@ -6,7 +6,7 @@ import statistics
 import time
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 
 from .serving_common import TENANT, ingest, runtime
 

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample, build_documents
+from evaluation.nq import NQExample, build_documents
 
 from .llama_cpp import find_binary
 

@@ -9,7 +9,7 @@ import threading
 import time
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 
 from .interference import _long_text
 from .serving_common import TENANT, ingest, runtime

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import load_nq
+from evaluation.nq import load_nq
 from store.factory import open_store
 
 from .bandwidth import bytes_per_token, load_bandwidth

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 
 from .dialogues import dialogues
 from .interference import precompute_interference

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from service.runtime import Runtime, build_runtime
 
 TENANT = "default"

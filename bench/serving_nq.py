@@ -7,7 +7,7 @@ import statistics
 import time
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from service.runtime import Runtime
 
 from .flops import compute_floor

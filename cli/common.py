@@ -78,7 +78,7 @@ def open_runtime(settings: Settings) -> Runtime:
 def fetch_default_model(settings: Settings) -> Path:
     """The converted default model under ``settings.models_dir``, downloaded and converted first if missing
     (messages and this CLI's progress bar on stderr); exits with the reason when that fails."""
-    from kvlink_rag.convert import ModelFetchError, ensure_default_model
+    from kvlink_rag.model.convert import ModelFetchError, ensure_default_model
 
     try:
         with results_only_stdout():

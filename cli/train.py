@@ -84,7 +84,7 @@ def train_links(
     Trains on multi-document QA examples and saves link tokens (and the adapter) as one safetensors file:
     the best validation step's (the last one's beside it as <out>-last), the curve in <out>.json.
     """
-    from kvlink_rag.nq import DataFormatError
+    from evaluation.nq import DataFormatError
     from training.data import split_examples
 
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)

@@ -12,22 +12,23 @@ from collections.abc import Generator
 
 import torch
 
-from .answer import Answer, generate_answer, run_to_end
-from .blend import check_recompute_ratio
+from .decoding.answer import Answer, generate_answer, run_to_end
+from .reuse.blend import check_recompute_ratio
 from .cache import DocumentCache, MemoryCache
-from .chunking import Chunker
-from .doc_side import check_query_side, document_adapter, encode_with_adapter
-from .document_prefill import encode_document, encode_prefix, encoding_fingerprint
-from .generate import SamplingParams, full_prefill, stop_token_ids
-from .link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
-from .lora import adapter_scope, add_lora
-from .model import LoadedModel, load_model
-from .prompt import PromptTemplate, has_special_text
+from .text.chunking import Chunker
+from .reuse.doc_side import check_query_side, document_adapter, encode_with_adapter
+from .linking.document_prefill import encode_document, encode_prefix, encoding_fingerprint
+from .decoding.generate import SamplingParams, full_prefill, stop_token_ids
+from .linking.link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
+from .model.lora import adapter_scope, add_lora
+from .model.loader import LoadedModel, load_model
+from .text.prompt import PromptTemplate, has_special_text
 from .retention import check_retention
-from .reuse import ReuseInputs, reuse_method
+from .reuse.methods import ReuseInputs, reuse_method
 from .runtime.model_runner import get_runner
 from .settings import Settings
-from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
+from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, RetainedKV
+from .linking.context import LinkedContext
 
 
 class Engine:
@@ -38,7 +39,7 @@ class Engine:
         lm: an already loaded model (tests); loaded from ``settings.model`` if None.
         cache: document cache; an in-memory one if None.
     Raises:
-        ValueError: bad settings; kvlink_rag.link_tokens.LinkTokensMismatch: link tokens for another model.
+        ValueError: bad settings; kvlink_rag.linking.link_tokens.LinkTokensMismatch: link tokens for another model.
     """
 
     def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
@@ -53,7 +54,7 @@ class Engine:
                                                 settings.kv_dtype)
         self.link_tokens = self._load_link_tokens()
         self.adapter = self._load_adapter()
-        self.doc_adapter: str | None = None  # a document-side artifact's adapter (kvlink_rag.doc_side), eval only
+        self.doc_adapter: str | None = None  # a document-side artifact's adapter (kvlink_rag.reuse.doc_side), eval only
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
@@ -121,7 +122,7 @@ class Engine:
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
 
     def chunks(self, doc: Document) -> list[Document]:
-        """``doc``'s chunks in order (:mod:`kvlink_rag.chunking`): ``[doc]`` when it fits ``chunk_tokens`` (or
+        """``doc``'s chunks in order (:mod:`kvlink_rag.text.chunking`): ``[doc]`` when it fits ``chunk_tokens`` (or
         chunking is off), else pieces of at most ``chunk_tokens`` framed tokens, each cached under its own key.
 
         Raises:
@@ -248,7 +249,7 @@ class Engine:
                 original positions (:mod:`kvlink_rag.retention`).
             method: which tokens retention keeps: ``importance`` (the service), ``random``, ``recency``.
             recompute_ratio: CacheBlend's fraction of document tokens recomputed in the joined context
-                (:mod:`kvlink_rag.blend`; default the setting, 0 = reuse only).
+                (:mod:`kvlink_rag.reuse.blend`; default the setting, 0 = reuse only).
         Raises:
             ValueError: no documents, empty question, retention outside (0, 1], recompute_ratio outside [0, 1].
             ContextTooLong: the prompt leaves no position for a new token (the counts in the message).
@@ -277,7 +278,7 @@ class Engine:
         return ctx, hits
 
     def _link(self, docs: list[Document], source, embeds, q_ids: torch.Tensor, recompute_ratio: float) -> LinkedContext:
-        """The context of the request's reuse method (:mod:`kvlink_rag.reuse`: link tokens, or with a recompute
+        """The context of the request's reuse method (:mod:`kvlink_rag.reuse.methods`: link tokens, or with a recompute
         ratio above 0 CacheBlend over the same caches and link tokens)."""
         ids = [self.document_ids(d) for d in docs] if recompute_ratio > 0 else []
         inputs = ReuseInputs(self.lm, self.prefix, source, ids, embeds, q_ids, self.anchored, new_tokens=1)
@@ -315,7 +316,7 @@ class Engine:
 
     def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,
                  pieces: bool = True) -> Generator[str, None, Answer]:
-        """Decode from ``ctx`` under this engine's adapter (:func:`kvlink_rag.answer.generate_answer`, the one
+        """Decode from ``ctx`` under this engine's adapter (:func:`kvlink_rag.decoding.answer.generate_answer`, the one
         decode-and-time loop): yields text pieces (none when ``pieces`` is False), returns the :class:`Answer`."""
         return (yield from generate_answer(self.lm, self.adapter, ctx, params, t0, hits, pieces))
 

@@ -17,15 +17,16 @@ from pathlib import Path
 
 ROOT = Path(os.environ.get("ARCH_ROOT", Path(__file__).resolve().parent.parent))
 MAX_FUNCTION_LINES = 60  # the project guide: functions under ~60 lines
-PACKAGES = ("cli", "api", "workers", "router", "service", "training", "bench", "kvlink_rag", "store")
+PACKAGES = ("cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "kvlink_rag", "store")
 FORBIDDEN = {
-    "kvlink_rag": {"cli", "api", "workers", "router", "service", "training", "bench", "store"},
-    "store": {"cli", "api", "workers", "router", "service", "training", "bench"},
-    "service": {"cli", "api", "workers", "router", "training", "bench"},
+    "kvlink_rag": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "store"},
+    "store": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation"},
+    "service": {"cli", "api", "workers", "router", "training", "bench", "evaluation"},
+    "evaluation": {"cli", "api", "workers", "router", "service", "training", "bench"},
     "training": {"cli", "api", "workers", "router", "bench"},
-    "api": {"cli", "workers", "router", "training", "bench"},
-    "workers": {"cli", "api", "router", "training", "bench"},
-    "router": {"cli", "api", "workers", "training", "bench"},
+    "api": {"cli", "workers", "router", "training", "bench", "evaluation"},
+    "workers": {"cli", "api", "router", "training", "bench", "evaluation"},
+    "router": {"cli", "api", "workers", "training", "bench", "evaluation"},
     "bench": {"cli", "workers", "router"},
 }
 
@@ -40,9 +41,9 @@ API_CORE_IMPORTS = {
     # pure helpers on text and tokens, no model or state: the declared kernel of issue 29 item 2
     ("api.request_body", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
     ("api.routes.documents", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
-    ("api.generation_fields", "kvlink_rag.stop_strings"): "kernel: stop-string limits and normalisation",
-    ("api.routes.completions", "kvlink_rag.stop_strings"): "kernel: cutting text at a stop string",
-    ("api.logprobs_format", "kvlink_rag.logprobs"): "kernel: the logprob record and a token's bytes",
+    ("api.generation_fields", "kvlink_rag.decoding.stop_strings"): "kernel: stop-string limits and normalisation",
+    ("api.routes.completions", "kvlink_rag.decoding.stop_strings"): "kernel: cutting text at a stop string",
+    ("api.logprobs_format", "kvlink_rag.decoding.logprobs"): "kernel: the logprob record and a token's bytes",
 }
 
 
@@ -155,9 +156,9 @@ def test_the_checker_sees_type_checking_imports_and_api_core_edges(tmp_path):
     path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n"
                     "else:\n    import pkg.c\n")
     assert {"pkg.b", "pkg.b.B", "pkg.c"} <= _imported("pkg.a", path)
-    graph = {"api.routes.openai": {"kvlink_rag.conversation", "service.chat"},
-             "service.chat": {"kvlink_rag.conversation"}}
-    assert _api_core_edges(graph) == {("api.routes.openai", "kvlink_rag.conversation")}
+    graph = {"api.routes.openai": {"kvlink_rag.text.conversation", "service.chat"},
+             "service.chat": {"kvlink_rag.text.conversation"}}
+    assert _api_core_edges(graph) == {("api.routes.openai", "kvlink_rag.text.conversation")}
 
 
 def test_the_checker_sees_a_cycle_and_a_wrong_edge():

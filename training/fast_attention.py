@@ -9,7 +9,7 @@ repeat of the KV heads), the softmax in float32.
 
 Valid only where the cache holds no tensor that needs a gradient (query-side training; never for
 ``--doc-side``), and where the new tokens are the last ``q`` keys of the cache (a forward over new tokens
-on top of a cache, as :func:`kvlink_rag.linker.link` and :mod:`training.packed` run it).
+on top of a cache, as :func:`kvlink_rag.linking.linker.link` and :mod:`training.packed` run it).
 """
 
 from __future__ import annotations

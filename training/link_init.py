@@ -1,7 +1,7 @@
 """Link-token initialisation from documents (``train-links --link-init document``, issue 28 item 3).
 
 Today's initialisation (``separator``) makes every link token the embedding of the paragraph separator
-(:func:`kvlink_rag.link_tokens.initial_link_tokens`). Here link token ``j`` of a slot starts as the mean, over
+(:func:`kvlink_rag.linking.link_tokens.initial_link_tokens`). Here link token ``j`` of a slot starts as the mean, over
 ``n_docs`` training documents encoded alone by the frozen base model, of the last-layer hidden state of the
 document's ``K - j``-th last token (so the link tokens start as "what comes at the end of a document"),
 rescaled to the mean norm of the model's input embeddings (the hidden states live at another scale), plus

@@ -1,7 +1,7 @@
 """Query-side LoRA adapters as low-rank terms added by the runner (Hu et al., 2021, arXiv 2106.09685).
 
 The adapters live in the transformers model as peft ``LoraLayer`` s (loaded, trained and removed there,
-:mod:`kvlink_rag.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
+:mod:`kvlink_rag.model.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
 seen, and adds ``scale * (x A^T) B^T`` to the slice of the fused projection each target feeds.
 """
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..model import LoadedModel
-from ..rope import rope_cos_sin
+from ..model.loader import LoadedModel
+from ..linking.rope import rope_cos_sin
 from .attention_probs import attention_mass
 from .linear import TokenSplit
 from .lora import LayerLora, LowRank, adapter_terms
@@ -144,7 +144,7 @@ def get_runner(lm: LoadedModel) -> ModelRunner:
 
 def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
                    ) -> torch.Tensor:
-    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.lora.adapter_scope`
+    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.model.lora.adapter_scope`
     turned on (``lm.active_adapter``).
 
     Args:

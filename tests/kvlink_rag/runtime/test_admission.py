@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.generate import SamplingParams
+from kvlink_rag.decoding.generate import SamplingParams
 from kvlink_rag.types import Document
 from kvlink_rag.runtime.admission import BucketPolicy, CacheAwarePolicy, WaitingView
 from kvlink_rag.runtime.policies import make_policy

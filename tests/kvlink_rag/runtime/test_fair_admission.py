@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvlink_rag.generate import SamplingParams
+from kvlink_rag.decoding.generate import SamplingParams
 from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
 from kvlink_rag.runtime.admission import FifoPolicy, WaitingView

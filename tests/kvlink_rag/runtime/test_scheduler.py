@@ -89,7 +89,7 @@ def test_a_full_queue_refuses_new_requests(engine):
 
 
 def turn_ids(engine, turns):
-    from kvlink_rag.conversation import Turn, conversation_ids
+    from kvlink_rag.text.conversation import Turn, conversation_ids
 
     return conversation_ids(engine.template, engine.lm.tokenizer, [Turn(r, t) for r, t in turns]).tolist()
 

@@ -63,7 +63,7 @@ def test_retention_and_cacheblend_in_the_scheduler_equal_the_one_request_context
 
 
 def test_explain_in_the_scheduler_equals_the_captured_attribution(engine, sched):
-    from kvlink_rag.explain import attribution, explain_answer
+    from kvlink_rag.explain.answers import attribution, explain_answer
 
     docs = DOCS[2:5]
     (toks, res), = run_all(sched, [request(engine, docs, explain=True, retention=0.8)])
