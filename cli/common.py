@@ -107,7 +107,8 @@ def make_engine(settings: Settings, timings: dict[str, float] | None = None, cac
     with results_only_stdout():
         import torch  # noqa: F401 - imported here so that import_s counts it
 
-        from kvlink_rag import engine, model  # noqa: F401 - imported here so that import_s counts them
+        from kvlink_rag import engine  # noqa: F401 - imported here (with the model loader) so that import_s counts them
+        from kvlink_rag.model import loader  # noqa: F401
         from service.runtime import apply_torch_threads, build_runtime, load_engine
 
         quiet_libraries()  # transformers is imported now: its own bar switch

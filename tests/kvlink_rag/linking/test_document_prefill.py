@@ -62,7 +62,7 @@ def test_bad_input_gives_clear_errors():
 def test_a_document_encoded_in_chunks_equals_one_forward_and_guards_each_chunk(monkeypatch, anchored):
     from contextlib import contextmanager
 
-    from kvlink_rag import document_prefill
+    from kvlink_rag.linking import document_prefill
     from kvlink_rag.linking.document_prefill import chunk_guard, encode_document, encode_prefix
 
     lm = tiny_model("llama")
@@ -102,7 +102,7 @@ def test_the_runner_encodes_what_transformers_encodes(monkeypatch, family, ancho
     eager forward (the reference) in float32, whole or in chunks, isolated or after the anchor prefix."""
     from contextlib import nullcontext
 
-    from kvlink_rag import document_prefill
+    from kvlink_rag.linking import document_prefill
     from kvlink_rag.linking.document_prefill import chunk_guard
 
     lm = tiny_model(family)

@@ -82,7 +82,7 @@ def test_cli_with_a_sliding_window_model_folder_exits_with_one_line(tmp_path):
 def test_auto_weight_format_follows_the_cpus_bfloat16_support(monkeypatch):
     import torch
 
-    from kvlink_rag import model
+    from kvlink_rag.model import loader as model
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: True)
