@@ -99,7 +99,7 @@ class Engine:
         if name not in self.lm.adapters:
             cfg = lt.lora_config or {}
             add_lora(self.lm, name, rank=int(cfg.get("rank", 16)), alpha=int(cfg.get("alpha", 32)),
-                     targets=tuple(cfg.get("targets", ("q_proj", "k_proj", "v_proj", "o_proj"))), state=lt.lora)
+                     targets=tuple(cfg.get("targets", self.lm.family.attention_targets)), state=lt.lora)
         return name
 
     # -- documents -------------------------------------------------------------------------------

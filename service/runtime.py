@@ -83,7 +83,7 @@ class Runtime:
         Does nothing when an engine is loaded and none is given.
 
         Raises:
-            kvlink_rag.model.loader.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: the model
+            kvlink_rag.model.support.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: the model
                 cannot be loaded or does not fit the settings.
         """
         if engine is None and self.engine is not None:
@@ -141,7 +141,7 @@ def load_engine(settings: Settings, cache: DocumentCache, timings: dict[str, flo
         timings: if given, ``model_load_s`` (weights, tokenizer, fingerprint; converts the default model on
             first use) and ``engine_setup_s`` are set in it.
     Raises:
-        kvlink_rag.model.loader.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: see :class:`Engine`.
+        kvlink_rag.model.support.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: see :class:`Engine`.
     """
     from kvlink_rag.engine import Engine
     from kvlink_rag.model.loader import load_model
@@ -212,7 +212,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
         load_engine: load the engine now (else call :meth:`Runtime.load_engine` when one is needed).
         model_lock: the lock model calls share (a new one by default).
     Raises:
-        StoreOpenError: the store cannot be opened. ValueError, kvlink_rag.model.loader.ModelLoadError: bad
+        StoreOpenError: the store cannot be opened. ValueError, kvlink_rag.model.support.ModelLoadError: bad
         settings or model. What is opened is closed again on failure.
     """
     apply_torch_threads(settings)

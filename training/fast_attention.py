@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 import torch
 
+from kvlink_rag.model.families import family_of
+
 NAME = "kvlink_train"
 
 
@@ -72,10 +74,10 @@ def training_attention(model: torch.nn.Module, on: bool = True, bf16: bool = Fal
         yield
         return
     _register()
-    cfg = model.config
-    before = cfg._attn_implementation
-    cfg._attn_implementation = NAME + ("_bf16" if bf16 else "")
+    cfg, fam = model.config, family_of(model.config)
+    before = fam.attention_kernel(cfg)
+    fam.set_attention_kernel(cfg, NAME + ("_bf16" if bf16 else ""))
     try:
         yield
     finally:
-        cfg._attn_implementation = before
+        fam.set_attention_kernel(cfg, before)

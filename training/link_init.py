@@ -23,7 +23,7 @@ def _last_hidden(engine: Engine, doc: Document, k: int) -> torch.Tensor:
     positions from 0, every adapter off); a document shorter than ``k`` repeats its first token's state."""
     lm = engine.lm
     ids = engine.document_ids(doc)[None].to(lm.device)
-    h = lm.model.model(input_ids=ids).last_hidden_state[0].float()  # [tokens, hidden]
+    h = lm.decoder(input_ids=ids).last_hidden_state[0].float()  # [tokens, hidden]
     idx = torch.clamp(torch.arange(h.shape[0] - k, h.shape[0]), min=0)
     return h[idx].cpu()
 

@@ -99,13 +99,14 @@ def packed_loss(lm: LoadedModel, prefix: PrefixKV | None, items: list[PackItem],
     """
     layouts = [_layout(lm, prefix, it, link_embeds, anchored) for it in items]
     keys, values, embeds, pos, mask, q = _pad(layouts, lm.dtype, lm.device)
-    out = lm.model.model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
-                         cache=_batched_cache(keys, values), use_cache=True)
+    out = lm.decoder(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
+                     cache=_batched_cache(keys, values), use_cache=True)
     hidden = out.last_hidden_state  # [B, Q, hidden]
     losses = []
+    head = lm.family.lm_head(lm.model)
     for i, it in enumerate(items):
         m = int(it.answer_ids.numel())
-        logits = lm.model.lm_head(hidden[i, q[i] - m: q[i]])
+        logits = head(hidden[i, q[i] - m: q[i]])
         losses.append(F.cross_entropy(logits.float(), it.answer_ids.to(logits.device)))
     return torch.stack(losses).mean()
 

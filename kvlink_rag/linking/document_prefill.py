@@ -78,7 +78,7 @@ def encode_prefix(lm: LoadedModel, ids: torch.Tensor) -> PrefixKV:
         raise ValueError("anchor prefix is empty")
     pos = torch.arange(ids.numel(), device=lm.device)[None]
     with adapter_scope(lm, None):
-        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos, use_cache=True)
+        out = lm.decoder(input_ids=ids.to(lm.device)[None], position_ids=pos, use_cache=True)
     k, v = cache_tensors(out.cache)
     return PrefixKV(keys=k, values=v, token_ids=ids.cpu(), text_hash=ids_hash(ids))
 
@@ -183,8 +183,8 @@ def _forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefix: Pref
     def forward(c0: int, c1: int) -> None:
         with adapter_scope(lm, None), (capture_attention(lm, scores) if scores is not None else nullcontext()):
             # documents are always encoded by the base model
-            out = lm.model.model(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
-                                 cache=cache[0], use_cache=True)
+            out = lm.decoder(input_ids=ids[c0:c1].to(lm.device)[None], position_ids=pos[None, c0:c1],
+                             cache=cache[0], use_cache=True)
         cache[0] = out.cache
 
     _in_chunks(int(ids.numel()), forward)

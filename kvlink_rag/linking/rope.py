@@ -1,9 +1,10 @@
 """Pure RoPE math with explicit position ids (rotate-half convention of Llama-family models).
 
-The angles come from the model's own rotary module (``model.model.rotary_emb``), so llama3, linear and
-yarn scaling and the attention-scaling factor are carried exactly as the model applies them
-(sequence-length-dependent types such as dynamic and longrope are refused at load, see
-``model.check_supported``). The rotation itself follows ``apply_rotary_pos_emb`` in transformers' Llama code and gpt-fast's
+The angles come from the model's own rotary module (found by its family:
+:attr:`kvlink_rag.model.loader.LoadedModel.rotary_emb`), so llama3, linear and yarn scaling and the
+attention-scaling factor are carried exactly as the model applies them (sequence-length-dependent types
+such as dynamic and longrope are refused at load, see :func:`kvlink_rag.model.support.check_supported`).
+The rotation itself follows ``apply_rotary_pos_emb`` in transformers' Llama code and gpt-fast's
 ``apply_rotary_emb``: ``x * cos + rotate_half(x) * sin`` (Su et al., 2021, RoFormer, eq. 34).
 """
 

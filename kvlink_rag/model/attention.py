@@ -3,11 +3,11 @@
 transformers' SDPA kernels never materialise the attention probabilities; its eager path returns them from
 every attention module (``(attn_output, attn_weights)``, ``attn_weights``: ``[batch, heads, queries, keys]``
 float). :func:`capture_attention` switches the model to the eager kernel for the duration of the block (the
-same mask semantics: both kernels honour the 4-D additive mask, see ``model.SUPPORTED_ATTENTION``) and hands
+same mask semantics: both kernels honour the 4-D additive mask, see ``kvlink_rag.model.support.SUPPORTED_ATTENTION``) and hands
 each layer's weights to a callback as soon as they exist, so only one layer's weights are alive at a time.
 
-The switch sets ``config._attn_implementation`` (read by every attention module at each call in
-transformers >= 4.48). Captures may overlap across threads (a query explained while a precompute thread
+The switch is the model family's (:meth:`~kvlink_rag.model.family.ModelFamily.set_attention_kernel`: the
+config's attention implementation, read by every attention module at each call in transformers >= 4.48). Captures may overlap across threads (a query explained while a precompute thread
 scores a document): the switch is reference-counted per model, and each capture's hooks count only the
 forwards of the thread that opened it. Another thread's forwards run eager meanwhile (same math, slower).
 """
@@ -31,8 +31,9 @@ def attention_modules(lm: LoadedModel) -> list[torch.nn.Module]:
     Raises:
         ValueError: the model's decoder layers have no ``self_attn`` (not a Llama-family layout).
     """
-    layers = lm.model.model.layers
-    mods = [layer.self_attn for layer in layers if isinstance(getattr(layer, "self_attn", None), torch.nn.Module)]
+    fam = lm.family
+    layers = fam.layers(lm.model)
+    mods = [m for m in (fam.attention(layer) for layer in layers) if m is not None]
     if len(mods) != len(layers):
         raise ValueError("attention capture needs decoder layers with a self_attn module (Llama-family layout)")
     return mods
@@ -52,19 +53,20 @@ _SWITCHED: dict[int, list] = {}  # id(config) -> [open captures, kernel to resto
 
 
 @contextmanager
-def _eager(config) -> Iterator[None]:
-    """``config`` on the eager kernel while any capture of it is open (reference-counted across threads)."""
+def _eager(lm: LoadedModel) -> Iterator[None]:
+    """``lm`` on the eager kernel while any capture of it is open (reference-counted across threads)."""
+    fam, config = lm.family, lm.config
     with _SWITCH_LOCK:
-        entry = _SWITCHED.setdefault(id(config), [0, config._attn_implementation])
+        entry = _SWITCHED.setdefault(id(config), [0, fam.attention_kernel(config)])
         entry[0] += 1
-        config._attn_implementation = "eager"
+        fam.set_attention_kernel(config, "eager")
     try:
         yield
     finally:
         with _SWITCH_LOCK:
             entry[0] -= 1
             if entry[0] == 0:
-                config._attn_implementation = entry[1]
+                fam.set_attention_kernel(config, entry[1])
                 del _SWITCHED[id(config)]
 
 
@@ -92,7 +94,7 @@ def capture_attention(lm: LoadedModel, on_weights: WeightsFn) -> Iterator[None]:
             on_weights(layer, weights.detach())
         return hook
 
-    with _eager(lm.model.config):
+    with _eager(lm):
         _CAPTURING.depth = getattr(_CAPTURING, "depth", 0) + 1
         try:
             for i, mod in enumerate(attention_modules(lm)):

@@ -1,10 +1,10 @@
 """Model loading and the model fingerprint.
 
-Any Hugging Face causal LM of the Llama family with rotate-half RoPE loads: Llama (incl. llama3
-``rope_scaling``), Qwen2, Qwen3 (q/k norms), Mistral, SmolLM. The rotary module and its scaling are
-the model's own. Shapes the linker does not reproduce exactly (sliding windows, position-dependent or
-partial RoPE, softcapping, ALiBi, kernels that ignore the 4-D mask) are refused by
-:func:`check_supported` when the model is loaded, never run wrong.
+A causal LM of a registered family loads (:mod:`.families`: Llama incl. llama3 ``rope_scaling``, Qwen2,
+Qwen3, Mistral, SmolLM); its layout is read only through its :class:`~kvlink_rag.model.family.ModelFamily`
+(:attr:`LoadedModel.family`). The rotary module and its scaling are the model's own. Shapes the linker does
+not reproduce exactly are refused by :func:`kvlink_rag.model.support.check_supported` when the model is
+loaded, never run wrong.
 """
 
 from __future__ import annotations
@@ -19,26 +19,18 @@ import torch
 
 from ..settings import DEFAULT_MODEL, Settings
 from ..types import parse_dtype
+from .families import family_of
+from .family import ModelFamily
+from .support import SUPPORTED_MODEL_TYPES, ModelLoadError, check_supported
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
-# RoPE types whose tables depend only on the position (exactness-tested in tests/kvlink_rag/linking/test_linker_exact.py);
-# 'dynamic' and 'longrope' rescale with the sequence length, so re-rotated keys would not match.
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-SUPPORTED_ATTENTION = ("sdpa", "eager")  # kernels that honour the linker's 4-D additive mask
-
 
 class Runner(Protocol):
     """The packed-forward model runner attached to a :class:`LoadedModel` (:mod:`kvlink_rag.runtime`)."""
 
     def forget_adapters(self) -> None:
         """Drop cached adapter terms (an adapter was added or removed)."""
-
-
-class ModelLoadError(ValueError):
-    """The model path is missing or the architecture is not supported."""
 
 
 @dataclass
@@ -72,8 +64,18 @@ class LoadedModel:
         return self.model.config
 
     @property
+    def family(self) -> ModelFamily:
+        """The model's layout adapter (:func:`kvlink_rag.model.families.family_of` its config)."""
+        return family_of(self.config)
+
+    @property
+    def decoder(self) -> torch.nn.Module:
+        """The decoder stack without the LM head (:meth:`ModelFamily.decoder`): hidden states and KV."""
+        return self.family.decoder(self.model)
+
+    @property
     def rotary_emb(self) -> torch.nn.Module:
-        return self.model.model.rotary_emb
+        return self.family.rotary_emb(self.model)
 
     @property
     def embed_tokens(self) -> torch.nn.Module:
@@ -151,62 +153,6 @@ def model_fingerprint(path: Path, config: dict, tokenizer) -> str:
     return h.hexdigest()
 
 
-def _rope_parameters(config) -> list[dict]:
-    """The RoPE parameter dicts of ``config`` (one, or one per layer type)."""
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if params and all(isinstance(v, dict) for v in params.values()):
-        return list(params.values())
-    return [params]
-
-
-def _refusal(config) -> str | None:
-    """Why the linker cannot reproduce ``config`` exactly, or None."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return f"model_type={model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-    max_pos = int(config.max_position_embeddings)
-    layer_types = list(getattr(config, "layer_types", None) or [])
-    odd = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
-    if odd:
-        return f"layer_types contains {odd}; only full (causal) attention is supported"
-    window = getattr(config, "sliding_window", None)
-    # Qwen2/Qwen3 apply the window only on layers marked 'sliding_attention'; Mistral on every layer.
-    windowed = model_type not in ("qwen2", "qwen3") or "sliding_attention" in layer_types
-    if window is not None and windowed and int(window) < max_pos:
-        return (f"sliding_window={window} (< max_position_embeddings={max_pos}) is not supported: the linker "
-                "reproduces full causal attention only (a window >= the context, or None, is fine)")
-    for rope in _rope_parameters(config):
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            return f"rope_type={rope_type!r} is not supported; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
-        factor = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
-        if factor is not None and float(factor) != 1.0:
-            return f"partial_rotary_factor={factor} is not supported; only full rotate-half RoPE (1.0)"
-    for name in ("attn_logit_softcapping", "alibi", "use_alibi", "no_rope_layers", "attention_chunk_size"):
-        value = getattr(config, name, None)
-        if value:
-            return f"{name}={value!r} is not supported by the linker"
-    attn = getattr(config, "_attn_implementation", None)
-    if attn is not None and attn not in SUPPORTED_ATTENTION:
-        return f"attn_implementation={attn!r} is not supported (it ignores the KVLink mask); use sdpa or eager"
-    return None
-
-
-def check_supported(config) -> None:
-    """Refuse a config whose attention or positions the linker does not reproduce exactly.
-
-    Supported: model types ``SUPPORTED_MODEL_TYPES`` with full causal attention (no sliding window below
-    the context length), rotate-half RoPE over the whole head (``partial_rotary_factor`` 1) of a
-    ``SUPPORTED_ROPE_TYPES`` type, no attention softcapping / ALiBi / NoPE layers, an sdpa or eager kernel.
-
-    Raises:
-        ModelLoadError: naming the field and value and what is supported.
-    """
-    reason = _refusal(config)
-    if reason is not None:
-        raise ModelLoadError(f"unsupported model: {reason}")
-
-
 def wrap_model(model: torch.nn.Module, tokenizer, fingerprint: str) -> LoadedModel:
     """Wrap an already built model (tests build tiny random ones from configs).
 
@@ -214,8 +160,7 @@ def wrap_model(model: torch.nn.Module, tokenizer, fingerprint: str) -> LoadedMod
         ModelLoadError: the model has no Llama-style rotary module, or see :func:`check_supported`.
     """
     check_supported(model.config)
-    inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "rotary_emb"):
+    if family_of(model.config).rotary_emb(model) is None:
         raise ModelLoadError(
             f"{type(model).__name__} has no Llama-style rotary embedding; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )

@@ -13,9 +13,10 @@ from contextlib import contextmanager
 
 import torch
 
+from .family import ModelFamily
 from .loader import LoadedModel
 
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+DEFAULT_TARGETS = ModelFamily.attention_targets  # the attention projections of the default layout
 
 
 def _tuner_layers(lm: LoadedModel) -> list:

@@ -123,12 +123,12 @@ def fresh_check_values(lm: LoadedModel, prefix_k: list[torch.Tensor], prefix_v: 
         got.append(output)
         raise _Stop
 
-    attn = lm.model.model.layers[check_layer].self_attn
-    handle = attn.v_proj.register_forward_hook(capture)
+    fam = lm.family
+    handle = fam.parts(fam.layers(lm.model)[check_layer]).v.register_forward_hook(capture)
     try:
         with adapter_scope(lm, None):  # documents are encoded adapter-free; deviation is the context's alone
-            lm.model.model(inputs_embeds=embeds[None], position_ids=positions.to(lm.device)[None],
-                           attention_mask=mask, cache=cache, use_cache=cache is not None)
+            lm.decoder(inputs_embeds=embeds[None], position_ids=positions.to(lm.device)[None],
+                       attention_mask=mask, cache=cache, use_cache=cache is not None)
     except _Stop:
         pass
     finally:

@@ -106,7 +106,7 @@ def encode_with_adapter(lm: LoadedModel, ids: torch.Tensor, adapter: str | None,
     pos = torch.arange(start, start + n, device=lm.device)
     cache = None if prefix is None else build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
     with adapter_scope(lm, adapter):
-        out = lm.model.model(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
+        out = lm.decoder(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
     k, v = cache_tensors(out.cache)  # k, v: [layers, kv_heads, start + n, head_dim], keys rotated
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
     k_raw = remove_rope(k[:, :, start:].float(), cos, sin)
@@ -148,8 +148,8 @@ def encode_batch_with_adapter(lm: LoadedModel, ids: list[torch.Tensor], adapter:
                                               v.to(lm.device)[None].expand(b, -1, -1, -1))
                                              for k, v in zip(prefix.keys, prefix.values)])
     with adapter_scope(lm, adapter):
-        out = lm.model.model(input_ids=batch.to(lm.device), position_ids=pos[None].expand(b, -1), cache=cache,
-                             use_cache=True)
+        out = lm.decoder(input_ids=batch.to(lm.device), position_ids=pos[None].expand(b, -1), cache=cache,
+                         use_cache=True)
     k = torch.stack([layer.keys for layer in out.cache.layers], dim=1)  # [b, layers, kv_heads, P + n_max, hd]
     v = torch.stack([layer.values for layer in out.cache.layers], dim=1)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)

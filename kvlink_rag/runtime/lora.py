@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..model.families import family_of
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,9 @@ def _terms(modules: list[torch.nn.Module], name: str) -> list[LowRank]:
 def adapter_terms(model: torch.nn.Module, name: str) -> list[LayerLora]:
     """Per decoder layer, the low-rank terms of adapter ``name`` in ``model`` (empty lists where a
     projection is not a target)."""
-    layers = []
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        layers.append(LayerLora(
-            qkv=_terms([attn.q_proj, attn.k_proj, attn.v_proj], name), o=_terms([attn.o_proj], name),
-            gate_up=_terms([mlp.gate_proj, mlp.up_proj], name), down=_terms([mlp.down_proj], name)))
+    layers, fam = [], family_of(model.config)
+    for layer in fam.layers(model):
+        p = fam.parts(layer)
+        layers.append(LayerLora(qkv=_terms([p.q, p.k, p.v], name), o=_terms([p.o], name),
+                                gate_up=_terms([p.gate, p.up], name), down=_terms([p.down], name)))
     return layers

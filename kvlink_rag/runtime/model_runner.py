@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..model.families import family_of
 from ..model.loader import LoadedModel
 from ..linking.rope import rope_cos_sin
 from .attention_probs import attention_mass
@@ -48,7 +49,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, fmt: str = "native"):
         self.model = model
-        self.rotary_emb = model.model.rotary_emb
+        self.rotary_emb = family_of(model.config).rotary_emb(model)
         self.weights: ModelWeights = model_weights(model, fmt)
         self._adapters: dict[str, list[LayerLora]] = {}
 

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from factories import tiny_config, tiny_model
 from cli.main import app
-from kvlink_rag.model.loader import ModelLoadError, check_supported, wrap_model
+from kvlink_rag.model.loader import wrap_model
+from kvlink_rag.model.support import ModelLoadError, check_supported
 
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=96)
