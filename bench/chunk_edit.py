@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from kvlink_rag.cache import MemoryCache
-from kvlink_rag.engine import Engine
 from evaluation.long_docs import join_passages
 from evaluation.nq import NQExample
+from kvlink_rag.cache import MemoryCache
+from kvlink_rag.engine import Engine
 from kvlink_rag.types import Document, DocumentKV
 
 EDIT = " This paragraph was edited after the document was first stored."

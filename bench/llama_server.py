@@ -13,8 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kvlink_rag.engine import Engine
 from evaluation.nq import NQExample, build_documents
+from kvlink_rag.engine import Engine
 
 from .llama_cpp import find_binary
 

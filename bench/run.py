@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from kvlink_rag.engine import Engine
 from evaluation.nq import load_nq
+from kvlink_rag.engine import Engine
 from store.factory import open_store
 
 from .bandwidth import bytes_per_token, load_bandwidth

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from kvlink_rag.engine import Engine
 from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
+from kvlink_rag.engine import Engine
 from kvlink_rag.linking.kvcache import build_cache
 from kvlink_rag.linking.linker import _positions, plan_layout, rotate_documents, slot_link_embeds
 from kvlink_rag.linking.mask import additive, allowed

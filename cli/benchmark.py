@@ -148,8 +148,8 @@ def bench_engine(
 
 def _peer_e2e(engine, nq: Path, settings, threads: int, questions: int) -> dict:
     from bench.llama_server import markdown, peer_e2e
-    from kvlink_rag.model.convert import GGUF_NAME
     from evaluation.nq import DataFormatError, load_nq
+    from kvlink_rag.model.convert import GGUF_NAME
 
     try:
         examples = load_nq(nq)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
-from .reuse.doc_side import check_query_side
 from .linking.link_tokens import LinkTokens, load_link_tokens
 from .model.lora import remove_lora
+from .reuse.doc_side import check_query_side
 
 RESERVED = ("default", "none")
 Signature = tuple[int, int, int, int]

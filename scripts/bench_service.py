@@ -153,9 +153,9 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    from kvlink_rag.model.convert import ensure_default_model
-    from kvlink_rag.engine import Engine
     from evaluation.nq import load_nq
+    from kvlink_rag.engine import Engine
+    from kvlink_rag.model.convert import ensure_default_model
     from kvlink_rag.settings import Settings, get_settings
 
     model = str(ensure_default_model(get_settings().models_dir))

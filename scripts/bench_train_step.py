@@ -64,8 +64,8 @@ def _paired_bf16(engine, trainer, split, n: int) -> dict:
     bfloat16 GEMMs (:func:`training.train_model.bf16_gemms`)."""
     import torch
 
-    from kvlink_rag.model.lora import adapter_scope
     from evaluation.nq import build_documents
+    from kvlink_rag.model.lora import adapter_scope
     from training.eval import bootstrap_ci
     from training.fast_attention import training_attention
     from training.loop import example_loss

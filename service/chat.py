@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from kvlink_rag.text.conversation import Turn
     from kvlink_rag.engine import Engine
+    from kvlink_rag.text.conversation import Turn
 
 
 def turns(messages: Iterable[tuple[str, str]]) -> list[Turn]:

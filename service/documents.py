@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from kvlink_rag.types import Document
-from service.precompute import CacheTooLarge, adopt, precompute
 from service.errors import QueueUnavailable
+from service.precompute import CacheTooLarge, adopt, precompute
 from store.index import DocumentRecord, is_corrupt
 from store.keys import content_hash, normalize_text, simhash64
 

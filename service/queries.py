@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING
 from service.documents import DocumentService
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
+from service.explained import check_explained
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
                                 choose_documents)
-from service.explained import check_explained
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
     from kvlink_rag.decoding.answer import Answer
-    from kvlink_rag.runtime.scheduler import Scheduler
     from kvlink_rag.engine import Engine
+    from kvlink_rag.runtime.scheduler import Scheduler
     from kvlink_rag.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store
@@ -141,8 +141,8 @@ class QueryService:
 
         With ``load`` (under the model lock): the adapter's engine, its LoRA loaded into the model.
         """
-        from kvlink_rag.linking.link_tokens import LinkTokensMismatch
         from kvlink_rag.adapter_registry import UnknownAdapter
+        from kvlink_rag.linking.link_tokens import LinkTokensMismatch
 
         try:
             eng = self.variants.get(adapter) if load else None

@@ -27,8 +27,8 @@ from service.retrieval import BM25Params, Retrieval
 if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
     from kvlink_rag.engine import Engine
-    from service.pins import PinRegistry
     from kvlink_rag.runtime.scheduler import Scheduler
+    from service.pins import PinRegistry
     from store.factory import Store
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,8 @@ class Runtime:
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
-    from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.policies import make_policy
+    from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time

@@ -109,9 +109,9 @@ def tiny_text_engine(home: Path, seed: int = 0, max_positions: int = 2048, layer
 def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: int = 0,
                  fingerprint: str | None = None) -> Path:
     """A random link-token artifact with a LoRA (non-zero B, so it changes the output) saved as ``name``."""
-    from kvlink_rag.model.lora import DEFAULT_TARGETS, add_lora, lora_state, remove_lora
-    from kvlink_rag.linking.link_tokens import LinkTokens
     from kvlink_rag.adapter_registry import adapter_path
+    from kvlink_rag.linking.link_tokens import LinkTokens
+    from kvlink_rag.model.lora import DEFAULT_TARGETS, add_lora, lora_state, remove_lora
 
     torch.manual_seed(seed)
     scratch = f"scratch{seed}"

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluation.nq import NQExample, best_subspan_em, build_documents
 from kvlink_rag.cache import MemoryCache
 from kvlink_rag.engine import Engine
 from kvlink_rag.explain.answers import explain_answer
 from kvlink_rag.explain.leave_one_out import leave_one_out
-from evaluation.nq import NQExample, best_subspan_em, build_documents
 
 from .eval import position_for
 

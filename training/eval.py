@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from evaluation.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.engine import Engine
 from kvlink_rag.explain.answers import attribution, explaining
-from kvlink_rag.model.lora import adapter_scope
-from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.linking.kvcache import truncate_cache
-from evaluation.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.text.prompt import encode_user_text
 from kvlink_rag.types import Document
 

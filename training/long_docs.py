@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kvlink_rag.cache import MemoryCache
-from kvlink_rag.engine import Engine
 from evaluation.long_docs import long_document
 from evaluation.nq import NQExample
+from kvlink_rag.cache import MemoryCache
+from kvlink_rag.engine import Engine
 from kvlink_rag.types import Document, DocumentKV
 
 from .modes import FULL_MODES

@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.reuse.doc_side import encode_batch_with_adapter
-from kvlink_rag.model.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
-from kvlink_rag.engine import Engine
-from kvlink_rag.linking.linker import link
-from kvlink_rag.linking.link_tokens import LinkTokens, initial_link_tokens
-from kvlink_rag.model.loader import LoadedModel
 from evaluation.nq import NQExample, TooFewDistractors, build_documents
+from kvlink_rag.engine import Engine
+from kvlink_rag.linking.link_tokens import LinkTokens, initial_link_tokens
+from kvlink_rag.linking.linker import link
+from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.model.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from kvlink_rag.reuse.doc_side import encode_batch_with_adapter
 
 from .data import Split, answer_ids, check_context
 from .fast_attention import training_attention

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kvlink_rag.linking.context import PrefixKV
 from kvlink_rag.linking.linker import (_new_token_inputs, check_link_inputs, document_positions, plan_layout,
                                rotate_documents, slot_link_embeds)
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.types import DocumentKV, LayeredDocuments
-from kvlink_rag.linking.context import PrefixKV
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from kvlink_rag.model.lora import adapter_scope
 from evaluation.nq import NQExample
+from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.types import Document, LayeredDocuments
 
 from .data import answer_ids

@@ -7,10 +7,10 @@ import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
-from .generate import SamplingParams, answer_text, decode, stream_text
-from ..model.lora import adapter_scope
-from ..model.loader import LoadedModel
 from ..linking.context import LinkedContext
+from ..model.loader import LoadedModel
+from ..model.lora import adapter_scope
+from .generate import SamplingParams, answer_text, decode, stream_text
 
 
 @dataclass

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
+from ..linking.context import LinkedContext, Segment, Timings
 from ..model.attention import capturing
 from ..model.loader import LoadedModel
-from ..runtime.ragged import SequenceKV
 from ..runtime.hf_cache import cache_view, prefill, runs_on_runner, sequence_from_cache
-from .stop_strings import StopStrings
+from ..runtime.ragged import SequenceKV
 from ..types import ContextTooLong
-from ..linking.context import LinkedContext, Segment, Timings
+from .stop_strings import StopStrings
 
 if TYPE_CHECKING:
     from .grammar import Grammar

@@ -15,11 +15,11 @@ from ..decoding.answer import Answer
 from ..model.attention import capture_attention
 import torch
 
-from .attribution import AttentionMass, Attribution, DocumentAttribution, attribute, char_passages, top_spans
 from ..engine import Engine
+from ..linking.context import LinkedContext
 from ..text.prompt import normalize_text, user_text_offsets
 from ..types import Document
-from ..linking.context import LinkedContext
+from .attribution import AttentionMass, Attribution, DocumentAttribution, attribute, char_passages, top_spans
 
 
 def link_rows(engine: Engine, n_docs: int, k: int | None = None) -> int:

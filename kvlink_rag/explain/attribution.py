@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..linking.mask import segment_ids
 from ..linking.context import Segment
+from ..linking.mask import segment_ids
 
 PASSAGE_TOKENS = 12
 PASSAGES_PER_DOCUMENT = 2

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .attribution import Attribution, DocumentAttribution
 from ..engine import Engine
 from ..linking.linker import link
 from ..model.lora import adapter_scope
 from ..settings import ATTRIBUTION_METHODS
 from ..types import Document, DocumentKV, LayeredDocuments
+from .attribution import Attribution, DocumentAttribution
 
 
 @dataclass

@@ -16,13 +16,13 @@ from contextvars import ContextVar
 import torch
 
 from ..model.attention import capture_attention
-from .kvcache import build_cache, cache_tensors
-from ..model.lora import adapter_scope
 from ..model.loader import LoadedModel
+from ..model.lora import adapter_scope
 from ..retention import ImportanceAccumulator
-from .rope import remove_rope, rope_cos_sin
 from ..types import DocumentKV, parse_dtype
 from .context import PrefixKV
+from .kvcache import build_cache, cache_tensors
+from .rope import remove_rope, rope_cos_sin
 
 ENCODINGS = ("isolated", "anchored")
 FORMAT_VERSION = 1

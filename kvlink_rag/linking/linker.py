@@ -12,14 +12,14 @@ import time
 
 import torch
 
-from .kvcache import build_cache
-from .mask import additive, allowed
 from ..model.loader import LoadedModel
-from ..runtime.ragged import SequenceKV
-from .rope import apply_rope, rope_cos_sin
 from ..runtime.hf_cache import cache_view, prefill, runs_on_runner
+from ..runtime.ragged import SequenceKV
 from ..types import ContextTooLong, DocumentKV, LayeredDocuments
 from .context import LinkedContext, PrefixKV, Segment, Timings
+from .kvcache import build_cache
+from .mask import additive, allowed
+from .rope import apply_rope, rope_cos_sin
 
 
 def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int) -> list[Segment]:

@@ -29,13 +29,13 @@ import time
 
 import torch
 
+from ..linking.context import LinkedContext, PrefixKV, Segment, Timings
 from ..linking.kvcache import build_cache
 from ..linking.linker import check_link_inputs, document_positions, plan_layout, rotate_documents, slot_link_embeds
-from ..model.lora import adapter_scope
 from ..linking.mask import additive
 from ..model.loader import LoadedModel
+from ..model.lora import adapter_scope
 from ..types import DocumentKV, LayeredDocuments
-from ..linking.context import LinkedContext, PrefixKV, Segment, Timings
 
 CHECK_LAYER = 1
 """Layer whose KV deviation picks the tokens to recompute (CacheBlend's and LMCache's ``check_layers=[1]``)."""

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .blend import CHECK_LAYER, _causal_mask, fresh_check_values, recompute_count, select_recompute
+from ..linking.context import PrefixKV
 from ..linking.linker import slot_link_embeds
 from ..linking.mask import additive
 from ..model.loader import LoadedModel
 from ..runtime.ragged import SequenceKV
 from ..runtime.request_layout import PendingPrefill, RequestLayout
-from ..linking.context import PrefixKV
+from .blend import CHECK_LAYER, _causal_mask, fresh_check_values, recompute_count, select_recompute
 
 
 @dataclass

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from ..linking.context import PrefixKV
 from ..linking.document_prefill import encoding_fingerprint
 from ..linking.kvcache import build_cache, cache_tensors
 from ..linking.link_tokens import LinkTokens, LinkTokensMismatch
-from ..model.lora import adapter_scope
-from ..model.loader import LoadedModel
 from ..linking.rope import remove_rope, rope_cos_sin
+from ..model.loader import LoadedModel
+from ..model.lora import adapter_scope
 from ..types import DocumentKV, parse_dtype
-from ..linking.context import PrefixKV
 
 if TYPE_CHECKING:
     from ..settings import Settings

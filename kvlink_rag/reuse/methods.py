@@ -15,9 +15,9 @@ from typing import Protocol
 
 import torch
 
+from ..linking.context import LinkedContext, PrefixKV
 from ..model.loader import LoadedModel
 from ..types import DocumentKV, LayeredDocuments
-from ..linking.context import LinkedContext, PrefixKV
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from .cancel import Cancelled
 
 if TYPE_CHECKING:
-    from kvlink_rag.engine import Engine
     from kvlink_rag.decoding.generate import SamplingParams
     from kvlink_rag.decoding.logprobs import TokenLogprob
+    from kvlink_rag.engine import Engine
     from kvlink_rag.types import Document
 
 

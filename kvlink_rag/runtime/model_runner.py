@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..linking.rope import rope_cos_sin
 from ..model.families import family_of
 from ..model.loader import LoadedModel
-from ..linking.rope import rope_cos_sin
 from .attention_probs import attention_mass
 from .linear import TokenSplit
 from .lora import LayerLora, LowRank, adapter_terms

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..linking.context import PrefixKV, Segment
 from ..linking.linker import plan_layout, slot_link_embeds
 from ..linking.mask import additive, allowed
-from ..model.loader import LoadedModel
 from ..linking.rope import apply_rope, rope_cos_sin
+from ..model.loader import LoadedModel
 from ..types import DocumentKV, LayeredDocuments
-from ..linking.context import PrefixKV, Segment
 from .ragged import KVChunk, SequenceKV
 
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..explain.attention_rows import RowAttention
-from ..reuse.blend_stage import blend_prefill
-from ..engine import Engine
 from ..decoding.generate import SamplingParams, sample_next, sampling_generator
 from ..decoding.logprobs import TokenLogprob, token_logprob
 from ..decoding.stop_strings import StopStrings
-from ..types import ContextTooLong, Document, LayeredDocuments
+from ..engine import Engine
+from ..explain.attention_rows import RowAttention
 from ..linking.context import LinkedContext, Timings
+from ..reuse.blend_stage import blend_prefill
+from ..types import ContextTooLong, Document, LayeredDocuments
 from .prefix_tree import Match, PrefixTree
 from .ragged import KVChunk, mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,

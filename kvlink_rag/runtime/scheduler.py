@@ -236,8 +236,8 @@ class Scheduler:
         import torch
 
         from kvlink_rag.model.lora import adapter_scope
-        from kvlink_rag.runtime.ragged import RaggedBatch
         from kvlink_rag.runtime.model_runner import forward_ragged
+        from kvlink_rag.runtime.ragged import RaggedBatch
 
         batch = RaggedBatch()
         for _, rr, chunk in members:

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.linking.linker import link, plan_layout
 from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
+from kvlink_rag.linking.linker import link, plan_layout
 from kvlink_rag.types import ContextTooLong
 
 

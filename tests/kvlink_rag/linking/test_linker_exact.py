@@ -7,9 +7,9 @@ import torch
 
 from factories import random_ids, tiny_model
 from kvlink_rag.decoding.generate import SamplingParams, decode
+from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
 from kvlink_rag.linking.kvcache import cache_tensors
 from kvlink_rag.linking.linker import link
-from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
 from reference import Piece, kv_by_position, reference_forward
 
 FAMILIES = [("llama", 64), ("llama", 128), ("llama3", 64), ("llama-yarn", 64), ("llama-linear", 64), ("qwen2", 64),

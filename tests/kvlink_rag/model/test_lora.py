@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from factories import random_ids, randomise_lora, tiny_model, tiny_text_engine
-from kvlink_rag.model.lora import adapter_scope, add_lora, lora_state
 from kvlink_rag.engine import Engine
-from kvlink_rag.linking.kvcache import build_cache, cache_tensors
-from kvlink_rag.linking.linker import link
-from kvlink_rag.linking.link_tokens import LinkTokens, load_link_tokens
 from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
+from kvlink_rag.linking.kvcache import build_cache, cache_tensors
+from kvlink_rag.linking.link_tokens import LinkTokens, load_link_tokens
+from kvlink_rag.linking.linker import link
+from kvlink_rag.model.lora import adapter_scope, add_lora, lora_state
 from kvlink_rag.types import Document
 from reference import Piece, reference_mask
 

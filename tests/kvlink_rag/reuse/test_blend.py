@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.reuse.blend import blend, check_recompute_ratio, kv_deviation, recompute_count
-from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
 from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
+from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
 from kvlink_rag.linking.kvcache import cache_tensors
 from kvlink_rag.linking.linker import link
+from kvlink_rag.reuse.blend import blend, check_recompute_ratio, kv_deviation, recompute_count
 from kvlink_rag.types import LayeredDocuments
 from reference import Piece, kv_by_position, reference_forward
 

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from factories import tiny_text_engine
-from kvlink_rag.reuse.doc_side import check_query_side, encode_with_adapter, is_doc_side
 from kvlink_rag.linking.link_tokens import LinkTokens, LinkTokensMismatch
 from kvlink_rag.linking.linker import link
 from kvlink_rag.model.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state, remove_lora
+from kvlink_rag.reuse.doc_side import check_query_side, encode_with_adapter, is_doc_side
 from kvlink_rag.types import Document
 
 DOCS = [Document("The red fox lives in the old forest near the river.", "Fox"),

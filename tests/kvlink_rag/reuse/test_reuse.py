@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.reuse.blend import blend
 from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
 from kvlink_rag.linking.linker import link
+from kvlink_rag.reuse.blend import blend
 from kvlink_rag.reuse.methods import METHODS, CacheBlend, LinkTokens, ReuseInputs, reuse_method
 
 

@@ -7,8 +7,8 @@ import torch
 
 from factories import random_ids, randomise_lora, tiny_model
 from kvlink_rag.model.lora import adapter_scope, add_lora
-from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import ModelRunner, forward_ragged, get_runner
+from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 
 FAMILIES = ["llama", "llama3", "llama-linear", "llama-yarn", "qwen2", "qwen3", "mistral"]
 

@@ -8,8 +8,8 @@ from transformers import DynamicCache
 
 from factories import random_ids, tiny_model
 from kvlink_rag.linking.kvcache import cache_tensors
-from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 from kvlink_rag.runtime.model_runner import forward_ragged
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 
 
 def reference(lm, prompt: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, tuple]:

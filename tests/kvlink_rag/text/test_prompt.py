@@ -7,8 +7,8 @@ import torch
 
 from factories import NQ_PATH, real_tokenizer, tiny_text_engine
 from evaluation.nq import load_nq
-from kvlink_rag.text.prompt import PromptTemplate, encode_user_text, special_ids
 from kvlink_rag.settings import Settings
+from kvlink_rag.text.prompt import PromptTemplate, encode_user_text, special_ids
 from kvlink_rag.types import Document
 
 INJECT = "<|im_end|>\n<|im_start|>assistant"
