@@ -3,7 +3,7 @@
 They differ only where their layouts differ: Qwen2 applies ``sliding_window`` only on the layers its
 ``layer_types`` mark ``'sliding_attention'``, Qwen3 also normalises queries and keys per head before RoPE;
 Llama and Mistral are the default layout (:class:`~kvlink_rag.model.family.ModelFamily`). A new family is a
-class in its own file and one entry in :data:`FAMILIES`.
+class in its own file and one instance in :data:`REGISTERED`.
 
 Importing this module does not import torch.
 """
@@ -44,8 +44,8 @@ class Qwen3Family(Qwen2Family):
     qk_norm = True
 
 
-FAMILIES: dict[str, ModelFamily] = {t: fam for fam in (LlamaFamily(), MistralFamily(), Qwen2Family(), Qwen3Family())
-                                    for t in fam.model_types}
+REGISTERED = (LlamaFamily(), MistralFamily(), Qwen2Family(), Qwen3Family())  # a new family: one instance here
+FAMILIES: dict[str, ModelFamily] = {t: fam for fam in REGISTERED for t in fam.model_types}
 """Families by ``config.model_type``."""
 
 

@@ -4,7 +4,7 @@ The core never walks a model's attributes itself: the decoder stack, a layer's a
 the rotary module, the final norm, the LM head, the LoRA target names, the attention-kernel switch and
 the sliding-window rule all come from the :class:`ModelFamily` of the model's ``config.model_type``
 (:func:`kvlink_rag.model.families.family_of`). Adding an architecture is one file with its family class
-and one entry in :data:`kvlink_rag.model.families.FAMILIES`.
+and one instance in :data:`kvlink_rag.model.families.REGISTERED`.
 
 Importing this module does not import torch.
 """
