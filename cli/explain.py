@@ -73,7 +73,7 @@ def checked_attribution(method: str | None) -> str | None:
 
 def print_attribution(att: Attribution, documents: list[Document], method: str = "attention") -> None:
     """Per document: its share, title, and top passages quoted (character offsets in brackets)."""
-    from kvlink_rag.text.prompt import normalize_text
+    from kvlink_rag.encodable import normalize_text
 
     out.print(f"[bold]attribution[/bold] ({METHOD_TEXT[method]}); system prompt's attention share "
               f"{att.prefix:.1%}")

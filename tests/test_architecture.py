@@ -33,7 +33,7 @@ FORBIDDEN = {
 }
 
 # the core's rooms, lowest first: a room imports only the rooms on the floors below it. The kernel (types, cache
-# contract, retention's kept tokens, text checks, settings) is what the store may import too. The runtime
+# contract, retention's kept tokens, text checks and normal form, settings) is what the store may import too. The runtime
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (

@@ -11,13 +11,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..decoding.answer import Answer
-from ..model.attention import capture_attention
 import torch
 
+from ..decoding.answer import Answer
+from ..encodable import normalize_text
 from ..engine import Engine
 from ..linking.context import LinkedContext
-from ..text.prompt import normalize_text, user_text_offsets
+from ..model.attention import capture_attention
+from ..text.prompt import user_text_offsets
 from ..types import Document
 from .attribution import AttentionMass, Attribution, DocumentAttribution, attribute, char_passages, top_spans
 

@@ -34,8 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..encodable import normalize_text
 from ..types import Document
-from .prompt import normalize_text
 
 _PARAGRAPH_END = re.compile(r"\n[ \t]*\n\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
