@@ -57,12 +57,12 @@ API_CORE_IMPORTS = {
     ("api.state", "kvlink_rag.settings"): "configuration (issue 29 item 2)",
     # the type of ServiceState.engine (tests hand one in); under TYPE_CHECKING only
     ("api.state", "kvlink_rag.engine"): "the engine's type, TYPE_CHECKING only (issue 29 items 2-3)",
-    # pure helpers on text and tokens, no model or state: the declared kernel of issue 29 item 2
+    # pure helpers on text and tokens, no model or state: the kernel (encodable) and two of decoding/'s leaves
     ("api.request_body", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
     ("api.routes.documents", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
-    ("api.generation_fields", "kvlink_rag.decoding.stop_strings"): "kernel: stop-string limits and normalisation",
-    ("api.routes.completions", "kvlink_rag.decoding.stop_strings"): "kernel: cutting text at a stop string",
-    ("api.logprobs_format", "kvlink_rag.decoding.logprobs"): "kernel: the logprob record and a token's bytes",
+    ("api.generation_fields", "kvlink_rag.decoding.stop_strings"): "pure: stop-string limits and normalisation",
+    ("api.routes.completions", "kvlink_rag.decoding.stop_strings"): "pure: cutting text at a stop string",
+    ("api.logprobs_format", "kvlink_rag.decoding.logprobs"): "pure: the logprob record and a token's bytes",
 }
 
 
