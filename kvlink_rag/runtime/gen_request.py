@@ -34,7 +34,7 @@ class GenRequest:
             called in the scheduler's thread under the model lock (loading a LoRA adapter is allowed).
         docs: documents in prompt order (empty for a chat without documents, full mode included).
         text_ids: ``[tokens]`` ids after the documents: question with the assistant header, or a whole
-            conversation (see :meth:`kvlink_rag.text.prompt.PromptTemplate.conversation_ids`).
+            conversation (see :func:`kvlink_rag.text.conversation.conversation_ids`).
         mode: ``'linked'`` (cached documents, link tokens) or ``'full'`` (causal prefill of every token).
         k: link tokens per document (None: the engine's K; 0: none).
         params: sampling parameters (per request: temperature, top_p, seed, max_new_tokens).
