@@ -18,7 +18,7 @@ from ..model.families import family_of
 from ..model.loader import LoadedModel
 from .attention_probs import attention_mass
 from .linear import TokenSplit
-from .lora import LayerLora, LowRank, adapter_terms
+from .lora import LayerLora, adapter_terms
 from .ragged import RaggedBatch, attend
 from .weights import LayerWeights, ModelWeights, model_weights
 
@@ -31,12 +31,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
-
-
-def _with_lora(y: torch.Tensor, x: torch.Tensor, terms: list[LowRank]) -> torch.Tensor:
-    for t in terms:
-        t.add_to(y, x)
-    return y
 
 
 class ModelRunner:
@@ -97,8 +91,8 @@ class ModelRunner:
         t, hd = h.shape[0], w.head_dim
         x = rms_norm(h, layer.input_norm, w.eps)
         qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
-        if lora is not None:
-            _with_lora(qkv, x, lora.qkv)
+        if lora is not None and lora.qkv is not None:
+            lora.qkv.add_to(qkv, x)
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
@@ -121,17 +115,17 @@ class ModelRunner:
                                                     row.attention.exclude_self))
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
         o = layer.o(attn, split)
-        if lora is not None:
-            _with_lora(o, attn, lora.o)
+        if lora is not None and lora.o is not None:
+            lora.o.add_to(o, attn)
         h = h + o
         x = rms_norm(h, layer.post_norm, w.eps)
         gu = layer.gate_up(x, split)  # [T, 2 * intermediate]
-        if lora is not None:
-            _with_lora(gu, x, lora.gate_up)
+        if lora is not None and lora.gate_up is not None:
+            lora.gate_up.add_to(gu, x)
         a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
         d = layer.down(a, split)
-        if lora is not None:
-            _with_lora(d, a, lora.down)
+        if lora is not None and lora.down is not None:
+            lora.down.add_to(d, a)
         return h + d
 
 

@@ -111,19 +111,3 @@ def test_the_causal_path_equals_the_causal_mask():
     assert batch.add(seq, 9).causal and not batch.add(SequenceKV([], 1, 2, 8, torch.float32, "cpu", 16), 1).causal
     seq.append(k[None], v[None])
     assert not RaggedBatch().add(seq, 3).causal  # keys before it: the mask's rectangle, not the kernel's triangle
-
-
-def test_a_decode_over_bfloat16_pieces_merges_each_pieces_kernel_by_log_sum_exp():
-    """One-token queries over several bfloat16 pieces (a long one, runs of short ones joined): the same
-    attention as over the pieces joined, in float32, to bfloat16 rounding."""
-    from kvlink_rag.runtime.ragged import _grouped, attend
-
-    g = torch.Generator().manual_seed(5)
-    sizes = [300, 7, 20, 1, 290, 3]
-    pieces = [(torch.randn(2, t, 8, generator=g), torch.randn(2, t, 8, generator=g)) for t in sizes]
-    q = torch.randn(4, 1, 8, generator=g)
-    joined = [(torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))]
-    want = attend(q, joined, None, 8 ** -0.5)
-    got = attend(q.bfloat16(), [(k.bfloat16(), v.bfloat16()) for k, v in pieces], None, 8 ** -0.5)
-    assert got.dtype == torch.bfloat16 and (got.float() - want).abs().max() < 2e-2
-    assert [k.shape[1] for k, _ in _grouped(pieces)] == [300, 28, 290, 3]
