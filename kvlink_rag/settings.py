@@ -17,7 +17,7 @@ def default_home() -> Path:
     return Path.home() / ".cache" / "kvlink-rag"
 
 
-AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.leave_one_out)
+AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.explain.leave_one_out)
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 
 
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     attribution: AttributionMethod = Field(
         "leave_one_out", description="How explain attributes an answer to its documents: `leave_one_out` (the drop "
         "in the answer's log-likelihood when a document is left out of the link, one link forward per document, "
-        "kvlink_rag.leave_one_out) or `attention` (the question and answer tokens' attention share only). Top "
+        "kvlink_rag.explain.leave_one_out) or `attention` (the question and answer tokens' attention share only). Top "
         "passages come from the attention either way. A request's own `attribution` overrides it.")
     importance_scores: bool = Field(
         True, description="Score token importance while precomputing (eager attention for that forward) and store "
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     max_document_tokens: int = Field(4096, ge=1, description="Largest document (tokens, title included).")
     chunk_tokens: int = Field(512, ge=0, description="A document longer than this (tokens, title included) is "
                               "stored and linked as chunks of at most this many tokens, each its own cache "
-                              "(kvlink_rag/chunking.py); 0 = one cache per document. At least 64.")
+                              "(kvlink_rag/text/chunking.py); 0 = one cache per document. At least 64.")
     max_batch_documents: int = Field(256, ge=1, description="Documents per ingest request.")
     max_metadata_bytes: int = Field(16_384, ge=0, description="Largest document metadata (JSON bytes).")
     max_question_chars: int = Field(2_000, ge=1, description="Longest question (characters).")

@@ -1,7 +1,7 @@
 """Query-side LoRA adapters as low-rank terms added by the runner (Hu et al., 2021, arXiv 2106.09685).
 
 The adapters live in the transformers model as peft ``LoraLayer`` s (loaded, trained and removed there,
-:mod:`kvlink_rag.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
+:mod:`kvlink_rag.model.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
 seen, and adds ``scale * (x A^T) B^T`` to the slice of the fused projection each target feeds.
 """
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model.families import family_of
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,9 @@ def _terms(modules: list[torch.nn.Module], name: str) -> FusedLowRank | None:
 def adapter_terms(model: torch.nn.Module, name: str) -> list[LayerLora]:
     """Per decoder layer, the low-rank terms of adapter ``name`` in ``model``, fused per projection (None
     where a projection holds no target)."""
-    layers = []
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        layers.append(LayerLora(
-            qkv=_terms([attn.q_proj, attn.k_proj, attn.v_proj], name), o=_terms([attn.o_proj], name),
-            gate_up=_terms([mlp.gate_proj, mlp.up_proj], name), down=_terms([mlp.down_proj], name)))
+    layers, fam = [], family_of(model.config)
+    for layer in fam.layers(model):
+        p = fam.parts(layer)
+        layers.append(LayerLora(qkv=_terms([p.q, p.k, p.v], name), o=_terms([p.o], name),
+                                gate_up=_terms([p.gate, p.up], name), down=_terms([p.down], name)))
     return layers

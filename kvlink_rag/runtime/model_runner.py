@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..model import LoadedModel
-from ..rope import rope_cos_sin
+from ..linking.rope import rope_cos_sin
+from ..model.families import family_of
+from ..model.loader import LoadedModel
 from .attention_probs import attention_mass
 from .linear import TokenSplit
 from .lora import LayerLora, adapter_terms
@@ -42,7 +43,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, fmt: str = "native"):
         self.model = model
-        self.rotary_emb = model.model.rotary_emb
+        self.rotary_emb = family_of(model.config).rotary_emb(model)
         self.weights: ModelWeights = model_weights(model, fmt)
         self._adapters: dict[str, list[LayerLora]] = {}
 
@@ -138,7 +139,7 @@ def get_runner(lm: LoadedModel) -> ModelRunner:
 
 def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
                    ) -> torch.Tensor:
-    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.lora.adapter_scope`
+    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.model.lora.adapter_scope`
     turned on (``lm.active_adapter``).
 
     Args:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from factories import random_ids, randomise_lora, tiny_model
-from kvlink_rag.lora import adapter_scope, add_lora
+from kvlink_rag.model.lora import adapter_scope, add_lora
 from kvlink_rag.runtime import q4q8
 from kvlink_rag.runtime.model_runner import ModelRunner, forward_ragged, get_runner
 from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV

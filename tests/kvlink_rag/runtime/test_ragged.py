@@ -7,9 +7,9 @@ import torch
 from transformers import DynamicCache
 
 from factories import random_ids, tiny_model
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.linking.kvcache import cache_tensors
 from kvlink_rag.runtime.model_runner import forward_ragged
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 
 
 def reference(lm, prompt: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -88,7 +88,7 @@ def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(
 
 
 def test_the_kv_dtype_follows_the_weight_format():
-    from kvlink_rag.model import kv_dtype_of
+    from kvlink_rag.model.loader import kv_dtype_of
 
     assert kv_dtype_of("int4-bf16", torch.float32) == torch.bfloat16
     assert kv_dtype_of("bfloat16", torch.float32) == torch.bfloat16
