@@ -41,27 +41,35 @@ void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* qx, float* dx, 
   }
 }
 
-// y[16] of one tile for one activation row.
-inline void tile_row(const uint8_t* tile, int64_t blocks, const int8_t* qx, const float* dx, const float* sx,
-                     float* y) {
+// y[r][16] of one tile for R activation rows at once: each weight vector is unpacked once for all R rows.
+template <int R>
+inline void tile_rows(const uint8_t* tile, int64_t blocks, int64_t k, const int8_t* qx, const float* dx,
+                      const float* sx, float* const* y) {
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tile + b * kTileBytes;
-    const int32_t* xq = reinterpret_cast<const int32_t*>(qx + b * kBlock);
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    __m512i s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
     for (int p = 0; p < 4; ++p) {
       const __m512i w = _mm512_loadu_si512(t + 64 * p);
-      s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(w, low), _mm512_set1_epi32(xq[2 * p]));
-      s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(w, 4), low), _mm512_set1_epi32(xq[2 * p + 1]));
+      const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+      for (int r = 0; r < R; ++r) {
+        const int32_t* xq = reinterpret_cast<const int32_t*>(qx + r * k + b * kBlock);
+        s[r] = _mm512_dpbusd_epi32(s[r], lo, _mm512_set1_epi32(xq[2 * p]));
+        s[r] = _mm512_dpbusd_epi32(s[r], hi, _mm512_set1_epi32(xq[2 * p + 1]));
+      }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 256)));
     const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 288)));
-    const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-    acc0 = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[b])), isum, acc0);
-    acc1 = _mm512_fmadd_ps(mn, _mm512_set1_ps(sx[b]), acc1);
+    for (int r = 0; r < R; ++r) {
+      const int64_t rb = r * blocks + b;
+      acc0[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx[rb])), _mm512_cvtepi32_ps(s[r]), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(sx[rb]), acc1[r]);
+    }
   }
-  _mm512_storeu_ps(y, _mm512_add_ps(acc0, acc1));
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y[r], _mm512_add_ps(acc0[r], acc1[r]));
 }
 
 
@@ -201,13 +209,19 @@ torch::Tensor q4q8_mm(torch::Tensor x, torch::Tensor packed) {
   const uint8_t* w = packed.data_ptr<uint8_t>();
   float* out = y.data_ptr<float>();
   at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
-    float tmp[kRows];
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t r = 0; r < m; ++r) {
-        tile_row(w + t * blocks * kTileBytes, blocks, qx.data() + r * k, dx.data() + r * blocks,
-                 sx.data() + r * blocks, tmp);
-        std::memcpy(out + r * n + t * kRows, tmp, sizeof(tmp));
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint8_t* tile = w + t * blocks * kTileBytes;
+      int64_t r = 0;
+      for (; r + 4 <= m; r += 4) {  // four rows share each unpacked weight vector
+        float* y[4] = {out + r * n + t * kRows, out + (r + 1) * n + t * kRows, out + (r + 2) * n + t * kRows,
+                       out + (r + 3) * n + t * kRows};
+        tile_rows<4>(tile, blocks, k, qx.data() + r * k, dx.data() + r * blocks, sx.data() + r * blocks, y);
       }
+      for (; r < m; ++r) {
+        float* y[1] = {out + r * n + t * kRows};
+        tile_rows<1>(tile, blocks, k, qx.data() + r * k, dx.data() + r * blocks, sx.data() + r * blocks, y);
+      }
+    }
   });
   return y;
 }

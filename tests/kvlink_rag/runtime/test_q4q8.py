@@ -30,7 +30,7 @@ def _q4_1_weight(n: int, k: int, seed: int) -> torch.Tensor:
 
 
 @needs_kernel
-@pytest.mark.parametrize("n,k,m", [(64, 96, 1), (512, 256, 3), (96, 1536, 2)])
+@pytest.mark.parametrize("n,k,m", [(64, 96, 1), (512, 256, 3), (96, 1536, 2), (48, 64, 9)])  # 9: two 4-row groups + 1
 def test_q4q8_keeps_a_q4_1_weight_exactly_and_equals_its_formula(n, k, m):
     """A weight on the Q4_1 grid is held exactly (float16 scales and mins); the product is that weight times
     the activations rounded to int8 per block of 32, to float32 summation (1e-5 of the largest output)."""
