@@ -64,7 +64,7 @@ class DocumentResolver:
     """Resolves requests against the shared index (the replicas' ``KVLINK_RAG_INDEX_URL``).
 
     Args:
-        index: a :class:`store.index.DocumentIndex` (records: cache keys, token counts).
+        index: a :class:`store.index.document_index.DocumentIndex` (records: cache keys, token counts).
         retrieval: BM25 over the same index and texts.
         settings: the replicas' settings (``default_top_k``, retrieval cut-offs).
     """

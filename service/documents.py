@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 from kvlink_rag.types import Document
 from service.precompute import CacheTooLarge, adopt, precompute
 from service.errors import QueueUnavailable
-from store.index import DocumentRecord, is_corrupt
+from store.index.document_index import DocumentRecord, is_corrupt
 from store.keys import content_hash, normalize_text, simhash64
 
 if TYPE_CHECKING:

@@ -8,14 +8,14 @@ import torch
 
 from kvlink_rag.settings import Settings
 from store.backends import open_blob_store, open_index
-from store.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
 from store.doc_cache import StoreCache
-from store.index import DocumentIndex
+from store.index.document_index import DocumentIndex
 from store.lmdb_env import open_env
-from store.policies import FairPolicy, LRUPolicy
+from store.tiers.policies import FairPolicy, LRUPolicy
 from store.texts import Texts, TextStore
-from store.tiers import CacheTier, TieredCache, TierFormat
+from store.tiers.memory import CacheTier, TieredCache, TierFormat
 
 
 @dataclass
@@ -61,7 +61,7 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
                             on_corrupt=on_corrupt)
     shared = None
     if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
-        from store.shared_tier import TieredBlobStore
+        from store.tiers.shared import TieredBlobStore
 
         shared = open_blob_store(settings.shared_store_url, timeout_s=settings.shared_store_timeout_s,
                                  probe_interval_s=settings.shared_store_probe_interval_s)

@@ -6,9 +6,9 @@ import pytest
 
 from kvlink_rag.settings import Settings
 from store.backends import open_blob_store
-from store.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore
 from store.factory import open_store
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 
 
 def test_lmdb_url_opens_the_lmdb_blob_store(tmp_path, make_kv, same_kv):

@@ -10,7 +10,7 @@ from kvlink_rag.types import Document
 from service.documents import DocumentService
 from store.check import check_store
 from store.factory import open_store
-from store.index import is_corrupt
+from store.index.document_index import is_corrupt
 
 
 def _store(tmp_path):

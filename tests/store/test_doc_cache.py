@@ -12,7 +12,7 @@ from kvlink_rag.types import Document
 from service.documents import DocumentService
 from store.doc_cache import StoreCache
 from store.factory import open_store
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 
 
 def test_int8_cache_serves_the_round_trip_from_memory_and_disk(tmp_path):
