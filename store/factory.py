@@ -7,14 +7,13 @@ from dataclasses import dataclass
 import torch
 
 from kvlink_rag.settings import Settings
-from store.backends import open_blob_store, open_index
+from store.backends import open_blob_store, open_index, open_texts
 from store.blobs.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
 from store.doc_cache import StoreCache
 from store.index.document_index import DocumentIndex
-from store.lmdb_env import open_env
 from store.tiers.policies import FairPolicy, LRUPolicy
-from store.texts import Texts, TextStore
+from store.texts import Texts
 from store.tiers.memory import CacheTier, TieredCache, TierFormat
 
 
@@ -57,8 +56,8 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
         ValueError: bad index URL; redis errors when a Redis index is unreachable.
     """
     settings.store_dir.mkdir(parents=True, exist_ok=True)
-    blobs = open_blob_store(f"lmdb://{settings.store_dir}", max_map_size=settings.store_max_bytes,
-                            on_corrupt=on_corrupt)
+    local = f"lmdb://{settings.store_dir}"  # this host's store: blobs, and texts and index unless in Redis
+    blobs = open_blob_store(local, max_map_size=settings.store_max_bytes, on_corrupt=on_corrupt)
     shared = None
     if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
         from store.tiers.shared import TieredBlobStore
@@ -66,26 +65,11 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
         shared = open_blob_store(settings.shared_store_url, timeout_s=settings.shared_store_timeout_s,
                                  probe_interval_s=settings.shared_store_probe_interval_s)
         blobs = TieredBlobStore(blobs, shared)
-    # texts and the embedded index: the process-wide environment of the folder, the lmdb:// blob store's own
-    env = open_env(settings.store_dir, max_map_size=settings.store_max_bytes)
-    url = settings.index_url or f"lmdb://{settings.store_dir}"
-    index = open_index(url, env=env if url.startswith("lmdb://") else None)
-    texts = open_texts(url, env)
+    url = settings.index_url or local  # the folder's one LMDB environment holds all three when local
+    index = open_index(url)
+    texts = open_texts(url) if url == local else open_texts(url, mirror=open_texts(local))
     tiered = TieredCache(memory_tiers(settings), blobs)
     cache = StoreCache(tiered, "default", settings.store_int8, settings.shared_cache_across_tenants)
     catalog = Catalog(index, texts, cache, enqueue or (lambda tenant, doc_id, version: None))
     return Store(blobs, index, texts, tiered, catalog, cache, shared)
 
-
-def open_texts(index_url: str, env) -> Texts:
-    """Texts beside the index: in Redis with a Redis index (every host reads them; mirrored in ``env`` for
-    reads while Redis is down), else in ``env`` (LMDB)."""
-    from store.redis_conn import is_redis_url
-
-    if is_redis_url(index_url):
-        from store.redis_texts import RedisTextStore
-
-        texts = RedisTextStore.from_url(index_url, local=TextStore(env))
-        texts.seed_from_local()
-        return texts
-    return TextStore(env)
