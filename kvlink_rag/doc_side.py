@@ -26,7 +26,7 @@ from .rope import remove_rope, rope_cos_sin
 from .types import DocumentKV, PrefixKV, parse_dtype
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from .settings import EngineSettings
 
 
 class EncodingEngine(Protocol):
@@ -34,7 +34,7 @@ class EncodingEngine(Protocol):
     module: a protocol, so that the two never import each other)."""
 
     @property
-    def settings(self) -> Settings: ...
+    def settings(self) -> EngineSettings: ...
     @property
     def lm(self) -> LoadedModel: ...
     @property

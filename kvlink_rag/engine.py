@@ -26,7 +26,7 @@ from .prompt import PromptTemplate, has_special_text
 from .retention import check_retention
 from .reuse import ReuseInputs, reuse_method
 from .runtime.model_runner import get_runner
-from .settings import Settings
+from .settings import EngineSettings
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, LinkedContext, RetainedKV
 
 
@@ -41,7 +41,7 @@ class Engine:
         ValueError: bad settings; kvlink_rag.link_tokens.LinkTokensMismatch: link tokens for another model.
     """
 
-    def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
+    def __init__(self, settings: EngineSettings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
         self.settings = settings
         self.lm = lm if lm is not None else load_model(settings)
         get_runner(self.lm)  # the runner's fused (and converted) weights now, not in the first request's TTFT

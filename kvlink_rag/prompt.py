@@ -14,22 +14,14 @@ from __future__ import annotations
 
 import copy
 import threading
-import unicodedata
 import weakref
 from dataclasses import dataclass
 
 import torch
 
+from kvlink_rag.normalize import normalize_text
+
 _SENTINEL = "\u2063KVLINK_USER_CONTENT\u2063"
-
-
-def normalize_text(text: str) -> str:
-    """NFC-normalise, turn CRLF/CR into LF, strip the ends.
-
-    Only changes that keep the meaning: the normalised text is exactly what is tokenised and what the
-    content hash covers, so equal hashes mean equal token ids.
-    """
-    return unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
 _USER_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

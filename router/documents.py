@@ -10,7 +10,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.retrieval import Retrieval, above_cutoff
 
 log = logging.getLogger(__name__)

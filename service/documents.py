@@ -35,7 +35,8 @@ from kvlink_rag.types import Document
 from service.precompute import CacheTooLarge, adopt, precompute
 from service.errors import QueueUnavailable
 from store.index.document_index import DocumentRecord, is_corrupt
-from store.keys import content_hash, normalize_text, simhash64
+from kvlink_rag.normalize import normalize_text
+from store.keys import content_hash, simhash64
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine

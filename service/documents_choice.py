@@ -15,7 +15,7 @@ from service.errors import ServiceError, redis_errors
 from store.keys import content_hash
 
 if TYPE_CHECKING:
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store
     from store.index.document_index import DocumentRecord

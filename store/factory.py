@@ -1,4 +1,4 @@
-"""Open the whole store for a :class:`kvlink_rag.settings.Settings`: blobs, index, texts, tiers, catalog."""
+"""Open the whole store for a :class:`store.settings.StoreSettings`: blobs, index, texts, tiers, catalog."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from store.backends import open_blob_store, open_index, open_texts
 from store.blobs.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
@@ -32,7 +32,7 @@ class Store:
     shared: BlobStore | None = None
 
 
-def memory_tiers(settings: Settings) -> list[CacheTier]:
+def memory_tiers(settings: StoreSettings) -> list[CacheTier]:
     """Device tier (when a GPU and a budget exist), host tier, then the cold tier (when it has a budget: documents
     at ``cold_cache_retention``, int8 if ``cold_cache_int8``), with fair or LRU eviction."""
     policy = FairPolicy if settings.fair_eviction else LRUPolicy
@@ -46,7 +46,7 @@ def memory_tiers(settings: Settings) -> list[CacheTier]:
     return tiers
 
 
-def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=None) -> Store:
+def open_store(settings: StoreSettings, enqueue: Enqueue | None = None, on_corrupt=None) -> Store:
     """Open (creating) the store under ``settings.home``.
 
     Args:

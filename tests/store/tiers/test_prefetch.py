@@ -7,7 +7,7 @@ import time
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from kvlink_rag.types import Document
 from store.factory import open_store
 from store.tiers.prefetch import prefetch_layers
@@ -19,7 +19,7 @@ QUESTION = "Who designed the Analytical Engine?"
 
 
 def _engine_with_store(tmp_path):
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20))
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20, host_cache_bytes=32 << 20))
     engine = tiny_text_engine(tmp_path)
     engine.cache = st.cache
     return st, engine

@@ -10,7 +10,7 @@ import torch
 
 from factories import random_kv, tiny_text_engine
 from kvlink_rag.retention import kept_positions
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from kvlink_rag.types import Document, DocumentKV, LayeredDocuments, RetainedKV
 from store.factory import open_store
 from store.blobs.lmdb import LmdbBlobStore
@@ -162,9 +162,9 @@ def test_default_tier_path_is_unchanged():
 
 def test_engine_serves_cold_documents_at_low_retention_and_r1_from_the_store(tmp_path):
     doc = Document("The cold tier holds forty percent of the tokens of this document in int8 bytes. " * 3, "Cold")
-    base = dict(model="unused", store_max_bytes=64 << 20, host_cache_bytes=0)
-    plain = open_store(Settings(home=tmp_path / "a", **base))
-    tiered = open_store(Settings(home=tmp_path / "b", cold_cache_bytes=1 << 20, **base))
+    base = dict(store_max_bytes=64 << 20, host_cache_bytes=0)
+    plain = open_store(StoreSettings(home=tmp_path / "a", **base))
+    tiered = open_store(StoreSettings(home=tmp_path / "b", cold_cache_bytes=1 << 20, **base))
     assert [t.name for t in tiered.tiered.tiers] == ["host", "cold"]
     engine = tiny_text_engine(tmp_path)
     engine.cache = plain.cache
@@ -186,7 +186,7 @@ def test_engine_serves_cold_documents_at_low_retention_and_r1_from_the_store(tmp
 
 
 def test_a_retained_store_read_fills_the_cold_tier_when_it_covers_the_held_retention(tmp_path):
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=0,
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20, host_cache_bytes=0,
                              cold_cache_bytes=1 << 20))
     kv = scored_kv()
     st.blobs.put("d", kv)
@@ -210,7 +210,7 @@ def test_a_retained_store_read_fills_the_cold_tier_when_it_covers_the_held_reten
 
 
 def test_store_reads_count_as_lmdb_hits_at_every_retention(tmp_path):
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=0))
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20, host_cache_bytes=0))
     st.blobs.put("d", scored_kv())
     for n, r in enumerate((0.4, 0.7, 1.0), start=1):
         items = st.cache.resolve(["d"], r)
