@@ -27,7 +27,8 @@ from kvlink_rag.nq import best_subspan_em, build_documents, load_nq
 from service.settings import get_settings
 from store.doc_cache import StoreCache
 from store.factory import open_store
-from store.tiers.memory import CacheTier, TieredCache
+from store.tiers.tier import CacheTier
+from store.tiers.tiered import TieredCache
 
 ADAPTER = Path(__file__).resolve().parents[1] / "kvlink_rag/assets/smollm2-135m-instruct-links-qlora.safetensors"
 POSITIONS = ("first", "middle", "last")

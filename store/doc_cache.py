@@ -16,7 +16,7 @@ from store.lmdb_env import StoreFullError
 from store.records.ordered_layout import record_importance
 from store.tiers.prefetch import prefetch_layers
 from store.tiers.tier_format import hold_part
-from store.tiers.memory import TieredCache
+from store.tiers.tiered import TieredCache
 
 log = logging.getLogger(__name__)
 

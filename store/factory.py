@@ -14,7 +14,9 @@ from store.doc_cache import StoreCache
 from store.index.document_index import DocumentIndex
 from store.tiers.policies import FairPolicy, LRUPolicy
 from store.texts import Texts
-from store.tiers.memory import CacheTier, TieredCache, TierFormat
+from store.tiers.tier import CacheTier
+from store.tiers.tier_format import TierFormat
+from store.tiers.tiered import TieredCache
 
 
 @dataclass

@@ -12,7 +12,7 @@ import json
 
 import xxhash
 
-from store.records.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 
 SUM_FIELD = "_sum"
 _MARK = b"#"

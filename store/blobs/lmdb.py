@@ -28,10 +28,11 @@ import torch
 
 from kvlink_rag.types import DocumentKV
 from store.records import codec, ordered_layout
+from store.records.layer_decode import decode_layer_into, decode_layers_into
 from store.blobs.access_stats import AccessStats
 from store.blobs.blob_store import BlobStore, RawRecord, encode_record
 from store.tiers.events import NO_EVENTS, CacheEvents
-from store.records.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class LmdbBlobStore(BlobStore):
                 out_dtype = codec.target_dtype(meta, dtype)
                 keys = torch.empty((L, H, T, D), dtype=out_dtype)
                 values = torch.empty((L, H, T, D), dtype=out_dtype)
-                codec.decode_layers_into((txn.get(_rkey(key, f"L{i}"), db=self._db) for i in range(L)), meta,
+                decode_layers_into((txn.get(_rkey(key, f"L{i}"), db=self._db) for i in range(L)), meta,
                                          keys, values)
         except CorruptRecordError as e:
             self._corrupt(key, e)
@@ -231,7 +232,7 @@ class LmdbBlobStore(BlobStore):
                     now_meta = txn.get(_rkey(key, "meta"), db=self._db)
                     if now_meta is None or bytes(now_meta) != meta_bytes:
                         raise KeyError(f"{key} changed while its layers were read")
-                    codec.decode_layer_into(txn.get(_rkey(key, f"L{i}"), db=self._db), meta, i, k, v)
+                    decode_layer_into(txn.get(_rkey(key, f"L{i}"), db=self._db), meta, i, k, v)
             except CorruptRecordError as e:
                 self._corrupt(key, e)
                 raise

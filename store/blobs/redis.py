@@ -26,8 +26,9 @@ import torch
 
 from kvlink_rag.types import DocumentKV
 from store.records import codec, ordered_layout
+from store.records.layer_decode import decode_layer_into, decode_layers_into
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
-from store.records.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.redis_conn import connect, is_cluster_url, redact, server_info, split_url, tier_options
 from store.blobs.redis_health import CLUSTER, SERVER, RedisTargets, guarded as _unavailable, outage_errors, ping_tier
@@ -237,7 +238,7 @@ class RedisBlobStore(BlobStore):
             out = codec.target_dtype(meta, dtype)
             keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
             ids = codec.decode_ids(ids_buf, meta)
-            codec.decode_layers_into(layers, meta, keys, values)
+            decode_layers_into(layers, meta, keys, values)
         except KeyError:
             return None
         except CorruptRecordError as e:
@@ -263,7 +264,7 @@ class RedisBlobStore(BlobStore):
         for i, buf in enumerate(layers):
             k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
             try:
-                codec.decode_layer_into(buf, meta, i, k, v)
+                decode_layer_into(buf, meta, i, k, v)
             except CorruptRecordError as e:
                 self._corrupt(key, e)
                 raise

@@ -52,7 +52,7 @@ class ChunkedLayout:
         Raises:
             store.records.codec.CorruptRecordError: the chunk layout is missing or does not fit the shape.
         """
-        from store.records.codec import CorruptRecordError
+        from store.records.errors import CorruptRecordError
 
         layout = meta.get("redis") if isinstance(meta.get("redis"), dict) else None
         if layout is None or not isinstance(layout.get("chunks"), list) or len(layout["chunks"]) != meta["shape"][0] + 1:

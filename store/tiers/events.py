@@ -1,6 +1,6 @@
 """What enters and leaves a process's cache tiers, told to whoever listens (a router keeps an index of it).
 
-The tiers (:class:`store.tiers.memory.CacheTier`: ``device``, ``host``, ``cold``) and the local LMDB store
+The tiers (:class:`store.tiers.tier.CacheTier`: ``device``, ``host``, ``cold``) and the local LMDB store
 (:class:`store.blobs.lmdb.LmdbBlobStore`: tier ``local``) call a :class:`CacheEvents` after each change, outside
 their locks; the default :data:`NO_EVENTS` does nothing. :class:`service.cache_publisher.CachePublisher`
 publishes them to a Redis Stream (``kvlink-rag router`` reads it), with a sequence number per replica.

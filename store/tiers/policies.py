@@ -1,6 +1,6 @@
 """Eviction policies of the in-memory cache tiers, as strategy objects.
 
-A policy only *chooses*; the tier (:class:`store.tiers.memory.CacheTier`, seen here as a :class:`TierView`)
+A policy only *chooses*; the tier (:class:`store.tiers.tier.CacheTier`, seen here as a :class:`TierView`)
 removes. The tier calls
 :meth:`EvictionPolicy.choose_victim` repeatedly, under its lock, until the incoming entry fits.
 Pinned entries are never offered as victims.
@@ -42,7 +42,7 @@ class CacheEntry:
 
 
 class TierView(Protocol):
-    """What a policy reads of a tier (:class:`store.tiers.memory.CacheTier`): entries least to most recently
+    """What a policy reads of a tier (:class:`store.tiers.tier.CacheTier`): entries least to most recently
     used, bytes charged per tenant, the byte budget and the tier's clock (seconds)."""
 
     entries: Mapping[str, CacheEntry]

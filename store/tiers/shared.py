@@ -34,8 +34,9 @@ import torch
 
 from kvlink_rag.types import DocumentKV
 from store.records import codec, ordered_layout
+from store.records.layer_decode import decode_layer_into, decode_layers_into
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource, encode_record
-from store.records.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.tiers.health import TierSkipped
 
@@ -174,7 +175,7 @@ class TieredBlobStore(BlobStore):
             L, H, T, D = meta["shape"]
             out = codec.target_dtype(meta, dtype)
             keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
-            codec.decode_layers_into(_kept(it, layers), meta, keys, values)
+            decode_layers_into(_kept(it, layers), meta, keys, values)
             token_ids = codec.decode_ids(ids, meta)
         except (KeyError, CorruptRecordError, BlobStoreUnavailable) as e:
             return self._failed_read(key, e)
@@ -229,7 +230,7 @@ class TieredBlobStore(BlobStore):
             for i in range(L):
                 buf = next(it, None)
                 k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
-                codec.decode_layer_into(buf, meta, i, k, v)
+                decode_layer_into(buf, meta, i, k, v)
                 layers.append(buf)
                 if i == L - 1:
                     codec.decode_ids(ids, meta)

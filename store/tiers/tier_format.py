@@ -1,6 +1,6 @@
 """Tier policy: the retention and dtype at which a memory tier holds documents.
 
-Every :class:`store.tiers.memory.CacheTier` has a :class:`TierFormat`. The default (retention 1, native dtype) is
+Every :class:`store.tiers.tier.CacheTier` has a :class:`TierFormat`. The default (retention 1, native dtype) is
 lossless: the tier holds the :class:`~kvlink_rag.types.DocumentKV` itself, exactly as before tier policies
 existed. A *lossy* format (``retention < 1`` and/or ``int8``, e.g. the ``cold`` tier of
 :func:`store.factory.memory_tiers`) holds a :class:`HeldKV` instead:

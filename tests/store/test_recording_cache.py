@@ -8,7 +8,8 @@ from store.doc_cache import StoreCache
 from store.blobs.lmdb import LmdbBlobStore
 from store.lmdb_env import open_env
 from store.recording_cache import RecordingCache
-from store.tiers.memory import CacheTier, TieredCache
+from store.tiers.tier import CacheTier
+from store.tiers.tiered import TieredCache
 
 
 def test_recording_cache_implements_the_contract_without_attribute_forwarding():

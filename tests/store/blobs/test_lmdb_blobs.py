@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from store.records.codec import FORMAT_VERSION, CorruptRecordError
+from store.records.codec import FORMAT_VERSION
+from store.records.errors import CorruptRecordError
 from store.blobs.lmdb import BLOBS_DB, LmdbBlobStore
 from store.lmdb_env import StoreFullError, open_env
 

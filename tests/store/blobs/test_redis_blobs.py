@@ -14,7 +14,7 @@ from service_support import free_port
 from store.records import codec
 from store.backends import open_blob_store
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, encode_record
-from store.records.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 from store.blobs.lmdb import LmdbBlobStore
 from store.blobs.redis import RedisBlobStore
 

@@ -11,11 +11,13 @@ import torch
 from kvlink_rag.retention import kept_positions
 from kvlink_rag.types import LayeredDocuments
 from store.records import codec, ordered_layout
-from store.records.codec import CorruptRecordError
+from store.records.layer_decode import decode_layer_into, decode_layers_into
+from store.records.errors import CorruptRecordError
 from store.doc_cache import StoreCache
 from store.blobs.lmdb import LmdbBlobStore
 from store.tiers.prefetch import prefetch_layers
-from store.tiers.memory import CacheTier, TieredCache
+from store.tiers.tier import CacheTier
+from store.tiers.tiered import TieredCache
 
 
 def _scored(make_kv, seed: int = 0, tokens: int = 40, dtype=torch.float32):
@@ -50,7 +52,7 @@ def test_whole_document_gather_refuses_a_layer_that_does_not_fit_its_outputs(mak
     kv = _scored(make_kv)
     meta, _, layers = codec.encode_document(kv)
     keys, values = torch.empty_like(kv.keys), torch.empty_like(kv.values)
-    codec.decode_layers_into(layers, meta, keys, values)  # the fast path: rows gathered straight into place
+    decode_layers_into(layers, meta, keys, values)  # the fast path: rows gathered straight into place
     assert torch.equal(keys, kv.keys) and torch.equal(values, kv.values)
     inverse = torch.argsort(ordered_layout.token_order(meta))
     with pytest.raises(CorruptRecordError, match="does not fit"):
@@ -87,7 +89,7 @@ def test_prefix_read_needs_only_the_kept_tokens_bytes(make_kv):
     with pytest.raises(CorruptRecordError):
         ordered_layout.decode_ordered_prefix(bytes(buf), meta, 0, 0.5, torch.float32)  # touches a bad chunk
     with pytest.raises(CorruptRecordError):
-        codec.decode_layer_into(bytes(buf), meta, 0, torch.empty(2, 40, 8), torch.empty(2, 40, 8))
+        decode_layer_into(bytes(buf), meta, 0, torch.empty(2, 40, 8), torch.empty(2, 40, 8))
 
 
 def test_record_without_scores_keeps_positional_order(blobs, make_kv):

@@ -3,7 +3,8 @@
 from factories import random_kv
 from store.tiers.events import NO_EVENTS, CacheEvents
 from store.blobs.lmdb import LmdbBlobStore
-from store.tiers.memory import CacheTier, TieredCache, entry_nbytes
+from store.tiers.tier import CacheTier, entry_nbytes
+from store.tiers.tiered import TieredCache
 
 
 class Recorder:

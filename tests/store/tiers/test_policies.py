@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store.tiers.policies import FairPolicy, LRUPolicy, utility
-from store.tiers.memory import CacheTier, entry_nbytes
+from store.tiers.tier import CacheTier, entry_nbytes
 
 
 @pytest.fixture

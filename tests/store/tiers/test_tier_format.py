@@ -17,7 +17,8 @@ from store.blobs.lmdb import LmdbBlobStore
 from store.tiers.policies import FairPolicy
 from store.records.quant import quantize_int8
 from store.tiers.tier_format import HeldKV, TierFormat
-from store.tiers.memory import CacheTier, TieredCache, entry_nbytes
+from store.tiers.tier import CacheTier, entry_nbytes
+from store.tiers.tiered import TieredCache
 
 COLD = TierFormat(0.4, int8=True)
 

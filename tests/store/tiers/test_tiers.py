@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from store.blobs.lmdb import LmdbBlobStore
-from store.tiers.memory import CacheTier, TieredCache, entry_nbytes
+from store.tiers.tier import CacheTier, entry_nbytes
+from store.tiers.tiered import TieredCache
 
 
 def test_get_shares_the_object_and_counts_per_tenant(make_kv, clock):
