@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from store.redis_conn import connect, split_url
-from store.index.redis import DEFAULT_PREFIX, q
+from store.index.redis_records import DEFAULT_PREFIX, q
 from store.texts import Texts, TextStore
 
 _PAGE = 256

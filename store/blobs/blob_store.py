@@ -77,7 +77,6 @@ class BlobStore(ABC):
     checksum_failures: int = 0
     evictions: int = 0
 
-    @abstractmethod
     def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
         """Store ``kv`` (keys/values ``[L, H, T, D]``) under ``key`` atomically, replacing any earlier record.
 
@@ -90,7 +89,17 @@ class BlobStore(ABC):
         Raises:
             ValueError: invalid key or document.
             store.lmdb_env.StoreFullError: the document does not fit even after evicting every other one.
+            BlobStoreUnavailable: a remote backend is unreachable.
         """
+        return self.put_record(key, encode_record(kv, int8, tracked))
+
+    def put_record(self, key: str, record: RawRecord) -> int:
+        """Store an encoded record (:func:`encode_record`, or one read from another backend) as :meth:`put` does.
+
+        Raises:
+            as :meth:`put`; NotImplementedError: a backend that overrides :meth:`put` instead.
+        """
+        raise NotImplementedError
 
     @abstractmethod
     def get(self, key: str, dtype: torch.dtype | str | None = None) -> DocumentKV | None:

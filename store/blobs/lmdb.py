@@ -2,23 +2,14 @@
 checksummed, self-evicting (``lmdb://PATH``).
 
 Records live in the ``blobs`` sub-database of one :class:`~store.lmdb_env.LmdbEnv` (shared with the
-embedded index), under the cache key (see :func:`store.keys.cache_key`)::
-
-    <key>/meta   JSON: format_version, dtype, source_dtype, key_axis, shape [L, H, T, D], fingerprint,
-                 encoding, num_tokens, nbytes, checksum {ids, layers[L]} (xxh3_64 hex; xxh64 in version-1 records), created
-    <key>/ids    int64 little-endian token ids, T * 8 bytes
-    <key>/L{l}   safetensors bytes of layer l (see :mod:`store.records.codec`); a document stored with importance
-                 scores has its tokens in retention order, token-major, with per-tenth chunk checksums in
-                 the meta (``token_order``, ``checksum.chunks``; :mod:`store.records.ordered_layout`), so a read at
-                 retention r touches only the first ~r of each layer's bytes
-
-A small access-stats record per document (``blob_stats`` sub-database: hits, last access, bytes,
-created) ranks documents for eviction when the map cannot grow past ``max_map_size``.
+embedded index), laid out as :mod:`store.blobs.lmdb_records` describes; this module runs the transactions,
+deletes and reports corrupt records, and evicts. A small access-stats record per document (``blob_stats``
+sub-database: hits, last access, bytes, created) ranks documents for eviction when the map cannot grow past
+``max_map_size``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -27,30 +18,16 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store.records import codec, ordered_layout
-from store.records.layer_decode import decode_layer_into, decode_layers_into
+from store.blobs import lmdb_records as records
 from store.blobs.access_stats import AccessStats
-from store.blobs.blob_store import BlobStore, RawRecord, encode_record
-from store.tiers.events import NO_EVENTS, CacheEvents
-from store.records.errors import CorruptRecordError
+from store.blobs.blob_store import BlobStore, RawRecord
+from store.blobs.lmdb_records import BLOBS_DB, check_key, rkey
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
+from store.records import codec, ordered_layout
+from store.records.errors import CorruptRecordError
+from store.tiers.events import NO_EVENTS, CacheEvents
 
 log = logging.getLogger(__name__)
-
-BLOBS_DB = b"blobs"
-_MAX_KEY_BYTES = 400
-
-
-def _rkey(key: str, part: str) -> bytes:
-    return f"{key}/{part}".encode()
-
-
-def _check_key(key: str) -> bytes:
-    raw = key.encode()
-    if not key or "/" in key or len(raw) > _MAX_KEY_BYTES:
-        raise ValueError(f"invalid cache key {key!r}: non-empty, no '/', at most {_MAX_KEY_BYTES} bytes")
-    return raw
-
 
 class LmdbBlobStore(BlobStore):
     """Document KV caches in LMDB.
@@ -95,44 +72,22 @@ class LmdbBlobStore(BlobStore):
         self.env.add_reclaimer(self.evict)
 
     # -- writing -----------------------------------------------------------------------------------
-    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
-        """Store ``kv`` under ``key`` in one write transaction (replacing any earlier record).
-
-        Args:
-            key: cache key (no ``/``, at most 400 bytes).
-            kv: the document; keys/values ``[L, H, T, D]`` float32/bfloat16/float16.
-            int8: store int8 (keys per channel, values per token) instead of ``kv.dtype``.
-            tracked: a document record will point at it (False: an ad-hoc cache, see
-                :func:`store.records.codec.build_meta`).
-
-        Returns:
-            payload bytes written.
-
-        Raises:
-            ValueError: invalid key or document.
-            StoreFullError: the document does not fit even after evicting every other document.
-        """
-        return self.put_record(key, encode_record(kv, int8, tracked))
-
     def put_record(self, key: str, record: RawRecord) -> int:
         """Store an encoded record (:func:`store.blobs.blob_store.encode_record`, or bytes copied from another
-        backend) under ``key`` in one write transaction, evicting others for space as :meth:`put` does.
+        backend) under ``key`` (no ``/``, at most 400 bytes) in one write transaction, evicting the least
+        valuable documents for space (:meth:`BlobStore.put` encodes and calls this).
 
         Raises:
             ValueError: invalid key. StoreFullError: it does not fit even after evicting every other document.
         """
-        kraw = _check_key(key)
+        kraw = check_key(key)
         nbytes = record.meta["nbytes"]
         if nbytes > self.env.max_map_size * 0.9:
             raise StoreFullError(f"document of {nbytes} bytes exceeds the store's max map size")
-        meta_bytes = json.dumps(record.meta).encode()
 
         def write(txn) -> None:
             self._delete_in(txn, key)
-            txn.put(_rkey(key, "meta"), meta_bytes, db=self._db)
-            txn.put(_rkey(key, "ids"), record.ids, db=self._db)
-            for i, payload in enumerate(record.layers):
-                txn.put(_rkey(key, f"L{i}"), payload, db=self._db)
+            records.put_record(txn, self._db, key, record)
             self.access.record(txn, kraw, nbytes)
 
         while True:
@@ -149,7 +104,7 @@ class LmdbBlobStore(BlobStore):
 
     def delete(self, key: str) -> bool:
         """Remove the record of ``key``; True if it existed."""
-        _check_key(key)
+        check_key(key)
         existed = self.env.write(lambda txn: self._delete_in(txn, key))
         self.access.forget(key.encode())
         if existed:
@@ -157,24 +112,7 @@ class LmdbBlobStore(BlobStore):
         return existed
 
     def _delete_in(self, txn, key: str) -> bool:
-        meta_buf = txn.get(_rkey(key, "meta"), db=self._db)
-        existed = meta_buf is not None
-        n_layers = 0
-        if existed:
-            try:
-                n_layers = codec.parse_meta(meta_buf)["shape"][0]
-            except CorruptRecordError:
-                n_layers = 0
-        txn.delete(_rkey(key, "meta"), db=self._db)
-        txn.delete(_rkey(key, "ids"), db=self._db)
-        for i in range(n_layers):
-            txn.delete(_rkey(key, f"L{i}"), db=self._db)
-        if not n_layers:  # meta unreadable or absent: sweep every layer record by prefix
-            cur = txn.cursor(db=self._db)
-            prefix = _rkey(key, "L")
-            while cur.set_range(prefix) and bytes(cur.key()).startswith(prefix):
-                cur.delete()
-                existed = True
+        existed = records.delete_record(txn, self._db, key)
         self.access.remove(txn, key.encode())
         return existed
 
@@ -189,27 +127,16 @@ class LmdbBlobStore(BlobStore):
         A record that fails its checksum is deleted, counted in ``checksum_failures`` and reported to
         ``on_corrupt``; the call then returns None.
         """
-        _check_key(key)
+        check_key(key)
         try:
             with self.env.read() as txn:
-                meta = self._meta_in(txn, key)
-                if meta is None:
-                    return None
-                L, H, T, D = meta["shape"]
-                ids = codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta)
-                out_dtype = codec.target_dtype(meta, dtype)
-                keys = torch.empty((L, H, T, D), dtype=out_dtype)
-                values = torch.empty((L, H, T, D), dtype=out_dtype)
-                decode_layers_into((txn.get(_rkey(key, f"L{i}"), db=self._db) for i in range(L)), meta,
-                                         keys, values)
+                kv = records.read_document(txn, self._db, key, dtype)
         except CorruptRecordError as e:
             self._corrupt(key, e)
             return None
-        self.access.touch(key.encode())
-        return DocumentKV(
-            keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"], encoding=meta["encoding"],
-            importance=ordered_layout.record_importance(meta),
-        )
+        if kv is not None:
+            self.access.touch(key.encode())
+        return kv
 
     def iter_layers(
         self, key: str, dtype: torch.dtype | str | None = None
@@ -224,19 +151,25 @@ class LmdbBlobStore(BlobStore):
         meta_bytes, meta = self._stored_meta(key)
         L, H, T, D = meta["shape"]
         out_dtype = codec.target_dtype(meta, dtype)
-        for i in range(L):
-            k = torch.empty((H, T, D), dtype=out_dtype)
-            v = torch.empty((H, T, D), dtype=out_dtype)
+
+        def read(txn, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            k, v = torch.empty((H, T, D), dtype=out_dtype), torch.empty((H, T, D), dtype=out_dtype)
+            records.read_layer_into(txn, self._db, key, meta_bytes, meta, i, k, v)
+            return k, v
+
+        yield from self._layer_stream(key, L, read)
+
+    def _layer_stream(self, key: str, n_layers: int, read) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``read(txn, layer)`` of each layer, each in its own short read transaction; a corrupt layer deletes
+        and reports the record, then raises; the access is counted once every layer was read."""
+        for i in range(n_layers):
             try:
                 with self.env.read() as txn:
-                    now_meta = txn.get(_rkey(key, "meta"), db=self._db)
-                    if now_meta is None or bytes(now_meta) != meta_bytes:
-                        raise KeyError(f"{key} changed while its layers were read")
-                    decode_layer_into(txn.get(_rkey(key, f"L{i}"), db=self._db), meta, i, k, v)
+                    kv = read(txn, i)
             except CorruptRecordError as e:
                 self._corrupt(key, e)
                 raise
-            yield k, v
+            yield kv
         self.access.touch(key.encode())
 
     def _stored_meta(self, key: str) -> tuple[bytes, dict]:
@@ -245,9 +178,9 @@ class LmdbBlobStore(BlobStore):
         Raises:
             KeyError: absent. CorruptRecordError: unparsable (the record is deleted and reported).
         """
-        _check_key(key)
+        check_key(key)
         with self.env.read() as txn:
-            buf = txn.get(_rkey(key, "meta"), db=self._db)
+            buf = txn.get(rkey(key, "meta"), db=self._db)
             meta_bytes = None if buf is None else bytes(buf)
         if meta_bytes is None:
             raise KeyError(key)
@@ -282,33 +215,8 @@ class LmdbBlobStore(BlobStore):
         """``(k, v)`` ``[H, kept, D]`` per layer from prefixes of the ordered layer records (one short read
         transaction each; the memoryview is touched only where the prefix lies)."""
         order = ordered_layout.token_order(meta)  # checked once per document (by iter_retained_layers)
-        for i in range(meta["shape"][0]):
-            try:
-                with self.env.read() as txn:
-                    now_meta = txn.get(_rkey(key, "meta"), db=self._db)
-                    if now_meta is None or bytes(now_meta) != meta_bytes:
-                        raise KeyError(f"{key} changed while its layers were read")
-                    buf = txn.get(_rkey(key, f"L{i}"), db=self._db)
-                    if buf is None:
-                        raise CorruptRecordError(f"layer {i} is missing")
-                    k, v = ordered_layout.decode_ordered_prefix(buf, meta, i, retention, dtype, order)
-            except CorruptRecordError as e:
-                self._corrupt(key, e)
-                raise
-            yield k, v
-        self.access.touch(key.encode())
-
-    def _meta_in(self, txn, key: str) -> dict | None:
-        """Parsed meta of ``key`` inside ``txn``; None when absent or written by a newer format version.
-
-        Raises:
-            CorruptRecordError: the meta record cannot be parsed.
-        """
-        buf = txn.get(_rkey(key, "meta"), db=self._db)
-        if buf is None:
-            return None
-        meta = codec.parse_meta(buf)
-        return None if meta["format_version"] > codec.FORMAT_VERSION else meta  # newer release: leave it
+        yield from self._layer_stream(key, meta["shape"][0], lambda txn, i: records.read_layer_prefix(
+            txn, self._db, key, meta_bytes, meta, i, retention, dtype, order))
 
     def get_ids(self, key: str) -> torch.Tensor | None:
         """``[tokens]`` int64 token ids of ``key`` (checksummed), or None when absent.
@@ -316,13 +224,13 @@ class LmdbBlobStore(BlobStore):
         Raises:
             CorruptRecordError: the ids failed their checksum (the record is deleted and reported).
         """
-        _check_key(key)
+        check_key(key)
         try:
             with self.env.read() as txn:
-                meta = self._meta_in(txn, key)
+                meta = records.read_meta(txn, self._db, key)
                 if meta is None:
                     return None
-                return codec.decode_ids(txn.get(_rkey(key, "ids"), db=self._db), meta)
+                return records.read_ids(txn, self._db, key, meta)
         except CorruptRecordError as e:
             self._corrupt(key, e)
             raise
@@ -330,13 +238,13 @@ class LmdbBlobStore(BlobStore):
     def meta(self, key: str) -> dict | None:
         """The parsed meta record of ``key`` (no payload check), or None."""
         with self.env.read() as txn:
-            buf = txn.get(_rkey(key, "meta"), db=self._db)
+            buf = txn.get(rkey(key, "meta"), db=self._db)
             return None if buf is None else codec.parse_meta(buf)
 
     def contains(self, key: str) -> bool:
         """Whether a record for ``key`` exists (payload not verified)."""
         with self.env.read() as txn:
-            return txn.get(_rkey(key, "meta"), db=self._db) is not None
+            return txn.get(rkey(key, "meta"), db=self._db) is not None
 
     def keys(self) -> list[str]:
         """All stored cache keys, sorted."""

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store.records import codec, ordered_layout
-from store.records.layer_decode import decode_layer_into, decode_layers_into
-from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, encode_record
+from store.records import codec
+from store.records.layer_decode import decode_document, decode_layer_into
+from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord
 from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.redis_conn import connect, is_cluster_url, redact, server_info, split_url, tier_options
@@ -123,22 +123,15 @@ class RedisBlobStore(BlobStore):
             raise ValueError(f"invalid cache key {key!r}: non-empty, no braces, at most {_MAX_KEY_BYTES} bytes")
 
     # -- writing -----------------------------------------------------------------------------------
-    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
-        """Encode ``kv`` (keys/values ``[L, H, T, D]``) with the codec and :meth:`put_record` it.
-
-        Raises:
-            ValueError: invalid key or document. StoreFullError: Redis is out of memory (``maxmemory`` with
-            a no-eviction policy). BlobStoreUnavailable: Redis unreachable.
-        """
-        self._check_key(key)
-        return self.put_record(key, encode_record(kv, int8, tracked))
-
     @_unavailable()
     def put_record(self, key: str, record: RawRecord) -> int:
         """Write the chunks of a new generation (pipelined), commit the meta, drop the replaced generation.
 
         Returns:
-            payload bytes written. Raises: as :meth:`put`.
+            payload bytes written.
+        Raises:
+            ValueError: invalid key or document. StoreFullError: Redis is out of memory (``maxmemory`` with
+            a no-eviction policy). BlobStoreUnavailable: Redis unreachable.
         """
         import redis
 
@@ -234,18 +227,12 @@ class RedisBlobStore(BlobStore):
             return None
         meta, ids_buf, layers = opened
         try:
-            L, H, T, D = meta["shape"]
-            out = codec.target_dtype(meta, dtype)
-            keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
-            ids = codec.decode_ids(ids_buf, meta)
-            decode_layers_into(layers, meta, keys, values)
+            return decode_document(meta, ids_buf, layers, dtype)
         except KeyError:
             return None
         except CorruptRecordError as e:
             self._corrupt(key, e)
             return None
-        return DocumentKV(keys=keys, values=values, token_ids=ids, fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))
 
     def iter_layers(self, key: str, dtype: torch.dtype | str | None = None
                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

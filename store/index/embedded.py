@@ -18,8 +18,8 @@ import json
 import time
 from typing import Any
 
-from store.index.document_index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status,
-                         is_corrupt)
+from store.index.document_index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id,
+                                        check_status, is_corrupt)
 from store.integrity import CorruptEntry, load_json, seal
 from store.lmdb_env import LmdbEnv
 

@@ -1,66 +1,20 @@
-"""The document index in Redis (redis-py; imported lazily).
-
-Keys, under a configurable ``prefix`` (default ``"kvlink:"``); ``q()`` percent-encodes an id so that
-``:`` inside ids cannot collide:
-
-- ``{p}doc:{q(tenant)}:{q(doc_id)}``            hash of the record's fields (metadata as JSON) and their
-  checksum (:func:`store.integrity.fields_sum`; a corrupt hash reads as a failed :class:`CorruptDocumentRecord`)
-- ``{p}docs:{q(tenant)}``                       sorted set of doc_ids, all score 0 (lexical order)
-- ``{p}band:{q(tenant)}:{band}:{value:04x}``    set of doc_ids
-- ``{p}hash:{q(tenant)}:{content_hash}``        set of doc_ids
-- ``{p}ckey:{cache_key}``                       set of ``"{q(tenant)}:{q(doc_id)}"``
-- ``{p}tenants``                                set of tenants
-
-Mutations run as ``WATCH``/``MULTI`` transactions on the record's key, retried on conflict.
+"""The document index in Redis (redis-py; imported lazily): keys and record hashes as laid out in
+:mod:`store.index.redis_records`. Mutations run as ``WATCH``/``MULTI`` transactions on the record's key,
+retried on conflict.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from store.index.document_index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id, check_status,
-                         is_corrupt)
-from store.integrity import SUM_FIELD, fields_sum
+from store.index.document_index import (DocumentIndex, DocumentRecord, apply_fields, bands, check_id,
+                                        check_status, is_corrupt)
+from store.index.redis_records import DEFAULT_PREFIX, decode_record, encode_record, glob_escape, q
 
-DEFAULT_PREFIX = "kvlink:"
 _MAX_RANGE = 2**63 - 1  # largest index of a Redis range
-_INT_FIELDS = ("simhash", "num_tokens", "nbytes", "version", "hits")
-_FLOAT_FIELDS = ("created", "updated")
-
-
-def q(part: str) -> str:
-    """Percent-encode an id for use inside a key (no ``:`` survives)."""
-    return quote(part, safe="")
-
-
-def _glob(text: str) -> str:
-    """``text`` with the glob characters of ``SCAN MATCH`` escaped."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _encode(rec: DocumentRecord) -> dict[str, str]:
-    d = rec.to_dict()
-    d["metadata"] = json.dumps(d["metadata"])
-    out = {k: str(v) for k, v in d.items()}
-    out[SUM_FIELD] = fields_sum(out)
-    return out
-
-
-def _decode(h: dict[str, str]) -> DocumentRecord:
-    """The record of a hash; raises ValueError when its checksum (if any) or a field is wrong."""
-    if SUM_FIELD in h and fields_sum(h) != h[SUM_FIELD]:
-        raise ValueError("checksum mismatch")
-    d: dict[str, Any] = {k: v for k, v in h.items() if k != SUM_FIELD}
-    for k in _INT_FIELDS:
-        d[k] = int(d[k])
-    for k in _FLOAT_FIELDS:
-        d[k] = float(d[k])
-    d["metadata"] = json.loads(d.get("metadata") or "{}")
-    return DocumentRecord.from_dict(d)
 
 
 class RedisIndex(DocumentIndex):
@@ -118,7 +72,7 @@ class RedisIndex(DocumentIndex):
     def _parse(self, tenant: str, doc_id: str, h: dict[str, str]) -> DocumentRecord:
         """The record of hash ``h``, or a :class:`CorruptDocumentRecord` (counted) when it is corrupt."""
         try:
-            rec = _decode(h)
+            rec = decode_record(h)
             if (rec.tenant, rec.doc_id) != (tenant, doc_id):
                 raise ValueError("ids differ from its key")
             return rec
@@ -135,8 +89,9 @@ class RedisIndex(DocumentIndex):
             return []
         member = f"{q(rec.tenant)}:{q(rec.doc_id)}"
         if is_corrupt(rec):
-            t = _glob(self.prefix)
-            keys = [(k, rec.doc_id) for pat in (f"band:{_glob(q(rec.tenant))}:*", f"hash:{_glob(q(rec.tenant))}:*")
+            t = glob_escape(self.prefix)
+            tenant = glob_escape(q(rec.tenant))
+            keys = [(k, rec.doc_id) for pat in (f"band:{tenant}:*", f"hash:{tenant}:*")
                     for k in self.r.scan_iter(match=t + pat, count=1000)]
             keys += [(k, member) for k in self.r.scan_iter(match=t + "ckey:*", count=1000)]
             pipe = self.r.pipeline(transaction=False)
@@ -154,7 +109,7 @@ class RedisIndex(DocumentIndex):
             pipe.srem(k, m)
         key = self._doc(rec.tenant, rec.doc_id)
         pipe.delete(key)
-        pipe.hset(key, mapping=_encode(rec))
+        pipe.hset(key, mapping=encode_record(rec))
         pipe.zadd(self._docs(rec.tenant), {rec.doc_id: 0})
         pipe.sadd(f"{self.prefix}tenants", rec.tenant)
         for i, v in bands(rec.simhash):
@@ -290,7 +245,7 @@ class RedisIndex(DocumentIndex):
     def drop_all(self) -> int:
         """Delete every key under this index's prefix (tests, resets); returns the number deleted."""
         n = 0
-        pattern = _glob(self.prefix) + "*"
+        pattern = glob_escape(self.prefix) + "*"
         for key in self.r.scan_iter(match=pattern, count=500):
             n += self.r.delete(key)
         return n

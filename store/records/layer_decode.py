@@ -2,7 +2,8 @@
 
 Decoding reads straight from an LMDB ``buffers=True`` memoryview (or Redis bytes), verifies each layer's
 checksum against the meta record and copies each tensor once into its destination: ``[L, H, T, D]`` for a
-whole document (:func:`decode_layers_into`) or ``[H, T, D]`` for one layer (:func:`decode_layer_into`).
+whole document (:func:`decode_layers_into`, :func:`decode_document`) or ``[H, T, D]`` for one layer
+(:func:`decode_layer_into`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from kvlink_rag.types import parse_dtype
+from kvlink_rag.types import DocumentKV, parse_dtype
 from store.records import ordered_layout
-from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum
+from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
 from store.records.quant import QuantizedTensor, dequantize
 
@@ -160,3 +161,21 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
         _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+
+
+def decode_document(meta: dict, ids: bytes | memoryview | None, layers: Iterable,
+                    dtype: torch.dtype | str | None = None) -> DocumentKV:
+    """The whole document of a record on CPU: its ids buffer and its ``L`` layer buffers (in order; an
+    iterator may fetch them as they are needed) verified and decoded into keys/values ``[L, H, T, D]`` of
+    ``dtype`` (default: as stored; int8 records dequantised to their source dtype).
+
+    Raises:
+        CorruptRecordError: the ids or a layer failed their checks (whatever ``layers`` raises passes through).
+    """
+    token_ids = decode_ids(ids, meta)
+    L, H, T, D = meta["shape"]
+    out = target_dtype(meta, dtype)
+    keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
+    decode_layers_into(layers, meta, keys, values)
+    return DocumentKV(keys=keys, values=values, token_ids=token_ids, fingerprint=meta["fingerprint"],
+                      encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))

@@ -33,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store.records import codec, ordered_layout
-from store.records.layer_decode import decode_layer_into, decode_layers_into
-from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource, encode_record
+from store.records import codec
+from store.records.layer_decode import decode_document, decode_layer_into
+from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource
 from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.tiers.health import TierSkipped
@@ -117,17 +117,14 @@ class TieredBlobStore(BlobStore):
         return False
 
     # -- writing -----------------------------------------------------------------------------------
-    def put(self, key: str, kv: DocumentKV, int8: bool = False, tracked: bool = True) -> int:
-        """Encode once and store in the shared tier, then the local one.
+    def put_record(self, key: str, record: RawRecord) -> int:
+        """Store an encoded record in the shared tier, then the local one (:meth:`BlobStore.put` encodes once
+        and calls this).
 
         Raises:
-            ValueError: invalid key or document. StoreFullError: the shared tier is full (no eviction).
+            ValueError: invalid key. StoreFullError: the shared tier is full (no eviction).
             BlobStoreUnavailable: the shared tier failed (the local copy is still written).
         """
-        return self.put_record(key, encode_record(kv, int8, tracked))
-
-    def put_record(self, key: str, record: RawRecord) -> int:
-        """:meth:`put` of an encoded record."""
         try:
             nbytes = self._source.put_record(key, record)
         except BlobStoreUnavailable:
@@ -172,17 +169,12 @@ class TieredBlobStore(BlobStore):
                 self.counters["miss"] += 1
                 return None
             meta, ids, it = opened
-            L, H, T, D = meta["shape"]
-            out = codec.target_dtype(meta, dtype)
-            keys, values = torch.empty((L, H, T, D), dtype=out), torch.empty((L, H, T, D), dtype=out)
-            decode_layers_into(_kept(it, layers), meta, keys, values)
-            token_ids = codec.decode_ids(ids, meta)
+            kv = decode_document(meta, ids, _kept(it, layers), dtype)
         except (KeyError, CorruptRecordError, BlobStoreUnavailable) as e:
             return self._failed_read(key, e)
         self.counters["shared_hit"] += 1
         self._fill(key, RawRecord(meta, ids, layers))
-        return DocumentKV(keys=keys, values=values, token_ids=token_ids, fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))
+        return kv
 
     def _failed_read(self, key: str, err: Exception) -> None:
         """A shared read that failed mid-way is a miss (a corrupt record is deleted by the shared tier)."""

@@ -9,7 +9,8 @@ import torch
 
 from store.records.codec import FORMAT_VERSION
 from store.records.errors import CorruptRecordError
-from store.blobs.lmdb import BLOBS_DB, LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
+from store.blobs.lmdb_records import BLOBS_DB
 from store.lmdb_env import StoreFullError, open_env
 
 
