@@ -16,7 +16,6 @@ fail at once until a background probe finds it answering again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,13 +25,12 @@ import torch
 
 from kvlink_rag.types import DocumentKV
 from store.records import codec
-from store.records.layer_decode import decode_document, decode_layer_into
-from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord
+from store.records.layer_decode import decode_document, decode_layer_stream
+from store.blobs.blob_store import BlobStore, RawRecord
 from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.redis_conn import connect, is_cluster_url, redact, server_info, split_url, tier_options
-from store.blobs.redis_health import CLUSTER, SERVER, RedisTargets, guarded as _unavailable, outage_errors, ping_tier
-from store.tiers.health import TierHealth
+from store.blobs.redis_health import TierClient, guarded as _unavailable
 from store.blobs.redis_layout import ChunkedLayout, MissingChunk
 
 log = logging.getLogger(__name__)
@@ -45,8 +43,7 @@ class RedisBlobStore(BlobStore):
 
     Args:
         make_client: makes the ``redis.Redis`` or ``redis.cluster.RedisCluster`` (``decode_responses=False``)
-            on first use (a cluster client connects when it is made: an unreachable cluster must not stop
-            the service from starting, only fail its readiness check).
+            on first use (:class:`store.blobs.redis_health.TierClient`).
         name: how messages name the store (the URL without password).
         prefix: prepended to every key (no braces).
         chunk_bytes: largest value written (bytes); keep under the server's ``proto-max-bulk-len``.
@@ -54,9 +51,9 @@ class RedisBlobStore(BlobStore):
             fetch on loopback against 0.34 GB/s with 16 MiB batches, whose replies redis-py buffers whole).
         pending_ttl_s: expiry of a record's chunks until its meta is committed (seconds).
         cluster: whether ``make_client`` makes a cluster client (one circuit breaker per primary, else one).
-        probe_interval_s: seconds between background probes of a target whose breaker is open
-            (:mod:`store.tiers.health`).
+        probe_interval_s: seconds between background probes of a target whose breaker is open.
     Attributes:
+        client: the client and its breakers (:class:`store.blobs.redis_health.TierClient`; ``r`` is its client).
         counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
         health: the circuit breakers (:class:`store.tiers.health.TierHealth`); ``events()`` adds their
             ``skipped``, ``opened`` and ``closed`` as ``breaker_*``.
@@ -65,39 +62,18 @@ class RedisBlobStore(BlobStore):
     def __init__(self, make_client: Callable[[], Any], name: str = "redis", prefix: str = DEFAULT_PREFIX,
                  chunk_bytes: int = 8 << 20, batch_bytes: int = 4 << 20, pending_ttl_s: int = 900,
                  cluster: bool = False, probe_interval_s: float = 1.0) -> None:
-        import redis
-        from redis.cluster import RedisClusterException
-
         self.layout = ChunkedLayout(prefix, int(chunk_bytes), int(batch_bytes), int(pending_ttl_s) * 1000)
-        self._make, self._client, self.name, self.prefix = make_client, None, name, prefix
-        self.redis_errors = (redis.exceptions.RedisError, RedisClusterException)
-        self._outage_errors = outage_errors()
-        self.targets = RedisTargets(lambda: self.r, self._reset, cluster)
-        self.health = TierHealth(name, self.targets.probe, probe_interval_s, whole=CLUSTER if cluster else SERVER)
+        self.name, self.prefix = name, prefix
+        self.client = TierClient(make_client, name, cluster, probe_interval_s)
+        self.health = self.client.health
         self.counters: Counter[str] = Counter()
         self.checksum_failures = 0
         self.evictions = 0
 
     @property
     def r(self):
-        """The client, made on first use."""
-        if self._client is None:
-            self._client = self._make()
-        return self._client
-
-    def _reset(self) -> None:
-        """Make the client again on next use (a cluster client that could reach no node keeps failing)."""
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(*self.redis_errors):
-                client.close()
-
-    def _outage(self, target: str | None, err: BaseException) -> None:
-        """Open ``target``'s breaker (the whole tier's when unknown) if ``err`` says it is unreachable."""
-        if isinstance(err, self._outage_errors):
-            self.health.failed(target or self.health.whole, err)
-        elif self._client is None:  # the client could not even be made (no start-up node answered)
-            self.health.failed(self.health.whole, err)
+        """The Redis client, made on first use."""
+        return self.client.r
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 2.0, **kwargs: Any) -> RedisBlobStore:
@@ -211,14 +187,7 @@ class RedisBlobStore(BlobStore):
             ids = self._fetch(key, meta, [("ids", meta["redis"]["chunks"][0])])[0]
         except KeyError:
             return None
-        return meta, ids, self._guarded(self._layer_bytes(key, meta), key)
-
-    def _guarded(self, it: Iterator[bytes], key: str) -> Iterator[bytes]:
-        try:
-            yield from it
-        except self.redis_errors as e:
-            self._outage(self.targets.of_key(self.layout.key(key, "meta")), e)
-            raise BlobStoreUnavailable(f"shared cache tier {self.name} failed mid-read: {e}") from e
+        return meta, ids, self.client.guarded_stream(self._layer_bytes(key, meta), self.layout.key(key, "meta"))
 
     def get(self, key: str, dtype: torch.dtype | str | None = None) -> DocumentKV | None:
         """The stored document on CPU, or None when absent, incomplete or corrupt (deleted and counted)."""
@@ -246,16 +215,11 @@ class RedisBlobStore(BlobStore):
         if opened is None:
             raise KeyError(key)
         meta, _, layers = opened
-        _, H, T, D = meta["shape"]
-        out = codec.target_dtype(meta, dtype)
-        for i, buf in enumerate(layers):
-            k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
-            try:
-                decode_layer_into(buf, meta, i, k, v)
-            except CorruptRecordError as e:
-                self._corrupt(key, e)
-                raise
-            yield k, v
+        try:
+            yield from decode_layer_stream(meta, layers, dtype)
+        except CorruptRecordError as e:
+            self._corrupt(key, e)
+            raise
 
     @_unavailable()
     def get_ids(self, key: str) -> torch.Tensor | None:
@@ -344,13 +308,8 @@ class RedisBlobStore(BlobStore):
             BlobStoreUnavailable: a target is unreachable or its breaker is open (the message names each
             target, how long its breaker has been open and the error that opened it).
         """
-        ping_tier(self.health, self.targets, self.redis_errors)
+        self.client.ping()
 
     def close(self) -> None:
         """Stop the breakers' prober and close the client's connections (if one was made)."""
-        self.health.close()
-        if self._client is not None:
-            try:
-                self._client.close()
-            except self.redis_errors:
-                pass
+        self.client.close()

@@ -1,13 +1,14 @@
-"""Which breaker of :mod:`store.tiers.health` a Redis call belongs to, how a target is probed, and the shared
-tier's readiness: one target for a standalone server, one per primary of a Redis Cluster (a key's target is
+"""A shared tier's Redis client and its circuit breakers (:class:`TierClient`): which breaker of
+:mod:`store.tiers.health` a Redis call belongs to, how a target is probed, and the shared tier's readiness: one target for a standalone server, one per primary of a Redis Cluster (a key's target is
 the node serving its hash slot, found from the client's slot map without a network call), and
 :data:`CLUSTER` for failures no node can be blamed for (the client cannot reach any start-up node, or a slot
 is not covered)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from store.blobs.blob_store import BlobStoreUnavailable
@@ -26,22 +27,90 @@ def outage_errors() -> tuple[type[BaseException], ...]:
 
 
 def guarded(keyed: bool = True):
-    """Guard a method of :class:`store.blobs.redis.RedisBlobStore` by its target's circuit breaker (``keyed``:
-    the target serving the cache key, its first argument; else the whole tier); redis-py's errors are re-raised
-    as :class:`BlobStoreUnavailable` naming the store, and an outage error opens the target's breaker."""
+    """Guard a method of :class:`store.blobs.redis.RedisBlobStore` (its ``client`` a :class:`TierClient`) by its
+    target's circuit breaker (``keyed``: the target serving the cache key, its first argument; else the whole
+    tier); redis-py's errors are re-raised as :class:`BlobStoreUnavailable` naming the store, and an outage
+    error opens the target's breaker."""
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(self, *args, **kwargs):
-            target = None
+            client, target = self.client, None
             try:
-                target = self.targets.of_key(self.layout.key(args[0], "meta") if keyed else None)
-                self.health.guard(target)
+                target = client.targets.of_key(self.layout.key(args[0], "meta") if keyed else None)
+                client.health.guard(target)
                 return fn(self, *args, **kwargs)
-            except self.redis_errors as e:
-                self._outage(target, e)
-                raise BlobStoreUnavailable(f"shared cache tier {self.name} unreachable: {type(e).__name__}: {e}") from e
+            except client.errors as e:
+                client.outage(target, e)
+                raise BlobStoreUnavailable(f"shared cache tier {client.name} unreachable: {type(e).__name__}: {e}") from e
         return wrapper
     return decorate
+
+
+class TierClient:
+    """A shared tier's Redis client, made on first use, with one circuit breaker per target.
+
+    Args:
+        make_client: makes the ``redis.Redis`` or ``redis.cluster.RedisCluster`` on first use (a cluster client
+            connects when it is made: an unreachable cluster must not stop the service from starting, only
+            fail its readiness check).
+        name: how messages name the tier (its URL without password).
+        cluster: whether ``make_client`` makes a cluster client (one breaker per primary, else one).
+        probe_interval_s: seconds between background probes of a target whose breaker is open.
+    Attributes:
+        errors: redis-py's error types (what :func:`guarded` turns into :class:`BlobStoreUnavailable`).
+        targets: which target a key belongs to (:class:`RedisTargets`). health: the breakers (:class:`TierHealth`).
+    """
+
+    def __init__(self, make_client: Callable[[], Any], name: str, cluster: bool, probe_interval_s: float) -> None:
+        import redis
+        from redis.cluster import RedisClusterException
+
+        self._make, self._client, self.name = make_client, None, name
+        self.errors = (redis.exceptions.RedisError, RedisClusterException)
+        self._outage_errors = outage_errors()
+        self.targets = RedisTargets(lambda: self.r, self.reset, cluster)
+        self.health = TierHealth(name, self.targets.probe, probe_interval_s, whole=CLUSTER if cluster else SERVER)
+
+    @property
+    def r(self):
+        """The client, made on first use."""
+        if self._client is None:
+            self._client = self._make()
+        return self._client
+
+    def reset(self) -> None:
+        """Make the client again on next use (a cluster client that could reach no node keeps failing)."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(*self.errors):
+                client.close()
+
+    def outage(self, target: str | None, err: BaseException) -> None:
+        """Open ``target``'s breaker (the whole tier's when unknown) if ``err`` says it is unreachable."""
+        if isinstance(err, self._outage_errors):
+            self.health.failed(target or self.health.whole, err)
+        elif self._client is None:  # the client could not even be made (no start-up node answered)
+            self.health.failed(self.health.whole, err)
+
+    def guarded_stream(self, it: Iterator, redis_key: str) -> Iterator:
+        """``it``, whose redis-py errors mid-way are raised as :class:`BlobStoreUnavailable` (an outage error
+        opens the breaker of ``redis_key``'s target)."""
+        try:
+            yield from it
+        except self.errors as e:
+            self.outage(self.targets.of_key(redis_key), e)
+            raise BlobStoreUnavailable(f"shared cache tier {self.name} failed mid-read: {e}") from e
+
+    def ping(self) -> None:
+        """:func:`ping_tier` of this client's targets. Raises BlobStoreUnavailable."""
+        ping_tier(self.health, self.targets, self.errors)
+
+    def close(self) -> None:
+        """Stop the breakers' prober and close the client's connections (if one was made)."""
+        self.health.close()
+        if self._client is not None:
+            with contextlib.suppress(*self.errors):
+                self._client.close()
 
 
 class RedisTargets:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -179,3 +179,19 @@ def decode_document(meta: dict, ids: bytes | memoryview | None, layers: Iterable
     decode_layers_into(layers, meta, keys, values)
     return DocumentKV(keys=keys, values=values, token_ids=token_ids, fingerprint=meta["fingerprint"],
                       encoding=meta["encoding"], importance=ordered_layout.record_importance(meta))
+
+
+def decode_layer_stream(meta: dict, layers: Iterable, dtype: torch.dtype | str | None = None
+                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(k, v)`` ``[H, T, D]`` of each layer buffer of ``layers`` (in order) as it arrives, verified and
+    decoded into new tensors of ``dtype`` (as :func:`decode_document`).
+
+    Raises:
+        CorruptRecordError: a layer failed its checks (whatever ``layers`` raises passes through).
+    """
+    _, H, T, D = meta["shape"]
+    out = target_dtype(meta, dtype)
+    for i, buf in enumerate(layers):
+        k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
+        decode_layer_into(buf, meta, i, k, v)
+        yield k, v
