@@ -22,8 +22,9 @@ from store.blobs import lmdb_records as records
 from store.blobs.access_stats import AccessStats
 from store.blobs.blob_store import BlobStore, RawRecord
 from store.blobs.lmdb_records import BLOBS_DB, check_key, rkey
+from store.blobs.lmdb_streams import LayerStreams
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
-from store.records import codec, ordered_layout
+from store.records import codec
 from store.records.errors import CorruptRecordError
 from store.tiers.events import NO_EVENTS, CacheEvents
 
@@ -70,6 +71,7 @@ class LmdbBlobStore(BlobStore):
         self.checksum_failures = 0
         self.evictions = 0
         self.env.add_reclaimer(self.evict)
+        self._streams = LayerStreams(self.env, self._db, self._corrupt, self.access.touch)
 
     # -- writing -----------------------------------------------------------------------------------
     def put_record(self, key: str, record: RawRecord) -> int:
@@ -138,85 +140,30 @@ class LmdbBlobStore(BlobStore):
             self.access.touch(key.encode())
         return kv
 
-    def iter_layers(
-        self, key: str, dtype: torch.dtype | str | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield ``(k, v)`` ``[H, T, D]`` per layer, each read in its own short transaction.
+    def iter_layers(self, key: str, dtype: torch.dtype | str | None = None
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(k, v)`` ``[H, T, D]`` per layer, each read in its own short transaction
+        (:meth:`store.blobs.lmdb_streams.LayerStreams.layers`).
 
         Raises:
             KeyError: ``key`` is absent, or its record was replaced or deleted while iterating.
             CorruptRecordError: a layer failed its checksum (the record is then deleted and reported
                 like in :meth:`get`).
         """
-        meta_bytes, meta = self._stored_meta(key)
-        L, H, T, D = meta["shape"]
-        out_dtype = codec.target_dtype(meta, dtype)
-
-        def read(txn, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-            k, v = torch.empty((H, T, D), dtype=out_dtype), torch.empty((H, T, D), dtype=out_dtype)
-            records.read_layer_into(txn, self._db, key, meta_bytes, meta, i, k, v)
-            return k, v
-
-        yield from self._layer_stream(key, L, read)
-
-    def _layer_stream(self, key: str, n_layers: int, read) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``read(txn, layer)`` of each layer, each in its own short read transaction; a corrupt layer deletes
-        and reports the record, then raises; the access is counted once every layer was read."""
-        for i in range(n_layers):
-            try:
-                with self.env.read() as txn:
-                    kv = read(txn, i)
-            except CorruptRecordError as e:
-                self._corrupt(key, e)
-                raise
-            yield kv
-        self.access.touch(key.encode())
-
-    def _stored_meta(self, key: str) -> tuple[bytes, dict]:
-        """The raw and parsed meta record of ``key``.
-
-        Raises:
-            KeyError: absent. CorruptRecordError: unparsable (the record is deleted and reported).
-        """
-        check_key(key)
-        with self.env.read() as txn:
-            buf = txn.get(rkey(key, "meta"), db=self._db)
-            meta_bytes = None if buf is None else bytes(buf)
-        if meta_bytes is None:
-            raise KeyError(key)
-        try:
-            return meta_bytes, codec.parse_meta(meta_bytes)
-        except CorruptRecordError as e:
-            self._corrupt(key, e)
-            raise
+        yield from self._streams.layers(key, dtype)
 
     def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
                              ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:
         """:meth:`BlobStore.iter_retained_layers`, reading of an importance-ordered record only the prefix of
-        each layer that holds the kept tokens (the bytes read scale with ``retention``; the chunks read are
-        verified against their checksums). Records without an order read whole layers.
+        each layer that holds the kept tokens (:meth:`store.blobs.lmdb_streams.LayerStreams.retained`).
+        Records without an order read whole layers.
 
         Raises:
             KeyError: absent, or replaced while read. ValueError: retention outside (0, 1].
             CorruptRecordError: a chunk failed its checksum (the record is deleted and reported).
         """
-        meta_bytes, meta = self._stored_meta(key)
-        if "token_order" not in meta:
-            return super().iter_retained_layers(key, retention, dtype)
-        try:
-            pos = ordered_layout.retained_positions(meta, retention)
-        except CorruptRecordError as e:
-            self._corrupt(key, e)
-            raise
-        return pos, self._prefix_layers(key, meta_bytes, meta, retention, codec.target_dtype(meta, dtype))
-
-    def _prefix_layers(self, key: str, meta_bytes: bytes, meta: dict, retention: float,
-                       dtype: torch.dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(k, v)`` ``[H, kept, D]`` per layer from prefixes of the ordered layer records (one short read
-        transaction each; the memoryview is touched only where the prefix lies)."""
-        order = ordered_layout.token_order(meta)  # checked once per document (by iter_retained_layers)
-        yield from self._layer_stream(key, meta["shape"][0], lambda txn, i: records.read_layer_prefix(
-            txn, self._db, key, meta_bytes, meta, i, retention, dtype, order))
+        found = self._streams.retained(key, retention, dtype)
+        return super().iter_retained_layers(key, retention, dtype) if found is None else found
 
     def get_ids(self, key: str) -> torch.Tensor | None:
         """``[tokens]`` int64 token ids of ``key`` (checksummed), or None when absent.
