@@ -1,7 +1,7 @@
 """A replica's cache events and load, published to Redis for ``kvlink-rag router`` (no broker beyond Redis).
 
 * **Events**: every entry stored in or removed from a tier (``device``, ``host``, ``cold``, ``local`` LMDB; see
-  :mod:`store.tiers.events`) is appended to the Redis Stream :func:`stream_key` as
+  :mod:`store.cache_events`) is appended to the Redis Stream :func:`stream_key` as
   ``{epoch, seq, op: stored|removed, tier, key, tokens}``; ``seq`` counts up from 1 per start (``epoch``, a new
   random id each start). Events wait in a bounded queue and a background thread writes them in batches, so a
   query never waits on Redis; when the queue overflows (Redis down) events are dropped, and the reader sees
@@ -51,7 +51,7 @@ REGISTRATION_PATTERN = f"{PREFIX}:replica:*"
 
 
 class CachePublisher:
-    """The :class:`store.tiers.events.CacheEvents` of one replica, written to Redis by a background thread.
+    """The :class:`store.cache_events.CacheEvents` of one replica, written to Redis by a background thread.
 
     Args:
         client: a redis-py client (bytes responses).

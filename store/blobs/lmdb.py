@@ -26,7 +26,7 @@ from store.blobs.lmdb_streams import LayerStreams
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 from store.records import codec
 from store.records.errors import CorruptRecordError
-from store.tiers.events import NO_EVENTS, CacheEvents
+from store.cache_events import NO_EVENTS, CacheEvents
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class LmdbBlobStore(BlobStore):
         self._db = self.env.db(BLOBS_DB)
         self.on_corrupt = on_corrupt
         self.on_evict = on_evict
-        self.cache_events: CacheEvents = NO_EVENTS  # tier 'local' of store.tiers.events (a router's index)
+        self.cache_events: CacheEvents = NO_EVENTS  # tier 'local' of store.cache_events (a router's index)
         self.clock = clock
         self.access = AccessStats(self.env, clock, stats_flush_s)
         self.checksum_failures = 0

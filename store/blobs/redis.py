@@ -9,7 +9,7 @@ counted (``missing``, ``checksum_failures``). Every Redis error is raised as
 :class:`~store.blobs.blob_store.BlobStoreUnavailable` naming the store.
 
 Connections have short socket timeouts and no retry on a timeout (:func:`store.redis_conn.tier_options`), and
-every call passes the circuit breaker of its target (:mod:`store.tiers.health`, :mod:`store.blobs.redis_health`: the
+every call passes the circuit breaker of its target (:mod:`store.blobs.breakers`, :mod:`store.blobs.redis_health`: the
 server, or the cluster node of the key's slot): a paused or gone target costs one timeout, then calls for it
 fail at once until a background probe finds it answering again.
 """
@@ -55,7 +55,7 @@ class RedisBlobStore(BlobStore):
     Attributes:
         client: the client and its breakers (:class:`store.blobs.redis_health.TierClient`; ``r`` is its client).
         counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
-        health: the circuit breakers (:class:`store.tiers.health.TierHealth`); ``events()`` adds their
+        health: the circuit breakers (:class:`store.blobs.breakers.TierHealth`); ``events()`` adds their
             ``skipped``, ``opened`` and ``closed`` as ``breaker_*``.
     """
 

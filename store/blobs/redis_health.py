@@ -1,5 +1,5 @@
 """A shared tier's Redis client and its circuit breakers (:class:`TierClient`): which breaker of
-:mod:`store.tiers.health` a Redis call belongs to, how a target is probed, and the shared tier's readiness: one target for a standalone server, one per primary of a Redis Cluster (a key's target is
+:mod:`store.blobs.breakers` a Redis call belongs to, how a target is probed, and the shared tier's readiness: one target for a standalone server, one per primary of a Redis Cluster (a key's target is
 the node serving its hash slot, found from the client's slot map without a network call), and
 :data:`CLUSTER` for failures no node can be blamed for (the client cannot reach any start-up node, or a slot
 is not covered)."""
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from store.blobs.blob_store import BlobStoreUnavailable
-from store.tiers.health import TierHealth
+from store.blobs.breakers import TierHealth
 
 SERVER = "server"
 CLUSTER = "cluster"

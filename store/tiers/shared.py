@@ -15,8 +15,8 @@
 * An unreachable shared tier is a miss for records the local tier lacks; a local copy is then served
   (content-addressed: the key fixes the text and the encoding, and the payload is checksummed). A failed
   shared write raises :class:`~store.blobs.blob_store.BlobStoreUnavailable` after the local write. The shared tier's
-  circuit breakers (:mod:`store.tiers.health`) make that cost one short timeout: while a target's breaker is
-  open its calls fail at once (:class:`~store.tiers.health.TierSkipped`, logged at debug level).
+  circuit breakers (:mod:`store.blobs.breakers`) make that cost one short timeout: while a target's breaker is
+  open its calls fail at once (:class:`~store.blobs.breakers.TierSkipped`, logged at debug level).
 
 Counters (``counters``, exported by ``/metrics``): ``local_hit``, ``shared_hit``, ``miss``, ``fenced`` (local
 copy dropped), ``shared_error``, ``corrupt`` (a shared payload failed its checksum here), ``fill_skipped``
@@ -38,7 +38,7 @@ from store.records.layer_decode import decode_document, decode_layer_into
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource
 from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
-from store.tiers.health import TierSkipped
+from store.blobs.breakers import TierSkipped
 
 log = logging.getLogger(__name__)
 _UNREACHABLE = object()

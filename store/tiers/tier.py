@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import torch
 
 from kvlink_rag.types import DocumentKV, RetainedKV
-from store.tiers.events import NO_EVENTS, CacheEvents
+from store.cache_events import NO_EVENTS, CacheEvents
 from store.tiers.policies import CacheEntry, EvictionPolicy, LRUPolicy
 from store.tiers.tier_format import HeldKV, TierFormat, hold
 
@@ -62,7 +62,7 @@ class CacheTier:
         clock: seconds clock for recency and utility (injectable for tests).
         fmt: the retention and dtype entries are held at (:mod:`store.tiers.tier_format`; default lossless: the
             ``DocumentKV`` itself).
-        events: told of every entry stored and removed (:mod:`store.tiers.events`; set :attr:`cache_events` later to
+        events: told of every entry stored and removed (:mod:`store.cache_events`; set :attr:`cache_events` later to
             publish them), outside the tier's lock.
 
     Counters (``stats()``): ``hits``, ``misses``, ``evictions``, ``inserts``, ``rejected`` (did not

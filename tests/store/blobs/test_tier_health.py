@@ -15,7 +15,7 @@ from store.backends import open_blob_store
 from store.blobs.blob_store import BlobStoreUnavailable
 from store.blobs.lmdb import LmdbBlobStore
 from store.tiers.shared import TieredBlobStore
-from store.tiers.health import TierHealth
+from store.blobs.breakers import TierHealth
 
 TIMEOUT_S = 0.5
 

@@ -1,7 +1,7 @@
 """Every entry a tier or the local LMDB store takes or loses is told to its CacheEvents listener."""
 
 from factories import random_kv
-from store.tiers.events import NO_EVENTS, CacheEvents
+from store.cache_events import NO_EVENTS, CacheEvents
 from store.blobs.lmdb import LmdbBlobStore
 from store.tiers.tier import CacheTier, entry_nbytes
 from store.tiers.tiered import TieredCache
