@@ -16,6 +16,7 @@ COPY service ./service
 COPY api ./api
 COPY workers ./workers
 COPY training ./training
+COPY evaluation ./evaluation
 COPY cli ./cli
 # /data/store and /data/models exist in the image so that new named volumes inherit their owner.
 RUN pip install . && useradd --create-home --uid 1000 kvlink \

@@ -56,7 +56,7 @@ class ErrorOut(BaseModel):
 
 RULES_BEYOND_SCHEMA = {  # error codes of rules across fields, the tokenizer or the model: no JSON schema says them
     "invalid_messages": "the conversation's order: user and assistant alternate, starting and ending with a "
-                        "non-empty user message (kvlink_rag.conversation.check_turns)",
+                        "non-empty user message (kvlink_rag.text.conversation.check_turns)",
     "message_too_long": "a message's text (its parts joined) over KVLINK_RAG_MAX_QUESTION_CHARS (8x for assistant turns)",
     "context_too_long": "the prompt's tokens (documents, conversation) over the model's context",
     "min_tokens_out_of_range": "min_tokens above the request's max_tokens (else KVLINK_RAG_MAX_NEW_TOKENS)",

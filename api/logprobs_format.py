@@ -1,4 +1,4 @@
-"""OpenAI's ``logprobs`` objects of generated tokens (:class:`kvlink_rag.logprobs.TokenLogprob`: raw model
+"""OpenAI's ``logprobs`` objects of generated tokens (:class:`kvlink_rag.decoding.logprobs.TokenLogprob`: raw model
 log-softmax, vLLM's default), for chat (``choices[i].logprobs.content``) and legacy completions
 (``tokens`` / ``token_logprobs`` / ``top_logprobs`` / ``text_offset``), whole or one stream chunk at a time.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvlink_rag.logprobs import TokenLogprob, token_bytes
+from kvlink_rag.decoding.logprobs import TokenLogprob, token_bytes
 
 
 class LogprobsFormat:

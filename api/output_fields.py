@@ -1,6 +1,6 @@
 """Request fields that shape what a generated token carries or may be: OpenAI's ``logprobs`` /
 ``top_logprobs`` (chat) and ``logprobs`` (legacy completions), ``response_format`` (``json_object`` or
-``json_schema``: grammar-constrained decoding, :mod:`kvlink_rag.grammar`) and vLLM's ``guided_json`` (the same
+``json_schema``: grammar-constrained decoding, :mod:`kvlink_rag.decoding.grammar`) and vLLM's ``guided_json`` (the same
 path as a ``json_schema``), added to a plan's sampling by :func:`service.structured.add_outputs`."""
 
 from __future__ import annotations

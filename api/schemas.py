@@ -23,7 +23,7 @@ MAX_NEW_TOKENS_CAP = 1 << 20  # the configured KVLINK_RAG_MAX_NEW_TOKENS_LIMIT i
 MAX_LIST_OFFSET = 10**9
 MAX_CHAT_MESSAGES = 1024
 MAX_IDS_PER_QUERY = 10_000  # the configured KVLINK_RAG_MAX_QUERY_DOCUMENTS is checked in QueryService.plan
-CHAT_ROLES = ("system", "user", "assistant")  # kvlink_rag.conversation.ROLES (not imported: it needs torch)
+CHAT_ROLES = ("system", "user", "assistant")  # kvlink_rag.text.conversation.ROLES (not imported: it needs torch)
 
 
 IDS_AND_TOP_K = {"document_ids": {"type": "array"}, "top_k": {"type": "integer"}}  # "give either ..., not both"
@@ -319,7 +319,7 @@ class ContentPart(RequestBody):
 
 
 class ChatMessage(RequestBody):
-    """One message; the server checks the conversation's order (:func:`kvlink_rag.conversation.check_turns`:
+    """One message; the server checks the conversation's order (:func:`kvlink_rag.text.conversation.check_turns`:
     after system messages user and assistant alternate, starting and ending with a non-empty user message),
     which a JSON schema cannot express."""
 

@@ -90,7 +90,7 @@ class ServiceState:
         """Open the store, load the engine, start the precompute queue (:func:`build_runtime`).
 
         Raises:
-            ValueError, kvlink_rag.model.ModelLoadError, service.runtime.StoreOpenError: bad settings,
+            ValueError, kvlink_rag.model.support.ModelLoadError, service.runtime.StoreOpenError: bad settings,
                 model or store.
         """
         s = self.settings

@@ -1,4 +1,4 @@
-"""What a one-paragraph edit of a long document re-encodes: chunked (:mod:`kvlink_rag.chunking`) vs one block.
+"""What a one-paragraph edit of a long document re-encodes: chunked (:mod:`kvlink_rag.text.chunking`) vs one block.
 
 A document of NQ passages (one paragraph each) of about ``target_tokens`` tokens is encoded, one paragraph
 in the middle is edited (a sentence appended), and the edited document is made ready again: chunked, only
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
+from evaluation.long_docs import join_passages
+from evaluation.nq import NQExample
 from kvlink_rag.cache import MemoryCache
 from kvlink_rag.engine import Engine
-from kvlink_rag.long_docs import join_passages
-from kvlink_rag.nq import NQExample
 from kvlink_rag.types import Document, DocumentKV
 
 EDIT = " This paragraph was edited after the document was first stored."

@@ -9,8 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 
 from .timing import pct, run_clients
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 from kvlink_rag.types import Document
 
 

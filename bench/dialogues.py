@@ -6,9 +6,9 @@ import statistics
 import threading
 import time
 
-from kvlink_rag.conversation import Turn
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
+from kvlink_rag.text.conversation import Turn
 
 from .serving_common import TENANT, ingest, runtime
 from .timing import run_clients

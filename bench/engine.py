@@ -14,9 +14,9 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from kvlink_rag.model import LoadedModel, kv_dtype_of
-from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
+from kvlink_rag.model.loader import LoadedModel, kv_dtype_of
 from kvlink_rag.runtime.model_runner import ModelRunner
+from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids [n], positions [n]) -> logits [vocab]
 

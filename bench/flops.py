@@ -34,7 +34,7 @@ def query_flops(engine: Engine, prefill_tokens: int, new_tokens: int, context_to
     """
     cfg = engine.lm.config
     emb = cfg.vocab_size * cfg.hidden_size
-    linear = sum(p.numel() for p in engine.lm.model.model.parameters()) - emb  # embeddings are a lookup
+    linear = sum(p.numel() for p in engine.lm.decoder.parameters()) - emb  # embeddings are a lookup
     attn_per_pair = 4 * cfg.num_attention_heads * engine.lm.head_dim * cfg.num_hidden_layers
     prefill = 2 * linear * prefill_tokens + attn_per_pair * prefill_tokens * context_tokens + 2 * emb
     decode = new_tokens * (2 * linear + 2 * emb + attn_per_pair * (context_tokens + new_tokens // 2))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 
 from .serving_common import TENANT, ingest, runtime
 

@@ -13,8 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from evaluation.nq import NQExample, build_documents
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample, build_documents
 
 from .llama_cpp import find_binary
 

@@ -8,8 +8,8 @@ import statistics
 import threading
 import time
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 
 from .interference import _long_text
 from .serving_common import TENANT, ingest, runtime

@@ -15,7 +15,7 @@ from store.blobs.blob_store import BlobStore
 def precompute_throughput(engine: Engine, blobs: BlobStore, docs: list[Document], int8: bool = False) -> dict:
     """Side by side on the same documents, alternating per document so noise hits both alike.
 
-    raw: ``model.model(input_ids)`` forward over each document's ids (what any server must spend);
+    raw: ``lm.decoder(input_ids)`` forward over each document's ids (what any server must spend);
     precompute: ``engine.encode`` (forward + RoPE removal + dtype cast) + ``blobs.put`` (atomic LMDB write).
     """
     raw_s = pre_s = 0.0
@@ -24,7 +24,7 @@ def precompute_throughput(engine: Engine, blobs: BlobStore, docs: list[Document]
         ids = engine.document_ids(d)
         tokens += ids.numel()
         t0 = time.perf_counter()
-        engine.lm.model.model(input_ids=ids[None], use_cache=True)
+        engine.lm.decoder(input_ids=ids[None], use_cache=True)
         raw_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kv = engine.encode(d)

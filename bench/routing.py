@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from kvlink_rag.nq import load_nq
+from evaluation.nq import load_nq
 
 POLICIES = ("round-robin", "document-aware")
 VARIANTS = {"document-aware w1": ("document-aware", {"KVLINK_RAG_ROUTER_UNCACHED_WEIGHT": "1",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from evaluation.nq import load_nq
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import load_nq
 from store.factory import open_store
 
 from .bandwidth import bytes_per_token, load_bandwidth

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 
 from .dialogues import dialogues
 from .interference import precompute_interference

@@ -7,8 +7,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 from service.runtime import Runtime, build_runtime
 
 TENANT = "default"

@@ -6,8 +6,8 @@ import random
 import statistics
 import time
 
+from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import NQExample
 from service.runtime import Runtime
 
 from .flops import compute_floor

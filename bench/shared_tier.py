@@ -129,7 +129,7 @@ def precompute_workers(settings: Settings, docs: list[Document], url: str, home:
                        counts: list[int]) -> list[dict]:
     """Precompute throughput of ``n`` worker processes (for each ``n`` in ``counts``) sharing ``docs`` round-robin,
     timed from the moment all have loaded the model to the last one's end; ``speedup`` against the first count."""
-    from kvlink_rag.convert import ensure_default_model
+    from kvlink_rag.model.convert import ensure_default_model
 
     if settings.model == DEFAULT_MODEL:  # the workers' homes are empty: point them at the converted model
         settings = settings.model_copy(update={"model": str(ensure_default_model(settings.models_dir))})

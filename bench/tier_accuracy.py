@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from evaluation.nq import best_subspan_em, build_documents, load_nq
 from kvlink_rag.engine import Engine
-from kvlink_rag.link_tokens import load_link_tokens
-from kvlink_rag.model import load_model
-from kvlink_rag.nq import best_subspan_em, build_documents, load_nq
+from kvlink_rag.linking.link_tokens import load_link_tokens
+from kvlink_rag.model.loader import load_model
 from service.settings import get_settings
 from store.doc_cache import StoreCache
 from store.factory import open_store

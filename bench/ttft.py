@@ -12,11 +12,11 @@ import time
 
 import torch
 
+from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.engine import Engine
-from kvlink_rag.generate import SamplingParams, decode, full_prefill
-from kvlink_rag.kvcache import build_cache
-from kvlink_rag.linker import _positions, plan_layout, rotate_documents, slot_link_embeds
-from kvlink_rag.mask import additive, allowed
+from kvlink_rag.linking.kvcache import build_cache
+from kvlink_rag.linking.linker import _positions, plan_layout, rotate_documents, slot_link_embeds
+from kvlink_rag.linking.mask import additive, allowed
 from kvlink_rag.types import Document, LayeredDocuments
 
 from .bandwidth import copy_floor

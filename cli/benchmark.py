@@ -90,7 +90,7 @@ def bench_edit(
     if chunk_tokens < 64 or tokens < 1 or not picked or set(picked) - {"chunked", "block"}:
         fail("--chunk-tokens must be >= 64, --tokens >= 1 and --parts some of chunked, block")
     from bench.chunk_edit import markdown, measure
-    from kvlink_rag.nq import DataFormatError, load_nq
+    from evaluation.nq import DataFormatError, load_nq
 
     try:
         examples = load_nq(nq)
@@ -129,7 +129,7 @@ def bench_engine(
 
     from bench.engine import engine_rows, markdown
     from bench.llama_cpp import llama_bench
-    from kvlink_rag.convert import GGUF_NAME
+    from kvlink_rag.model.convert import GGUF_NAME
 
     settings = make_settings()
     from kvlink_rag.cache import MemoryCache
@@ -148,8 +148,8 @@ def bench_engine(
 
 def _peer_e2e(engine, nq: Path, settings, threads: int, questions: int) -> dict:
     from bench.llama_server import markdown, peer_e2e
-    from kvlink_rag.convert import GGUF_NAME
-    from kvlink_rag.nq import DataFormatError, load_nq
+    from evaluation.nq import DataFormatError, load_nq
+    from kvlink_rag.model.convert import GGUF_NAME
 
     try:
         examples = load_nq(nq)
@@ -200,7 +200,7 @@ def bench_interference(
     if tokens < 100 or samples < 1:
         fail("--tokens must be >= 100 and --samples >= 1")
     from bench.prefill_interference import markdown, prefill_interference
-    from kvlink_rag.nq import DataFormatError, load_nq
+    from evaluation.nq import DataFormatError, load_nq
 
     try:
         examples = load_nq(nq)

@@ -79,7 +79,7 @@ def open_runtime(settings: Settings) -> Runtime:
 def fetch_default_model(settings: Settings) -> Path:
     """The converted default model under ``settings.models_dir``, downloaded and converted first if missing
     (messages and this CLI's progress bar on stderr); exits with the reason when that fails."""
-    from kvlink_rag.convert import ModelFetchError, ensure_default_model
+    from kvlink_rag.model.convert import ModelFetchError, ensure_default_model
 
     try:
         with results_only_stdout():
@@ -108,7 +108,8 @@ def make_engine(settings: Settings, timings: dict[str, float] | None = None, cac
     with results_only_stdout():
         import torch  # noqa: F401 - imported here so that import_s counts it
 
-        from kvlink_rag import engine, model  # noqa: F401 - imported here so that import_s counts them
+        from kvlink_rag import engine  # noqa: F401 - imported here (with the model loader) so that import_s counts them
+        from kvlink_rag.model import loader  # noqa: F401
         from service.runtime import apply_torch_threads, build_runtime, load_engine
 
         quiet_libraries()  # transformers is imported now: its own bar switch

@@ -98,11 +98,11 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
         t1 = time.perf_counter()
         att = None
         if explain:
-            from kvlink_rag.explain import explain_answer
+            from kvlink_rag.explain.answers import explain_answer
 
             linked, att = explain_answer(engine, question, documents, retention=retention, **sampling)
             if engine.settings.attribution == "leave_one_out":  # KVLINK_RAG_ATTRIBUTION, as the service
-                from kvlink_rag.leave_one_out import apply_leave_one_out, leave_one_out
+                from kvlink_rag.explain.leave_one_out import apply_leave_one_out, leave_one_out
 
                 att = apply_leave_one_out(att, leave_one_out(engine, question, documents, linked.token_ids,
                                                              retention=retention))
@@ -146,7 +146,7 @@ def _warm(engine, documents) -> CacheHits:
 def _print_answer(question, gold, linked, full, hits: CacheHits, n_docs, settings, timings, as_json, verbose,
                   attribution=None, recompute_ratio: float = 0.0):
     """The ``ask`` result: JSON (``--json``), else lines; ``--verbose`` adds the time breakdown."""
-    from kvlink_rag.nq import best_subspan_em
+    from evaluation.nq import best_subspan_em
 
     result = {
         "question": question, "answer": linked.text, "answer_full": full.text if full else None, "gold_answers": gold,
@@ -189,7 +189,7 @@ def demo(
     Precomputes the real NQ documents of the first --questions questions, then answers each with full
     prefill and with the linked caches, side by side.
     """
-    from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
+    from evaluation.nq import DataFormatError, best_subspan_em, build_documents, load_nq
 
     if questions < 1:
         fail("--questions must be >= 1")

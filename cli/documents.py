@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli.common import fail
-from kvlink_rag.nq import DataFormatError, iter_jsonl
+from evaluation.nq import DataFormatError, iter_jsonl
 
 
 def read_documents(paths: list[Path]) -> list[dict]:
@@ -50,7 +50,7 @@ def _read_docs(paths: list[Path]):
 
 def ask_inputs(question, doc, nq, index, docs, gold_position):
     """``(question, documents, gold answers)`` of ``ask``, read and checked before the model loads."""
-    from kvlink_rag.nq import DataFormatError, build_documents, load_nq
+    from evaluation.nq import DataFormatError, build_documents, load_nq
 
     if nq is None:
         if not question or not question.strip():

@@ -44,7 +44,7 @@ def task_examples(task: str, data: Path, n: int, docs: int, pairs: int, seed: in
         except ValueError as e:
             fail(str(e))
         return examples, kv.build_documents, kv.exact_match, f"KV retrieval ({pairs} pairs/document, exact match)"
-    from kvlink_rag.nq import DataFormatError, best_subspan_em, build_documents, load_nq
+    from evaluation.nq import DataFormatError, best_subspan_em, build_documents, load_nq
     from training.long_docs import long_documents
 
     try:

@@ -13,7 +13,7 @@ import typer
 from cli.common import DtypeOpt, EncOpt, KOpt, fail, make_engine, make_settings, out, results_only_stdout
 
 if TYPE_CHECKING:
-    from kvlink_rag.attribution import Attribution
+    from kvlink_rag.explain.attribution import Attribution
     from kvlink_rag.types import Document
 
 app = typer.Typer()
@@ -49,7 +49,7 @@ def checked_recompute(ratio: float | None) -> float | None:
     """``ratio`` when in [0, 1] (or None), else a one-line error and exit (before the model loads)."""
     if ratio is None:
         return None
-    from kvlink_rag.blend import check_recompute_ratio
+    from kvlink_rag.reuse.blend import check_recompute_ratio
 
     return _checked(ratio, "--recompute-ratio", check_recompute_ratio)
 
@@ -73,7 +73,7 @@ def checked_attribution(method: str | None) -> str | None:
 
 def print_attribution(att: Attribution, documents: list[Document], method: str = "attention") -> None:
     """Per document: its share, title, and top passages quoted (character offsets in brackets)."""
-    from kvlink_rag.prompt import normalize_text
+    from kvlink_rag.encodable import normalize_text
 
     out.print(f"[bold]attribution[/bold] ({METHOD_TEXT[method]}); system prompt's attention share "
               f"{att.prefix:.1%}")
@@ -87,8 +87,8 @@ def print_attribution(att: Attribution, documents: list[Document], method: str =
 
 
 def attribution_dict(att: Attribution) -> dict:
-    """JSON-able attribution (:func:`kvlink_rag.explain.attribution_json`)."""
-    from kvlink_rag.explain import attribution_json
+    """JSON-able attribution (:func:`kvlink_rag.explain.answers.attribution_json`)."""
+    from kvlink_rag.explain.answers import attribution_json
 
     return attribution_json(att)
 
@@ -143,8 +143,8 @@ def explain(
     --png draws every document's tokens as a heatmap.
     """
     from cli.documents import ask_inputs
-    from kvlink_rag.explain import explain_answer
-    from kvlink_rag.leave_one_out import apply_leave_one_out, leave_one_out
+    from kvlink_rag.explain.answers import explain_answer
+    from kvlink_rag.explain.leave_one_out import apply_leave_one_out, leave_one_out
 
     retention = checked_retention(retention)
     method = checked_attribution(attribution)
@@ -198,7 +198,7 @@ def attribution_eval(
         return
     if not 0 <= start < n:
         fail(f"--start {start}: must be at least 0 and below --n ({n})")
-    from kvlink_rag.nq import DataFormatError, load_nq
+    from evaluation.nq import DataFormatError, load_nq
     from training.attribution_eval import run_attribution_eval
 
     try:

@@ -172,7 +172,7 @@ def _eval_engines(settings: Settings, wanted: list[str], links: Path | None, ada
     """One engine per mode: the base engine (untrained link tokens, documents cached in memory, with
     ``stored_docs`` in the store under ``settings.home``, or with ``int8`` in a throw-away int8 store) and,
     sharing its model and cache, the trained artifacts'."""
-    from kvlink_rag.link_tokens import load_link_tokens
+    from kvlink_rag.linking.link_tokens import load_link_tokens
 
     paths = {m: _artifact_path(settings, links if m == "linked" else adapter) for m in wanted
              if m == "linked" or m in ADAPTED}  # names resolved before the model loads

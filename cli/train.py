@@ -12,6 +12,7 @@ from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, do
     progress_bar, results_only_stdout
 from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvDocsOpt, MixLongOpt, \
     MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, issue28_options, parse_mixture
+from kvlink_rag.model.family import ModelFamily
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -39,7 +40,7 @@ DocSideOpt = Annotated[bool, typer.Option("--doc-side", help="The adapter encode
 
 # LoRA targets of the shipped artifact: MLP projections added to q/k/v/o lowered held-out answer NLL most of the
 # variants measured side by side (issue 17, EVALUATION.md)
-SHIPPED_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+SHIPPED_TARGETS = ",".join(ModelFamily.attention_targets + ModelFamily.mlp_targets)  # the default layout's names
 
 app = typer.Typer()
 
@@ -84,7 +85,7 @@ def train_links(
     Trains on multi-document QA examples and saves link tokens (and the adapter) as one safetensors file:
     the best validation step's (the last one's beside it as <out>-last), the curve in <out>.json.
     """
-    from kvlink_rag.nq import DataFormatError
+    from evaluation.nq import DataFormatError
     from training.data import split_examples
 
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)

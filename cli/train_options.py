@@ -72,7 +72,7 @@ def check_speed(bf16: bool, device: str | None, doc_side: bool, link_init: str) 
     if link_init not in ("separator", "document"):
         fail(f"--link-init {link_init!r}: choose separator or document")
     if bf16 and not (device or "").startswith("cuda"):
-        from kvlink_rag.model import cpu_has_native_bf16
+        from kvlink_rag.model.loader import cpu_has_native_bf16
 
         if not cpu_has_native_bf16():
             fail("--bf16: this CPU has no native bfloat16 (AMX / AVX512-BF16); bfloat16 GEMMs would be emulated "

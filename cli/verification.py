@@ -28,7 +28,7 @@ def verify(
         fail("--questions must be 1-64, --docs 1-20, --max-new-tokens 1-256")
     if not nq.exists():
         fail(f"NQ file not found: {nq} (give --nq)")
-    from kvlink_rag.nq import build_documents, load_nq
+    from evaluation.nq import build_documents, load_nq
     from service.verify import as_rows, verify as run_verify
 
     examples = load_nq(nq, limit=max(questions, 200))

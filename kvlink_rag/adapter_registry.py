@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
-from .doc_side import check_query_side
-from .link_tokens import LinkTokens, load_link_tokens
-from .lora import remove_lora
+from .linking.link_tokens import LinkTokens, load_link_tokens
+from .model.lora import remove_lora
+from .reuse.doc_side import check_query_side
 
 RESERVED = ("default", "none")
 Signature = tuple[int, int, int, int]
@@ -128,7 +128,7 @@ class AdapterVariants:
 
         Raises:
             UnknownAdapter: no such adapter.
-            kvlink_rag.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
+            kvlink_rag.linking.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
         """
         if name is None or name in RESERVED:
             return self.engine.link_tokens
@@ -139,7 +139,7 @@ class AdapterVariants:
 
         Raises:
             UnknownAdapter: no such adapter.
-            kvlink_rag.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
+            kvlink_rag.linking.link_tokens.LinkTokensMismatch: the artifact was made for another base model.
         """
         if name is None or name == "default":
             return self.engine

@@ -5,18 +5,29 @@ A Python ``str`` may hold lone surrogates (U+D800-U+DFFF, e.g. from the JSON esc
 Python's ``json`` decodes without complaint); no UTF-8 encoder, tokenizer or JSON response accepts them.
 :func:`find_unencodable` names the first such value in a nested structure (the API refuses it at the door),
 :func:`sanitised` replaces them (what a listing shows of a record stored before the door refused them, and
-what ``store check --repair`` writes back).
+what ``store check --repair`` writes back). :func:`normalize_text` is the one normal form of a text: what is
+tokenised and what a cache key's content hash covers (the prompt framing and the store's keys both use it).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 REPLACEMENT = "\ufffd"
 MAX_DEPTH = 32  # lists and dicts nested deeper than this are refused (pydantic's serializer and json recurse)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def normalize_text(text: str) -> str:
+    """NFC-normalise, turn CRLF/CR into LF, strip the ends.
+
+    Only changes that keep the meaning: the normalised text is exactly what is tokenised and what the
+    content hash covers, so equal hashes mean equal token ids.
+    """
+    return unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
 def text_problem(text: str) -> str | None:

@@ -16,7 +16,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 KV_DTYPES = ("float32", "bfloat16", "float16")
 
 
-AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.leave_one_out)
+AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.explain.leave_one_out)
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 
 
@@ -36,10 +36,12 @@ class EngineSettings(LayerSettings):
         "auto", description="Model weights/activations dtype; auto = float32 on CPU, bfloat16 on CUDA."
     )
     kv_dtype: str = Field("bfloat16", description="Dtype of stored document KV caches.")
-    weight_format: Literal["auto", "native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32"] = Field(
+    weight_format: Literal["auto", "native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32", "q4q8-bf16",
+                           "q4q8-f32"] = Field(
         "auto", description="Weights of the model runner's linear layers: 'native' (the compute dtype, shared with "
         "the loaded model), 'bfloat16', 'int8' or 'int4' weight-only (CPU kernels), 'int4-bf16' (int4 for decode steps, "
-        "bfloat16 for prefill), 'int4-f32' (int4 for decode steps, the model's float32 for prefill); 'auto' = for the "
+        "bfloat16 for prefill), 'int4-f32' (int4 for decode steps, the model's float32 for prefill), 'q4q8-bf16' / "
+        "'q4q8-f32' (the same with decode steps on the Q4 x Q8 kernel, AVX512-VNNI); 'auto' = for the "
         "default model on a CPU int4-bf16 where the CPU has native bfloat16 (AVX512-BF16/AMX), else int4-f32 (its "
         "weights are Q4_1, on that grid; accuracy equal to float32 on 300 NQ questions, EVALUATION.md), else native.")
     encoding: Literal["anchored", "isolated"] = Field(
@@ -69,7 +71,7 @@ class EngineSettings(LayerSettings):
     attribution: AttributionMethod = Field(
         "leave_one_out", description="How explain attributes an answer to its documents: `leave_one_out` (the drop "
         "in the answer's log-likelihood when a document is left out of the link, one link forward per document, "
-        "kvlink_rag.leave_one_out) or `attention` (the question and answer tokens' attention share only). Top "
+        "kvlink_rag.explain.leave_one_out) or `attention` (the question and answer tokens' attention share only). Top "
         "passages come from the attention either way. A request's own `attribution` overrides it.")
     importance_scores: bool = Field(
         True, description="Score token importance while precomputing (eager attention for that forward) and store "
@@ -80,7 +82,7 @@ class EngineSettings(LayerSettings):
     torch_threads: int = Field(0, ge=0, le=1024, description="torch CPU threads of every command (0 = torch's default).")
     chunk_tokens: int = Field(512, ge=0, description="A document longer than this (tokens, title included) is "
                               "stored and linked as chunks of at most this many tokens, each its own cache "
-                              "(kvlink_rag/chunking.py); 0 = one cache per document. At least 64.")
+                              "(kvlink_rag/text/chunking.py); 0 = one cache per document. At least 64.")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

@@ -49,7 +49,7 @@ def bench_queries(args, engine, examples) -> dict:
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from kvlink_rag.nq import best_subspan_em, build_documents
+    from evaluation.nq import best_subspan_em, build_documents
     from service.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="kvlink-bench-"))
@@ -153,9 +153,9 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    from kvlink_rag.convert import ensure_default_model
+    from evaluation.nq import load_nq
     from kvlink_rag.engine import Engine
-    from kvlink_rag.nq import load_nq
+    from kvlink_rag.model.convert import ensure_default_model
     from service.settings import Settings, get_settings
 
     model = str(ensure_default_model(get_settings().models_dir))

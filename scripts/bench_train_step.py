@@ -64,8 +64,8 @@ def _paired_bf16(engine, trainer, split, n: int) -> dict:
     bfloat16 GEMMs (:func:`training.train_model.bf16_gemms`)."""
     import torch
 
-    from kvlink_rag.lora import adapter_scope
-    from kvlink_rag.nq import build_documents
+    from evaluation.nq import build_documents
+    from kvlink_rag.model.lora import adapter_scope
     from training.eval import bootstrap_ci
     from training.fast_attention import training_attention
     from training.loop import example_loss
@@ -92,7 +92,7 @@ def main() -> None:
     import torch
 
     from cli.common import NQ_DEFAULT
-    from kvlink_rag.model import cpu_has_native_bf16
+    from kvlink_rag.model.loader import cpu_has_native_bf16
     from training.data import split_examples
     from training.train_model import preencode
 

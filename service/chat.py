@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from kvlink_rag.conversation import Turn
     from kvlink_rag.engine import Engine
+    from kvlink_rag.text.conversation import Turn
 
 
 def turns(messages: Iterable[tuple[str, str]]) -> list[Turn]:
     """The conversation turns of ``(role, text)`` messages, in order (checked by
     :meth:`service.queries.QueryService.plan_chat`)."""
-    from kvlink_rag.conversation import Turn
+    from kvlink_rag.text.conversation import Turn
 
     return [Turn(role, text) for role, text in messages]
 
@@ -27,7 +27,7 @@ def conversation_prompt_ids(engine: Engine, messages: Iterable[tuple[str, str]])
     Raises:
         ServiceError: 422 ``invalid_messages`` (no user message, unknown role, turns out of order).
     """
-    from kvlink_rag.conversation import InvalidConversation, check_turns, conversation_ids
+    from kvlink_rag.text.conversation import InvalidConversation, check_turns, conversation_ids
 
     talk = turns(messages)
     try:

@@ -15,7 +15,7 @@ No cache outlives the record that points to it: a precompute (or a query that en
 spot) whose document was deleted or changed meanwhile drops the cache it wrote unless another record
 uses it, and a delete drops the cache of exactly the record it removed (:meth:`DocumentIndex.pop`).
 
-A document longer than ``chunk_tokens`` is stored as chunks (:mod:`kvlink_rag.chunking`), each a cache
+A document longer than ``chunk_tokens`` is stored as chunks (:mod:`kvlink_rag.text.chunking`), each a cache
 keyed by its own text; its record points at all of them (:attr:`DocumentRecord.cache_keys`). Precompute
 itself (which chunks to encode, what to drop) is :mod:`service.precompute`.
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from kvlink_rag.types import Document
-from service.precompute import CacheTooLarge, adopt, precompute
 from service.errors import QueueUnavailable
+from service.precompute import CacheTooLarge, adopt, precompute
 from store.index.document_index import DocumentRecord, is_corrupt
-from kvlink_rag.normalize import normalize_text
+from kvlink_rag.encodable import normalize_text
 from store.keys import content_hash, simhash64
 
 if TYPE_CHECKING:

@@ -2,10 +2,10 @@
 explained answer.
 
 ``explain`` collects, inside the batching scheduler's steps, the attention the question and answer tokens pay
-to each KV slot (the model runner's probabilities for those rows, :mod:`kvlink_rag.attention_rows`) and
-returns each document's share and top passages (:mod:`kvlink_rag.explain`); with the ``attribution`` method
+to each KV slot (the model runner's probabilities for those rows, :mod:`kvlink_rag.explain.attention_rows`) and
+returns each document's share and top passages (:mod:`kvlink_rag.explain.answers`); with the ``attribution`` method
 ``leave_one_out`` (the default, ``KVLINK_RAG_ATTRIBUTION``) the shares are leave-one-document-out's
-(:mod:`kvlink_rag.leave_one_out`), computed after decoding under the model lock.
+(:mod:`kvlink_rag.explain.leave_one_out`), computed after decoding under the model lock.
 """
 
 from __future__ import annotations
@@ -45,24 +45,24 @@ def check_explained(mode: str, retention: float | None, explain: bool, attributi
 
 def explanation(eng: Engine, plan, attention: tuple | None, answer_ids: list[int] | None = None,
                 lock=None) -> dict | None:
-    """The plan's attribution as JSON (:func:`kvlink_rag.explain.attribution_json`) from a scheduled request's
+    """The plan's attribution as JSON (:func:`kvlink_rag.explain.answers.attribution_json`) from a scheduled request's
     ``(AttentionMass, LinkedContext)`` (:attr:`kvlink_rag.runtime.gen_request.GenResult.attention`), or None without explain.
 
     With ``plan.attribution`` ``leave_one_out`` and the answer's ``answer_ids``, the document shares are
-    leave-one-document-out's (:func:`kvlink_rag.leave_one_out.leave_one_out`: one more link forward per
+    leave-one-document-out's (:func:`kvlink_rag.explain.leave_one_out.leave_one_out`: one more link forward per
     document, after decoding, under ``lock``, the model lock, when given); otherwise the attention's. The body
     names its ``method``.
     """
     if attention is None:
         return None
-    from kvlink_rag.explain import attribution, attribution_json
+    from kvlink_rag.explain.answers import attribution, attribution_json
 
     mass, ctx = attention
     docs = [d.document for d in plan.docs]
     body = {**attribution_json(attribution(eng, mass, ctx, docs)), "method": "attention"}
     if plan.attribution != "leave_one_out" or answer_ids is None:
         return body
-    from kvlink_rag.leave_one_out import leave_one_out, with_leave_one_out
+    from kvlink_rag.explain.leave_one_out import leave_one_out, with_leave_one_out
 
     with lock if lock is not None else nullcontext():
         drops = leave_one_out(eng, plan.question, docs, answer_ids, plan.k, plan.retention)

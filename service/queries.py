@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING
 from service.documents import DocumentService
 from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError, redis_errors
+from service.explained import check_explained
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
                                 choose_documents)
-from service.explained import check_explained
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
-    from kvlink_rag.answer import Answer
-    from kvlink_rag.runtime.scheduler import Scheduler
+    from kvlink_rag.decoding.answer import Answer
     from kvlink_rag.engine import Engine
+    from kvlink_rag.runtime.scheduler import Scheduler
     from service.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store
@@ -110,7 +110,7 @@ class QueryService:
 
     def plan_chat(self, tenant: str, turns: list, document_ids: list[str] | None = None, top_k: int | None = None,
                   k: int | None = None, adapter: str | None = None, mode: str = "linked", **sampling) -> QueryPlan:
-        """:meth:`plan` for a conversation (``turns``: :class:`kvlink_rag.conversation.Turn`, in order): the
+        """:meth:`plan` for a conversation (``turns``: :class:`kvlink_rag.text.conversation.Turn`, in order): the
         last user message picks the documents (BM25), the whole conversation follows them in the prompt; when
         it retrieves none (no documents, none above the cut-off) the chat is a plain one without documents.
 
@@ -119,7 +119,7 @@ class QueryService:
                 message over its limit: user and system ``KVLINK_RAG_MAX_QUESTION_CHARS``, assistant 8x),
                 and as :meth:`plan`.
         """
-        from kvlink_rag.conversation import InvalidConversation, check_turns, conversation_ids
+        from kvlink_rag.text.conversation import InvalidConversation, check_turns, conversation_ids
 
         try:
             talk = check_turns(turns)
@@ -141,8 +141,8 @@ class QueryService:
 
         With ``load`` (under the model lock): the adapter's engine, its LoRA loaded into the model.
         """
-        from kvlink_rag.link_tokens import LinkTokensMismatch
         from kvlink_rag.adapter_registry import UnknownAdapter
+        from kvlink_rag.linking.link_tokens import LinkTokensMismatch
 
         try:
             eng = self.variants.get(adapter) if load else None

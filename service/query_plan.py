@@ -37,7 +37,7 @@ class QueryPlan:
     text_ids: list[int] | None = None
     retention: float | None = None
     explain: bool = False
-    attribution: str = "attention"  # explain's method: "attention" or "leave_one_out" (kvlink_rag.leave_one_out)
+    attribution: str = "attention"  # explain's method: "attention" or "leave_one_out" (kvlink_rag.explain.leave_one_out)
     recompute_ratio: float = 0.0
     cold: bool = False  # mode full's comparison: no prefix-tree read or insert (KVLINK_RAG_FULL_MODE_CACHED)
 
@@ -119,7 +119,7 @@ def check_recompute(mode: str, recompute_ratio: float | None, explain: bool) -> 
     Raises:
         ServiceError: 422 ``recompute_ratio_out_of_range`` / ``recompute_unsupported``.
     """
-    from kvlink_rag.blend import check_recompute_ratio
+    from kvlink_rag.reuse.blend import check_recompute_ratio
 
     if recompute_ratio is None:
         return
@@ -139,7 +139,7 @@ def check_generation(settings: Settings, sampling: dict) -> dict:
     Raises:
         ServiceError: 422 ``invalid_stop`` / ``min_tokens_out_of_range``.
     """
-    from kvlink_rag.stop_strings import normalize_stop
+    from kvlink_rag.decoding.stop_strings import normalize_stop
 
     sampling = dict(sampling)
     try:

@@ -66,7 +66,7 @@ class NoQueue:
 
 class EmbeddedQueue:
     """Precompute in ``threads`` background threads of this process, one model call at a time; a document
-    is encoded in chunks (``kvlink_rag.document_prefill.CHUNK_TOKENS``) with the model lock handed to the
+    is encoded in chunks (``kvlink_rag.linking.document_prefill.CHUNK_TOKENS``) with the model lock handed to the
     batching scheduler between them, so queries keep answering while a long document is encoded.
 
     Args:
@@ -111,7 +111,7 @@ class EmbeddedQueue:
             yield
 
     def _run(self, tenant: str, doc_id: str, version: int) -> None:
-        from kvlink_rag.document_prefill import chunk_guard
+        from kvlink_rag.linking.document_prefill import chunk_guard
 
         token = chunk_guard.set(self._model_turn)  # each chunk's forward takes the model; the rest does not
         try:

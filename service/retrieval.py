@@ -1,6 +1,6 @@
 """BM25 retrieval (bm25s) over one tenant's documents, or their chunks.
 
-A document the engine stores as chunks (:mod:`kvlink_rag.chunking`, longer than ``chunk_tokens``) is indexed
+A document the engine stores as chunks (:mod:`kvlink_rag.text.chunking`, longer than ``chunk_tokens``) is indexed
 chunk by chunk once :meth:`Retrieval.use_chunks` gave the engine's chunker: a question retrieves the
 chunks it is about and only those are linked, not a whole employee handbook. BM25's length normalisation
 (``b``, Robertson et al.) is applied per indexed entry, so a chunk competes with passages of its own size.

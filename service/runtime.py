@@ -27,8 +27,8 @@ from service.retrieval import BM25Params, Retrieval
 if TYPE_CHECKING:
     from kvlink_rag.cache import DocumentCache
     from kvlink_rag.engine import Engine
-    from service.pins import PinRegistry
     from kvlink_rag.runtime.scheduler import Scheduler
+    from service.pins import PinRegistry
     from store.factory import Store
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Runtime:
         Does nothing when an engine is loaded and none is given.
 
         Raises:
-            kvlink_rag.model.ModelLoadError, kvlink_rag.convert.ModelFetchError, ValueError: the model
+            kvlink_rag.model.support.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: the model
                 cannot be loaded or does not fit the settings.
         """
         if engine is None and self.engine is not None:
@@ -114,8 +114,8 @@ class Runtime:
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
-    from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.policies import make_policy
+    from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
 
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time
@@ -141,10 +141,10 @@ def load_engine(settings: Settings, cache: DocumentCache, timings: dict[str, flo
         timings: if given, ``model_load_s`` (weights, tokenizer, fingerprint; converts the default model on
             first use) and ``engine_setup_s`` are set in it.
     Raises:
-        kvlink_rag.model.ModelLoadError, kvlink_rag.convert.ModelFetchError, ValueError: see :class:`Engine`.
+        kvlink_rag.model.support.ModelLoadError, kvlink_rag.model.convert.ModelFetchError, ValueError: see :class:`Engine`.
     """
     from kvlink_rag.engine import Engine
-    from kvlink_rag.model import load_model
+    from kvlink_rag.model.loader import load_model
 
     t0 = time.perf_counter()
     lm = load_model(settings)
@@ -212,7 +212,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, *, queue: Qu
         load_engine: load the engine now (else call :meth:`Runtime.load_engine` when one is needed).
         model_lock: the lock model calls share (a new one by default).
     Raises:
-        StoreOpenError: the store cannot be opened. ValueError, kvlink_rag.model.ModelLoadError: bad
+        StoreOpenError: the store cannot be opened. ValueError, kvlink_rag.model.support.ModelLoadError: bad
         settings or model. What is opened is closed again on failure.
     """
     apply_torch_threads(settings)

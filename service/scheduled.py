@@ -20,7 +20,7 @@ from service.cancellation import RequestCancelled, check_cancelled, on_cancel
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from kvlink_rag.answer import Answer
+    from kvlink_rag.decoding.answer import Answer
     from kvlink_rag.engine import Engine
     from store.recording_cache import RecordingCache
 
@@ -63,8 +63,8 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
 
 def answer_of(result: GenResult, tokenizer) -> Answer:
     """The :class:`Answer` of a finished scheduled request (timings in seconds from the plan's start)."""
-    from kvlink_rag.answer import Answer
-    from kvlink_rag.generate import answer_text
+    from kvlink_rag.decoding.answer import Answer
+    from kvlink_rag.decoding.generate import answer_text
 
     t = result.timings
     return Answer(text=answer_text(tokenizer, result.token_ids),
@@ -89,7 +89,7 @@ def token_pieces(gen: Generator[int, None, GenResult], tokenizer, pieces: bool
     When ``gen`` yields ``(id, TokenLogprob)`` pairs (the request asked for ``logprobs``), each token's
     ``("logprobs", TokenLogprob)`` comes before the piece its text ends up in. Closing this generator closes
     ``gen`` (the scheduled request is cancelled)."""
-    from kvlink_rag.generate import whole_text
+    from kvlink_rag.decoding.generate import whole_text
 
     ids: list[int] = []
     emitted = ""
@@ -105,7 +105,7 @@ def token_pieces(gen: Generator[int, None, GenResult], tokenizer, pieces: bool
                 item, lp = item
                 yield "logprobs", lp
             ids.append(item)
-            text = whole_text(tokenizer, ids)  # the rule of kvlink_rag.generate.stream_text
+            text = whole_text(tokenizer, ids)  # the rule of kvlink_rag.decoding.generate.stream_text
             if len(text) > len(emitted):
                 yield "token", text[len(emitted):]
                 emitted = text

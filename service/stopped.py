@@ -1,15 +1,15 @@
 """Stop strings on a query's events: the text a client sees ends before the first stop string.
 
 Generation itself ends with the token completing a stop string (the decode loops' hook,
-:class:`kvlink_rag.stop_strings.StopStrings`); here the streamed pieces hold back what might begin a stop
-string, and the final answer is decoded again and cut (:func:`kvlink_rag.stop_strings.cut`).
+:class:`kvlink_rag.decoding.stop_strings.StopStrings`); here the streamed pieces hold back what might begin a stop
+string, and the final answer is decoded again and cut (:func:`kvlink_rag.decoding.stop_strings.cut`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 
-from kvlink_rag.stop_strings import StopFilter, cut
+from kvlink_rag.decoding.stop_strings import StopFilter, cut
 
 
 def stopped_events(events: Generator[tuple[str, object], None, None], stops: tuple[str, ...], tokenizer

@@ -1,5 +1,5 @@
 """What a planned OpenAI request adds to its sampling: ``logprobs`` (alternatives per token) and a compiled
-``response_format`` grammar (:mod:`kvlink_rag.grammar`), checked against the rest of the plan."""
+``response_format`` grammar (:mod:`kvlink_rag.decoding.grammar`), checked against the rest of the plan."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def add_outputs(queries: QueryService, plan: QueryPlan, logprobs: int | None, response_spec: dict | None) -> None:
     """Put ``logprobs`` and the grammar of ``response_spec`` (an OpenAI ``response_format``, None for text) into
-    ``plan.sampling`` (their :class:`~kvlink_rag.generate.SamplingParams` fields). The grammar is compiled here,
+    ``plan.sampling`` (their :class:`~kvlink_rag.decoding.generate.SamplingParams` fields). The grammar is compiled here,
     once per request (its ``n`` choices share it). Every request runs in the batching scheduler, whose step
     computes both from its own logits (explain, retention and CacheBlend included).
 
@@ -23,7 +23,7 @@ def add_outputs(queries: QueryService, plan: QueryPlan, logprobs: int | None, re
             422 ``unsupported_combination`` (a grammar with ``ignore_eos`` or ``min_tokens`` above 0, which
             could forbid the only token that ends a complete JSON value).
     """
-    from kvlink_rag.grammar import InvalidGrammar, response_grammar
+    from kvlink_rag.decoding.grammar import InvalidGrammar, response_grammar
 
     if logprobs is not None:
         plan.sampling["logprobs"] = logprobs

@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kvlink_rag.answer import run_to_end
+from kvlink_rag.decoding.answer import run_to_end
 from kvlink_rag.engine import Engine
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.lora import adapter_scope
-from kvlink_rag.runtime.prefix_tree import PrefixTree
-from kvlink_rag.types import Document
+from kvlink_rag.linking.kvcache import cache_tensors
+from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.runtime.gen_request import GenRequest, GenResult
-from service.model_lock import FairLock
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+from kvlink_rag.types import Document
+from service.model_lock import FairLock
 
 
 @dataclass

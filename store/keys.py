@@ -13,7 +13,7 @@ import hashlib
 import re
 import unicodedata
 
-from kvlink_rag.normalize import normalize_text
+from kvlink_rag.encodable import normalize_text
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 SHINGLE = 1  # word unigrams; see simhash64

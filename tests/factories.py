@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.model import LoadedModel, load_model, wrap_model
+from kvlink_rag.model.loader import LoadedModel, load_model, wrap_model
 from service.settings import Settings, get_settings
 from kvlink_rag.types import DocumentKV
 
@@ -63,7 +63,7 @@ def random_ids(n: int, seed: int) -> torch.Tensor:
 @functools.lru_cache(maxsize=1)
 def default_model_path() -> Path:
     """The converted default model (fetched and converted on first use; ``make test`` does it up front)."""
-    from kvlink_rag.convert import ensure_default_model
+    from kvlink_rag.model.convert import ensure_default_model
 
     return ensure_default_model(get_settings().models_dir)
 
@@ -109,9 +109,9 @@ def tiny_text_engine(home: Path, seed: int = 0, max_positions: int = 2048, layer
 def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: int = 0,
                  fingerprint: str | None = None) -> Path:
     """A random link-token artifact with a LoRA (non-zero B, so it changes the output) saved as ``name``."""
-    from kvlink_rag.lora import DEFAULT_TARGETS, add_lora, lora_state, remove_lora
-    from kvlink_rag.link_tokens import LinkTokens
     from kvlink_rag.adapter_registry import adapter_path
+    from kvlink_rag.linking.link_tokens import LinkTokens
+    from kvlink_rag.model.lora import DEFAULT_TARGETS, add_lora, lora_state, remove_lora
 
     torch.manual_seed(seed)
     scratch = f"scratch{seed}"

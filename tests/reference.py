@@ -1,6 +1,6 @@
 """Reference forward passes with transformers itself, under explicitly built 4-D masks.
 
-The masks here are written out independently of ``kvlink_rag.mask`` so that the tests check the
+The masks here are written out independently of ``kvlink_rag.linking.mask`` so that the tests check the
 linker against the definition, not against itself.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvlink_rag.kvcache import cache_tensors
+from kvlink_rag.linking.kvcache import cache_tensors
 
 
 @dataclass

@@ -4,7 +4,9 @@
 ``cli`` is the top layer (it may import every package below it: it drives training and bench and serves
 the API); nothing imports it. Front ends (``api``, ``workers``) -> ``service`` -> core (``kvlink_rag``)
 and ``store``; ``training`` uses the service, core and store, ``bench`` also the API, never the CLI or the
-workers. Every ``import`` counts, including those inside functions (they run too) and those under
+workers; ``evaluation`` (NQ data, long-document builders) is beside ``training``: the CLI, training and
+bench use it, serving never does. Inside the core, its rooms are floors (:data:`CORE_FLOORS`): a room
+imports only the rooms below it (the runtime spans floors and is left out). Every ``import`` counts, including those inside functions (they run too) and those under
 ``if TYPE_CHECKING:`` (a type a module names is a dependency too: a cycle there is a cycle). ``api`` reaches
 the core only through the service, but for the exceptions in ``API_CORE_IMPORTS``, each with its reason.
 ``store`` imports from the core only the declared kernel (``STORE_KERNEL``), which imports nothing else of
@@ -21,28 +23,46 @@ from pathlib import Path
 
 ROOT = Path(os.environ.get("ARCH_ROOT", Path(__file__).resolve().parent.parent))
 MAX_FUNCTION_LINES = 60  # the project guide: functions under ~60 lines
-PACKAGES = ("cli", "api", "workers", "router", "service", "training", "bench", "kvlink_rag", "store")
+PACKAGES = ("cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "kvlink_rag", "store")
 FORBIDDEN = {
-    "kvlink_rag": {"cli", "api", "workers", "router", "service", "training", "bench", "store"},
-    "store": {"cli", "api", "workers", "router", "service", "training", "bench"},
-    "service": {"cli", "api", "workers", "router", "training", "bench"},
+    "kvlink_rag": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "store"},
+    "store": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation"},
+    "service": {"cli", "api", "workers", "router", "training", "bench", "evaluation"},
+    "evaluation": {"cli", "api", "workers", "router", "service", "training", "bench"},
     "training": {"cli", "api", "workers", "router", "bench"},
-    "api": {"cli", "workers", "router", "training", "bench"},
-    "workers": {"cli", "api", "router", "training", "bench"},
-    "router": {"cli", "api", "workers", "training", "bench"},
+    "api": {"cli", "workers", "router", "training", "bench", "evaluation"},
+    "workers": {"cli", "api", "router", "training", "bench", "evaluation"},
+    "router": {"cli", "api", "workers", "training", "bench", "evaluation"},
     "bench": {"cli", "workers", "router"},
 }
+
+# the core's rooms, lowest first: a room imports only the rooms on the floors below it. The kernel (types, cache
+# contract, retention's kept tokens, text checks and normal form, settings) is what the store may import too. The runtime
+# (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
+# the engine, so it is left out of this rule (its own modules still may not form a cycle).
+CORE_FLOORS = (
+    ("types", "retention", "cache", "encodable", "home", "settings"),  # kernel
+    ("model",),  # loading, families, LoRA, attention capture
+    ("text",),  # chat-template framing, conversations, chunks
+    ("linking",),  # RoPE, mask, precompute, link tokens, linker
+    ("decoding",),  # sampling, the decode loop, stop strings, grammar, logprobs
+    ("reuse",),  # the reuse methods
+    ("engine_documents",),  # the engine's documents: ids, keys, chunks, encoding, resolution
+    ("engine",),  # the Engine facade
+    ("explain", "adapter_registry"),  # explained answers; named adapters over engines
+)
+CORE_SPANNING = ("runtime",)
 
 # api -> kvlink_rag edges that stay, each with its reason (everything else goes through service/)
 API_CORE_IMPORTS = {
     # the type of ServiceState.engine (tests hand one in); under TYPE_CHECKING only
     ("api.state", "kvlink_rag.engine"): "the engine's type, TYPE_CHECKING only (issue 29 items 2-3)",
-    # pure helpers on text and tokens, no model or state: the declared kernel of issue 29 item 2
+    # pure helpers on text and tokens, no model or state: the kernel (encodable) and two of decoding/'s leaves
     ("api.request_body", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
     ("api.routes.documents", "kvlink_rag.encodable"): "kernel: JSON-encodable text checks",
-    ("api.generation_fields", "kvlink_rag.stop_strings"): "kernel: stop-string limits and normalisation",
-    ("api.routes.completions", "kvlink_rag.stop_strings"): "kernel: cutting text at a stop string",
-    ("api.logprobs_format", "kvlink_rag.logprobs"): "kernel: the logprob record and a token's bytes",
+    ("api.generation_fields", "kvlink_rag.decoding.stop_strings"): "pure: stop-string limits and normalisation",
+    ("api.routes.completions", "kvlink_rag.decoding.stop_strings"): "pure: cutting text at a stop string",
+    ("api.logprobs_format", "kvlink_rag.decoding.logprobs"): "pure: the logprob record and a token's bytes",
 }
 
 # the core modules the store may import: types, the cache contract, text normalisation (issue 29 item 2)
@@ -50,8 +70,7 @@ STORE_KERNEL = {
     "kvlink_rag.types": "DocumentKV, RetainedKV, LayeredDocuments, Document, dtypes: what the store keeps",
     "kvlink_rag.cache": "the DocumentCache contract the store implements",
     "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
-    "kvlink_rag.normalize": "text normalisation that keeps tokens (what cache keys hash)",
-    "kvlink_rag.encodable": "which texts and JSON values can be stored and served (store check)",
+    "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
     "kvlink_rag.home": "the home folder and the settings base every layer's class derives from",
 }
 # each layer's settings class, where it is defined, and the packages that read it
@@ -129,6 +148,46 @@ def test_api_reaches_the_core_only_through_the_service():
     assert sorted(set(API_CORE_IMPORTS) - edges) == []  # an exception no longer needed leaves the list
 
 
+def _core_room(mod: str) -> str | None:
+    """The room of a core module (its sub-package, or its own name at the core's top), None outside the core
+    or for the package itself."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "kvlink_rag" and len(parts) > 1 else None
+
+
+def _core_floor_errors(graph: dict[str, set[str]]) -> list[str]:
+    """``"module -> imported"`` for every core edge that does not point to a lower floor, and
+    ``"module: no floor"`` for a core room missing from :data:`CORE_FLOORS`."""
+    floor = {room: i for i, rooms in enumerate(CORE_FLOORS) for room in rooms}
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        room = _core_room(mod)
+        if room is None or room in CORE_SPANNING:
+            continue
+        if room not in floor:
+            bad.append(f"{mod}: no floor")
+            continue
+        for dep in sorted(deps):
+            other = _core_room(dep)
+            if other is None or other == room or other in CORE_SPANNING:
+                continue
+            if other not in floor or floor[other] > floor[room] or (floor[other] == floor[room] and floor[room] > 0):
+                bad.append(f"{mod} -> {dep}")
+    return bad
+
+
+def test_the_cores_rooms_import_only_the_floors_below():
+    assert _core_floor_errors(_graph()) == []
+
+
+def test_the_floor_check_sees_an_edge_up_and_a_room_without_a_floor():
+    graph = {"kvlink_rag.linking.linker": {"kvlink_rag.model.loader", "kvlink_rag.reuse.blend", "kvlink_rag.runtime.ragged"},
+             "kvlink_rag.model.loader": {"kvlink_rag.types", "kvlink_rag.engine"}, "kvlink_rag.stray": set(),
+             "kvlink_rag.types": {"kvlink_rag.retention"}}
+    assert _core_floor_errors(graph) == ["kvlink_rag.linking.linker -> kvlink_rag.reuse.blend",
+                                         "kvlink_rag.model.loader -> kvlink_rag.engine", "kvlink_rag.stray: no floor"]
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -173,9 +232,9 @@ def test_the_checker_sees_type_checking_imports_and_api_core_edges(tmp_path):
     path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n"
                     "else:\n    import pkg.c\n")
     assert {"pkg.b", "pkg.b.B", "pkg.c"} <= _imported("pkg.a", path)
-    graph = {"api.routes.openai": {"kvlink_rag.conversation", "service.chat"},
-             "service.chat": {"kvlink_rag.conversation"}}
-    assert _api_core_edges(graph) == {("api.routes.openai", "kvlink_rag.conversation")}
+    graph = {"api.routes.openai": {"kvlink_rag.text.conversation", "service.chat"},
+             "service.chat": {"kvlink_rag.text.conversation"}}
+    assert _api_core_edges(graph) == {("api.routes.openai", "kvlink_rag.text.conversation")}
 
 
 def test_the_checker_sees_a_cycle_and_a_wrong_edge():
@@ -287,9 +346,9 @@ def test_each_package_reads_only_its_own_settings():
 
 
 def test_the_checker_sees_a_store_edge_past_the_kernel_and_a_foreign_setting(tmp_path):
-    graph = {"store.keys": {"kvlink_rag.normalize", "kvlink_rag.prompt"}, "kvlink_rag.cache": {"kvlink_rag.engine"},
-             "service.documents": {"kvlink_rag.prompt"}}
-    assert _kernel_edges(graph) == ["kvlink_rag.cache -> kvlink_rag.engine", "store.keys -> kvlink_rag.prompt"]
+    graph = {"store.keys": {"kvlink_rag.encodable", "kvlink_rag.text.prompt"}, "kvlink_rag.cache": {"kvlink_rag.engine"},
+             "service.documents": {"kvlink_rag.text.prompt"}}
+    assert _kernel_edges(graph) == ["kvlink_rag.cache -> kvlink_rag.engine", "store.keys -> kvlink_rag.text.prompt"]
     path = tmp_path / "probe.py"
     path.write_text("from ..settings import EngineSettings\nfrom service.settings import Settings\n\n"
                     "def f(settings, self):\n    return settings.store_dir, self.settings.api_keys\n")

@@ -1,6 +1,6 @@
 """Attribution methods against the gold passage on NQ-open: does the document ranked first hold the gold
-passage? Attention share (:mod:`kvlink_rag.attribution`) and leave-one-document-out
-(:mod:`kvlink_rag.leave_one_out`) on the same linked answer, with each method's cost, in one run.
+passage? Attention share (:mod:`kvlink_rag.explain.attribution`) and leave-one-document-out
+(:mod:`kvlink_rag.explain.leave_one_out`) on the same linked answer, with each method's cost, in one run.
 
 Per question (gold position rotated first/middle/last as ``kvlink-rag eval --gold-position rotate``):
 documents precomputed (as at ingest), then on every :data:`PLAIN_EVERY`-th question a plain linked answer
@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluation.nq import NQExample, best_subspan_em, build_documents
 from kvlink_rag.cache import MemoryCache
 from kvlink_rag.engine import Engine
-from kvlink_rag.explain import explain_answer
-from kvlink_rag.leave_one_out import leave_one_out
-from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.explain.answers import explain_answer
+from kvlink_rag.explain.leave_one_out import leave_one_out
 
 from .eval import position_for
 

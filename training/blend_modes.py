@@ -1,6 +1,6 @@
 """CacheBlend variants of the evaluation modes (``eval --recompute-ratio``).
 
-A reuse mode at recompute ratio x > 0 runs with CacheBlend (:mod:`kvlink_rag.blend`): ``naive`` becomes
+A reuse mode at recompute ratio x > 0 runs with CacheBlend (:mod:`kvlink_rag.reuse.blend`): ``naive`` becomes
 ``cacheblend-x`` (no link tokens, x of the document tokens recomputed), a linked mode ``<mode>+blend-x``
 (its link tokens and adapter, plus the recompute). Ratio 0 is the mode itself. Full-prefill modes have no
 variants.
@@ -29,7 +29,7 @@ def parse_ratios(text: str) -> list[float]:
     Raises:
         ValueError: an item is not a number in [0, 1], or the list is empty.
     """
-    from kvlink_rag.blend import check_recompute_ratio
+    from kvlink_rag.reuse.blend import check_recompute_ratio
 
     ratios = list(dict.fromkeys(check_recompute_ratio(x.strip()) for x in text.split(",") if x.strip()))
     if not ratios:

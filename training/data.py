@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvlink_rag.nq import NQExample, load_nq
+from evaluation.nq import NQExample, load_nq
 from kvlink_rag.types import ContextTooLong
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def split_examples(path: Path, exclude_first: int = 500, val_n: int = 50) -> Spl
     """Questions ``[exclude_first, end - val_n)`` train, the last ``val_n`` validate.
 
     Raises:
-        kvlink_rag.nq.DataFormatError: unreadable file or missing fields.
+        evaluation.nq.DataFormatError: unreadable file or missing fields.
         ValueError: too few examples left to train on.
     """
     examples = load_nq(path)
@@ -57,7 +57,7 @@ def check_context(engine: Engine, split: Split, max_docs: int, k: int, answer_to
     The estimate (tokens) is the anchor prefix, ``max_docs`` times the mean length of the first ``sample``
     training passages plus their ``k`` link tokens each, the longest of those questions and
     ``answer_tokens`` + 1: an example that long would be refused by the linker mid-run
-    (:func:`kvlink_rag.linker.check_link_inputs`), so the run is refused before it starts instead.
+    (:func:`kvlink_rag.linking.linker.check_link_inputs`), so the run is refused before it starts instead.
 
     Returns: the estimate (tokens).
     Raises:
@@ -80,7 +80,7 @@ def answer_ids(engine: Engine, answer: str, max_tokens: int) -> "torch.Tensor":
     """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
     import torch  # here: the CLI imports this module before it loads the model (no torch at start-up)
 
-    from kvlink_rag.prompt import encode_user_text
+    from kvlink_rag.text.prompt import encode_user_text
 
     ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
     end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id

@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from evaluation.nq import NQExample, best_subspan_em, build_documents
+from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
 from kvlink_rag.engine import Engine
-from kvlink_rag.explain import attribution, explaining
-from kvlink_rag.lora import adapter_scope
-from kvlink_rag.generate import SamplingParams, decode, full_prefill
-from kvlink_rag.kvcache import truncate_cache
-from kvlink_rag.nq import NQExample, best_subspan_em, build_documents
-from kvlink_rag.prompt import encode_user_text
+from kvlink_rag.explain.answers import attribution, explaining
+from kvlink_rag.linking.kvcache import truncate_cache
+from kvlink_rag.model.lora import adapter_scope
+from kvlink_rag.text.prompt import encode_user_text
 from kvlink_rag.types import Document
 
 from .modes import EVAL_POSITIONS, FULL_MODES, MODES, ROTATION  # noqa: F401 - re-exported
@@ -99,7 +99,7 @@ def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[
 class Retention:
     """How much of each document a linked mode keeps: fraction ``r`` (0 < r <= 1) chosen by ``method``
     (``importance``, ``random`` or ``recency``, see :mod:`kvlink_rag.retention`); ``recompute_ratio``: the
-    fraction of document tokens CacheBlend recomputes (:mod:`kvlink_rag.blend`, 0 = reuse only)."""
+    fraction of document tokens CacheBlend recomputes (:mod:`kvlink_rag.reuse.blend`, 0 = reuse only)."""
 
     r: float = 1.0
     method: str = "importance"
@@ -175,7 +175,7 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
     """Score every mode in ``engines`` (mode -> engine) on questions ``start..n-1`` at each gold position
     (``EVAL_POSITIONS``; a row records the actual position, see :func:`position_for`); ``retentions`` gives
     a linked mode's retention (mode label -> :class:`Retention`, default every token). ``build`` and
-    ``metric`` make the task: NQ's by default (:func:`kvlink_rag.nq.build_documents`, best_subspan_em);
+    ``metric`` make the task: NQ's by default (:func:`evaluation.nq.build_documents`, best_subspan_em);
     :mod:`training.kv_retrieval`'s ``build_documents`` and ``exact_match`` for key-value retrieval;
     :func:`training.long_docs.long_documents` for one long document per question (a row's ``em`` is the
     metric's score). ``start`` > 0 shards a run across processes (their row files merge: ``eval-report``);

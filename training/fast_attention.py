@@ -9,7 +9,7 @@ repeat of the KV heads), the softmax in float32.
 
 Valid only where the cache holds no tensor that needs a gradient (query-side training; never for
 ``--doc-side``), and where the new tokens are the last ``q`` keys of the cache (a forward over new tokens
-on top of a cache, as :func:`kvlink_rag.linker.link` and :mod:`training.packed` run it).
+on top of a cache, as :func:`kvlink_rag.linking.linker.link` and :mod:`training.packed` run it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
+from kvlink_rag.model.families import family_of
 
 NAME = "kvlink_train"
 
@@ -72,10 +74,10 @@ def training_attention(model: torch.nn.Module, on: bool = True, bf16: bool = Fal
         yield
         return
     _register()
-    cfg = model.config
-    before = cfg._attn_implementation
-    cfg._attn_implementation = NAME + ("_bf16" if bf16 else "")
+    cfg, fam = model.config, family_of(model.config)
+    before = fam.attention_kernel(cfg)
+    fam.set_attention_kernel(cfg, NAME + ("_bf16" if bf16 else ""))
     try:
         yield
     finally:
-        cfg._attn_implementation = before
+        fam.set_attention_kernel(cfg, before)

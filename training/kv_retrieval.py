@@ -7,8 +7,8 @@ holds the asked key. Examples are generated, never downloaded: every UUID is a v
 ``random.Random(seed * 1_000_003 + index)``, so question ``index`` is the same in every run and at every
 gold position (only the gold document's slot moves).
 
-An example has the shape of :class:`kvlink_rag.nq.NQExample` (question, answers, gold document) plus its
-distractor documents, and :func:`build_documents` has the signature of :func:`kvlink_rag.nq.build_documents`,
+An example has the shape of :class:`evaluation.nq.NQExample` (question, answers, gold document) plus its
+distractor documents, and :func:`build_documents` has the signature of :func:`evaluation.nq.build_documents`,
 so every evaluation mode runs on it unchanged. Metric: :func:`exact_match` (the gold value occurs verbatim
 in the answer).
 
@@ -27,7 +27,7 @@ import random
 import uuid
 from dataclasses import dataclass
 
-from kvlink_rag.nq import NQExample, gold_slot
+from evaluation.nq import NQExample, gold_slot
 from kvlink_rag.types import Document
 
 PAIRS_PER_DOC = 2
@@ -104,7 +104,7 @@ def build_documents(examples: list[KVExample], index: int, n_docs: int, gold_pos
                     seed: int = 0) -> tuple[list[Document], int]:
     """``examples[index]``'s documents with the gold document at ``gold_position`` (first, middle
     (``n_docs // 2``), last, or random from ``random.Random(seed * 1_000_003 + index)``); the
-    distractors keep their order. Returns ``(documents, gold_slot)``, as :func:`kvlink_rag.nq.build_documents`.
+    distractors keep their order. Returns ``(documents, gold_slot)``, as :func:`evaluation.nq.build_documents`.
 
     Raises:
         ValueError: index out of range, ``n_docs`` not the example's document count, unknown position.

@@ -1,7 +1,7 @@
 """Link-token initialisation from documents (``train-links --link-init document``, issue 28 item 3).
 
 Today's initialisation (``separator``) makes every link token the embedding of the paragraph separator
-(:func:`kvlink_rag.link_tokens.initial_link_tokens`). Here link token ``j`` of a slot starts as the mean, over
+(:func:`kvlink_rag.linking.link_tokens.initial_link_tokens`). Here link token ``j`` of a slot starts as the mean, over
 ``n_docs`` training documents encoded alone by the frozen base model, of the last-layer hidden state of the
 document's ``K - j``-th last token (so the link tokens start as "what comes at the end of a document"),
 rescaled to the mean norm of the model's input embeddings (the hidden states live at another scale), plus
@@ -23,7 +23,7 @@ def _last_hidden(engine: Engine, doc: Document, k: int) -> torch.Tensor:
     positions from 0, every adapter off); a document shorter than ``k`` repeats its first token's state."""
     lm = engine.lm
     ids = engine.document_ids(doc)[None].to(lm.device)
-    h = lm.model.model(input_ids=ids).last_hidden_state[0].float()  # [tokens, hidden]
+    h = lm.decoder(input_ids=ids).last_hidden_state[0].float()  # [tokens, hidden]
     idx = torch.clamp(torch.arange(h.shape[0] - k, h.shape[0]), min=0)
     return h[idx].cpu()
 

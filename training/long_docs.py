@@ -1,16 +1,16 @@
 """The long-document task of ``kvlink-rag eval --task long-docs``: each question's context is ONE document
-made of its gold passage and ``--docs - 1`` distractor passages (:mod:`kvlink_rag.long_docs`), answered by
+made of its gold passage and ``--docs - 1`` distractor passages (:mod:`evaluation.long_docs`), answered by
 full prefill of that document, by linking it as one block, and by linking it as chunks
-(:mod:`kvlink_rag.chunking`, link tokens between chunks)."""
+(:mod:`kvlink_rag.text.chunking`, link tokens between chunks)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from evaluation.long_docs import long_document
+from evaluation.nq import NQExample
 from kvlink_rag.cache import MemoryCache
 from kvlink_rag.engine import Engine
-from kvlink_rag.long_docs import long_document
-from kvlink_rag.nq import NQExample
 from kvlink_rag.types import Document, DocumentKV
 
 from .modes import FULL_MODES
@@ -61,6 +61,6 @@ def long_doc_engines(engines: dict[str, Engine], chunk_sizes: list[int]) -> dict
 
 def long_documents(examples: list[NQExample], index: int, n_passages: int, gold_position: str = "random",
                    seed: int = 0) -> tuple[list[Document], int]:
-    """``([the long document], gold paragraph index)`` (:func:`kvlink_rag.long_docs.long_document`)."""
+    """``([the long document], gold paragraph index)`` (:func:`evaluation.long_docs.long_document`)."""
     doc, slot = long_document(examples, index, n_passages, gold_position, seed)
     return [doc], slot

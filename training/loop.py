@@ -5,7 +5,7 @@ documents encoded apart by the frozen base model (their caches are precomputed a
 tokens attending across documents, question and answer attending to all. Gradients reach the link
 embeddings and, with LoRA, the adapter that is active for link, question and answer tokens only; with
 ``doc_side`` the adapter is on for document tokens too and gradients run through the document encodings
-(:mod:`kvlink_rag.doc_side`, an upper bound: such caches depend on the adapter).
+(:mod:`kvlink_rag.reuse.doc_side`, an upper bound: such caches depend on the adapter).
 
 Validation answer NLL is measured at the start and every ``val_every`` steps; the parameters of the best
 validation step are kept (and checkpointed) beside the last ones.
@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.doc_side import encode_batch_with_adapter
-from kvlink_rag.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from evaluation.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.engine import Engine
-from kvlink_rag.linker import link
-from kvlink_rag.link_tokens import LinkTokens, initial_link_tokens
-from kvlink_rag.model import LoadedModel
-from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
+from kvlink_rag.linking.link_tokens import LinkTokens, initial_link_tokens
+from kvlink_rag.linking.linker import link
+from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.model.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from kvlink_rag.reuse.doc_side import encode_batch_with_adapter
 
 from .data import Split, answer_ids, check_context
 from .fast_attention import training_attention

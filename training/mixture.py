@@ -12,7 +12,7 @@ run's seed and the example's index, so a run and its resumption draw the same se
   Every example is a new question (its documents encoded when it comes), or with ``pool`` N > 0
   question ``i mod N``: a pool of N x ``kv_docs`` documents that pre-encoding covers once.
 - ``long``: the example's passages (``long_passages`` drawn uniformly) joined into ONE document that the
-  engine chunks as the store does (``chunk_tokens``, :mod:`kvlink_rag.chunking`), link tokens after every chunk.
+  engine chunks as the store does (``chunk_tokens``, :mod:`kvlink_rag.text.chunking`), link tokens after every chunk.
   Each is a new document (~1,500 tokens at 10 passages, 35 MB of bfloat16 KV for the default model), or with
   ``pool`` N > 0 the long document of example ``i mod N`` (N documents to encode and hold).
 - ``retention``: NQ at ``docs`` documents, each document kept at a retention drawn from ``retentions``
@@ -30,8 +30,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kvlink_rag.long_docs import join_passages
-from kvlink_rag.nq import NQExample, TooFewDistractors, build_documents
+from evaluation.long_docs import join_passages
+from evaluation.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.types import Document
 
 from . import kv_retrieval as kv

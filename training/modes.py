@@ -3,7 +3,7 @@ before loading the model)."""
 
 from __future__ import annotations
 
-from kvlink_rag.nq import GOLD_POSITIONS
+from evaluation.nq import GOLD_POSITIONS
 
 MODES = ("full", "naive", "linked", "linked-untrained", "full-adapted", "linked-query-lora")
 FULL_MODES = ("full", "full-adapted")

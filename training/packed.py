@@ -1,7 +1,7 @@
 """Several training examples in one forward: each example's linked layout padded into one batch.
 
 Example ``i`` has ``n_i`` cached tokens (prefix and documents, RoPE re-applied at its layout) and ``q_i`` new
-tokens (link tokens, question, answer without its last token), as :func:`kvlink_rag.linker.link` builds
+tokens (link tokens, question, answer without its last token), as :func:`kvlink_rag.linking.linker.link` builds
 them. The batch holds the caches padded to ``max n_i`` and the new tokens padded to ``max q_i``; the additive
 mask ``[B, 1, max q, max n + max q]`` is each example's own KVLink mask with every padded column masked
 (a padded query row attends to column 0 only, and its output is never read), so each example's logits are
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kvlink_rag.linker import (_new_token_inputs, check_link_inputs, document_positions, plan_layout,
+from kvlink_rag.linking.context import PrefixKV
+from kvlink_rag.linking.linker import (_new_token_inputs, check_link_inputs, document_positions, plan_layout,
                                rotate_documents, slot_link_embeds)
-from kvlink_rag.model import LoadedModel
-from kvlink_rag.types import DocumentKV, LayeredDocuments, PrefixKV
+from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.types import DocumentKV, LayeredDocuments
 
 
 @dataclass
@@ -94,17 +95,18 @@ def packed_loss(lm: LoadedModel, prefix: PrefixKV | None, items: list[PackItem],
     graph reaches ``link_embeds`` and whatever adapter is active.
 
     Raises:
-        ValueError, ContextTooLong: an example the linker would refuse (:func:`kvlink_rag.linker.check_link_inputs`).
+        ValueError, ContextTooLong: an example the linker would refuse (:func:`kvlink_rag.linking.linker.check_link_inputs`).
     """
     layouts = [_layout(lm, prefix, it, link_embeds, anchored) for it in items]
     keys, values, embeds, pos, mask, q = _pad(layouts, lm.dtype, lm.device)
-    out = lm.model.model(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
-                         cache=_batched_cache(keys, values), use_cache=True)
+    out = lm.decoder(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
+                     cache=_batched_cache(keys, values), use_cache=True)
     hidden = out.last_hidden_state  # [B, Q, hidden]
     losses = []
+    head = lm.family.lm_head(lm.model)
     for i, it in enumerate(items):
         m = int(it.answer_ids.numel())
-        logits = lm.model.lm_head(hidden[i, q[i] - m: q[i]])
+        logits = head(hidden[i, q[i] - m: q[i]])
         losses.append(F.cross_entropy(logits.float(), it.answer_ids.to(logits.device)))
     return torch.stack(losses).mean()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from kvlink_rag.doc_side import document_adapter
+from evaluation.nq import best_subspan_em, build_documents
 from kvlink_rag.engine import Engine
-from kvlink_rag.nq import best_subspan_em, build_documents
+from kvlink_rag.reuse.doc_side import document_adapter
 
 from .data import Split
 from .loop import Trainer

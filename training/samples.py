@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from kvlink_rag.lora import adapter_scope
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
+from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.types import Document, LayeredDocuments
 
 from .data import answer_ids
@@ -26,7 +26,7 @@ from .packed import PackItem, packed_loss
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
-    from kvlink_rag.model import LoadedModel
+    from kvlink_rag.model.loader import LoadedModel
 
     from .data import Split
     from .mixture import Mixture
@@ -60,7 +60,7 @@ ARTIFACT_RULE = ("the artifact is the validation step with the lowest mean over 
 
 
 def sample_of(sample: Sample) -> NQExample:
-    """The sample as the :class:`kvlink_rag.nq.NQExample` :func:`training.loop.example_loss` takes."""
+    """The sample as the :class:`evaluation.nq.NQExample` :func:`training.loop.example_loss` takes."""
     return NQExample(sample.question, sample.answers, sample.docs[0])
 
 

@@ -1,6 +1,6 @@
 """bfloat16 GEMMs for the training forward, and documents encoded once before training starts.
 
-``bf16`` (where the CPU has native bfloat16: AMX / AVX512-BF16, :func:`kvlink_rag.model.cpu_has_native_bf16`):
+``bf16`` (where the CPU has native bfloat16: AMX / AVX512-BF16, :func:`kvlink_rag.model.loader.cpu_has_native_bf16`):
 the frozen base model's linear layers run their GEMMs in bfloat16 during a training step
 (:func:`bf16_gemms`); everything else - the residual stream, norms, attention softmax, LoRA (its trained
 weights are the float32 masters the optimiser updates), link embeddings, loss - stays float32. Documents

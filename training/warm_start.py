@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from kvlink_rag.link_tokens import LinkTokens, load_link_tokens
+from kvlink_rag.linking.link_tokens import LinkTokens, load_link_tokens
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine

@@ -23,7 +23,7 @@ def get_runtime() -> Runtime:
     run no start-up recovery (the API does).
 
     Raises:
-        kvlink_rag.model.ModelLoadError, kvlink_rag.convert.ModelFetchError: the model cannot be loaded.
+        kvlink_rag.model.support.ModelLoadError, kvlink_rag.model.convert.ModelFetchError: the model cannot be loaded.
         ValueError: bad settings. service.runtime.StoreOpenError: the store or index cannot be opened.
     """
     global _runtime

@@ -1,7 +1,7 @@
 """OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
 The whole message list (system, user, assistant, in order) is the conversation, framed by the model's
-chat template after the documents (:mod:`kvlink_rag.conversation`); the last user message picks them
+chat template after the documents (:mod:`kvlink_rag.text.conversation`); the last user message picks them
 (BM25, above the score cut-off) unless ``document_ids`` names them; when it retrieves none (no documents,
 or none relevant: a greeting) the chat is a plain one without documents. Earlier turns' KV is found in the
 scheduler's prefix tree, so a new turn prefills only its new message; ``usage.prompt_tokens_details.cached_tokens``

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from .cancel import Cancelled
 
 if TYPE_CHECKING:
+    from kvlink_rag.decoding.generate import SamplingParams
+    from kvlink_rag.decoding.logprobs import TokenLogprob
     from kvlink_rag.engine import Engine
-    from kvlink_rag.generate import SamplingParams
-    from kvlink_rag.logprobs import TokenLogprob
     from kvlink_rag.types import Document
 
 
@@ -34,7 +34,7 @@ class GenRequest:
             called in the scheduler's thread under the model lock (loading a LoRA adapter is allowed).
         docs: documents in prompt order (empty for a chat without documents, full mode included).
         text_ids: ``[tokens]`` ids after the documents: question with the assistant header, or a whole
-            conversation (see :meth:`kvlink_rag.prompt.PromptTemplate.conversation_ids`).
+            conversation (see :func:`kvlink_rag.text.conversation.conversation_ids`).
         mode: ``'linked'`` (cached documents, link tokens) or ``'full'`` (causal prefill of every token).
         k: link tokens per document (None: the engine's K; 0: none).
         params: sampling parameters (per request: temperature, top_p, seed, max_new_tokens).
@@ -99,7 +99,7 @@ class GenResult:
         last_layer_kv: with ``keep_logits``, the prompt's last-layer ``(k, v)``, each ``[kv_heads,
             prompt_tokens, head_dim]`` in storage order (keys after RoPE).
         logprobs: with ``params.logprobs``: per generated token its
-            :class:`~kvlink_rag.logprobs.TokenLogprob` (raw model log-softmax), else None.
+            :class:`~kvlink_rag.decoding.logprobs.TokenLogprob` (raw model log-softmax), else None.
         timings: seconds: ``queue_wait_s``, ``load_s`` (document caches), ``prefill_s``, ``ttft_s``,
             ``total_s`` (all from ``t0``).
         attention: with ``explain``, ``(AttentionMass, LinkedContext)`` (:meth:`RunningRequest.explained`).

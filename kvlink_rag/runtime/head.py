@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .linear import DenseLinear, Int8Linear, TokenSplit
+from .linear import DenseLinear, Int8Linear, Linear, TokenSplit
 
 RESCORE_TOP = 64  # candidates per row re-scored with the exact head
 
@@ -26,13 +26,17 @@ class RescoredHead:
     Args:
         exact: the exact head (its ``weight`` ``[vocab, hidden]`` in bfloat16 or float32; no bias).
         k: candidates per row re-scored exactly.
+        approx: the int8 scoring head (default: torch's int8 weight-only kernel over ``exact``'s weight; the
+            q4q8 formats pass the Q8 x Q8 kernel's, :class:`~kvlink_rag.runtime.q4q8.Q8Q8Linear`).
+    Raises:
+        ValueError: ``exact`` has a bias.
     """
 
-    def __init__(self, exact: DenseLinear, k: int = RESCORE_TOP):
+    def __init__(self, exact: DenseLinear, k: int = RESCORE_TOP, approx: Linear | None = None):
         if exact.bias is not None:
             raise ValueError("RescoredHead expects a head without bias")
         self.exact, self.k = exact, k
-        self.approx = Int8Linear(exact.weight)
+        self.approx = approx if approx is not None else Int8Linear(exact.weight)
         self.out_features = exact.out_features
 
     def __call__(self, x: torch.Tensor, split: TokenSplit | None = None) -> torch.Tensor:

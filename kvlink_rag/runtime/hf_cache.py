@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import LoadedModel
+from ..model.loader import LoadedModel
 from .ragged import SequenceKV
 
 
@@ -45,7 +45,7 @@ def runs_on_runner(*tensors: torch.Tensor | None) -> bool:
     """Whether a one-request forward may take the runner: no gradient is wanted (inference mode, or grad
     off and no input requiring it) and no attention capture is open on this thread (explain's hooks are
     on transformers' modules)."""
-    from ..attention import capturing
+    from ..model.attention import capturing
 
     if capturing():
         return False

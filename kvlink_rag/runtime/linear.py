@@ -152,17 +152,18 @@ class SplitLinear:
         return y
 
 
-WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32")
+WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32")
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Linear:
     """A :class:`Linear` of ``weight`` ``[out, in]`` in format ``fmt`` (one of :data:`WEIGHT_FORMATS`).
 
     ``native`` keeps ``weight`` itself in the model's dtype (no copy: the runner shares the model's tensors);
-    ``int4-f32`` is int4 for decode rows and that same shared weight for prefill rows.
+    ``int4-f32`` is int4 for decode rows and that same shared weight for prefill rows; ``q4q8-bf16`` /
+    ``q4q8-f32`` are those two with decode rows on the Q4 x Q8 kernel (:mod:`.q4q8`).
 
     Raises:
-        ValueError: unknown format.
+        ValueError: unknown format. RuntimeError: a q4q8 format where its kernel is not available.
     """
     if fmt == "native":
         return DenseLinear(weight, bias)
@@ -176,4 +177,9 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Li
         return SplitLinear(Int4Linear(weight, bias), make_linear(weight, bias, "bfloat16"))
     if fmt == "int4-f32":  # CPUs without native bfloat16 GEMM: prefill on the model's own float32 weights (shared)
         return SplitLinear(Int4Linear(weight, bias), DenseLinear(weight, bias))
+    if fmt in ("q4q8-bf16", "q4q8-f32"):  # decode rows on the Q4 x Q8 kernel (runtime/q4q8.py)
+        from .q4q8 import Q4Q8Linear
+
+        large = make_linear(weight, bias, "bfloat16" if fmt == "q4q8-bf16" else "native")
+        return SplitLinear(Q4Q8Linear(weight, bias), large)
     raise ValueError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")

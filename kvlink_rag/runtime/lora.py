@@ -1,16 +1,17 @@
 """Query-side LoRA adapters as low-rank terms added by the runner (Hu et al., 2021, arXiv 2106.09685).
 
 The adapters live in the transformers model as peft ``LoraLayer`` s (loaded, trained and removed there,
-:mod:`kvlink_rag.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
+:mod:`kvlink_rag.model.lora`); the runner reads their A/B tensors by reference, so in-place training updates are
 seen, and adds ``scale * (x A^T) B^T`` to the slice of the fused projection each target feeds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from ..model.families import family_of
 
 
 @dataclass(frozen=True)
@@ -24,20 +25,63 @@ class LowRank:
     b: torch.Tensor
     scale: float
 
+
+class FusedLowRank:
+    """All targets of one adapter inside one fused projection (q|k|v, gate|up) as one pair of GEMMs:
+    ``y[:, start:end] += (x A^T) B^T`` with ``A`` the targets' ``a`` stacked ``[sum rank, in]`` and ``B``
+    block-diagonal ``[end - start, sum rank]`` with each target's scale folded in (zeros where a column is
+    no target's). Two GEMMs per projection instead of two per target: a decode step of the shipped query-side
+    adapter runs 8 instead of 14 tiny GEMMs a layer, each ~25 us of call overhead on a CPU thread.
+
+    The stacks are copies, rebuilt when any source tensor changed in place (its ``_version``, e.g. an
+    optimizer step of training), so the runner never reads a stale adapter.
+    """
+
+    def __init__(self, terms: list[LowRank]):
+        self.terms = terms
+        self.start, self.end = min(t.start for t in terms), max(t.end for t in terms)
+        self._versions: tuple[int, ...] | None = None
+        self.a = self.b_t = None
+
+    def _build(self) -> None:
+        t0 = self.terms[0]
+        self.a = torch.cat([t.a for t in self.terms], 0)  # [sum rank, in]
+        b = t0.b.new_zeros(self.end - self.start, self.a.shape[0])  # [span, sum rank], block-diagonal
+        at = 0
+        for t in self.terms:
+            r = t.a.shape[0]
+            b[t.start - self.start: t.end - self.start, at: at + r] = t.b * t.scale
+            at += r
+        self.b_t = b.t().contiguous()  # [sum rank, span]
+
     def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
-        """``y[:, start:end] += scale * x A^T B^T`` in place (``x`` ``[tokens, in]``, ``y`` ``[tokens, out]``)."""
-        delta = torch.matmul(torch.matmul(x.to(self.a.dtype), self.a.t()), self.b.t())
-        y[:, self.start: self.end].add_(delta.to(y.dtype), alpha=self.scale)
+        """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``)."""
+        versions = tuple(_version(w) for t in self.terms for w in (t.a, t.b))
+        if versions != self._versions:
+            self._build()
+            self._versions = versions
+        h = torch.mm(x.to(self.a.dtype), self.a.t())  # [tokens, sum rank]
+        span = y[:, self.start: self.end]
+        if span.dtype == h.dtype:
+            span.addmm_(h, self.b_t)
+        else:
+            span.add_(torch.mm(h, self.b_t).to(span.dtype))
+
+
+def _version(t: torch.Tensor) -> int:
+    """In-place update counter of ``t`` (inference tensors have none: they change only through a reload,
+    which drops the runner's terms)."""
+    return 0 if t.is_inference() else t._version
 
 
 @dataclass
 class LayerLora:
-    """The terms of one decoder layer, per fused projection."""
+    """The terms of one decoder layer, per fused projection (None: no target there)."""
 
-    qkv: list[LowRank] = field(default_factory=list)
-    o: list[LowRank] = field(default_factory=list)
-    gate_up: list[LowRank] = field(default_factory=list)
-    down: list[LowRank] = field(default_factory=list)
+    qkv: FusedLowRank | None = None
+    o: FusedLowRank | None = None
+    gate_up: FusedLowRank | None = None
+    down: FusedLowRank | None = None
 
 
 def _term(module: torch.nn.Module, name: str, start: int) -> LowRank | None:
@@ -46,10 +90,10 @@ def _term(module: torch.nn.Module, name: str, start: int) -> LowRank | None:
     if not isinstance(module, LoraLayer) or name not in module.lora_A:
         return None
     a, b = module.lora_A[name].weight, module.lora_B[name].weight
-    return LowRank(start, start + int(b.shape[0]), a.detach(), b.detach(), float(module.scaling[name]))
+    return LowRank(start, start + int(b.shape[0]), a, b, float(module.scaling[name]))  # the parameters: versioned
 
 
-def _terms(modules: list[torch.nn.Module], name: str) -> list[LowRank]:
+def _terms(modules: list[torch.nn.Module], name: str) -> FusedLowRank | None:
     from .weights import base_linear
 
     out, at = [], 0
@@ -58,16 +102,15 @@ def _terms(modules: list[torch.nn.Module], name: str) -> list[LowRank]:
         if t is not None:
             out.append(t)
         at += base_linear(m).out_features
-    return out
+    return FusedLowRank(out) if out else None
 
 
 def adapter_terms(model: torch.nn.Module, name: str) -> list[LayerLora]:
-    """Per decoder layer, the low-rank terms of adapter ``name`` in ``model`` (empty lists where a
-    projection is not a target)."""
-    layers = []
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        layers.append(LayerLora(
-            qkv=_terms([attn.q_proj, attn.k_proj, attn.v_proj], name), o=_terms([attn.o_proj], name),
-            gate_up=_terms([mlp.gate_proj, mlp.up_proj], name), down=_terms([mlp.down_proj], name)))
+    """Per decoder layer, the low-rank terms of adapter ``name`` in ``model``, fused per projection (None
+    where a projection holds no target)."""
+    layers, fam = [], family_of(model.config)
+    for layer in fam.layers(model):
+        p = fam.parts(layer)
+        layers.append(LayerLora(qkv=_terms([p.q, p.k, p.v], name), o=_terms([p.o], name),
+                                gate_up=_terms([p.gate, p.up], name), down=_terms([p.down], name)))
     return layers

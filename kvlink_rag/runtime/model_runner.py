@@ -13,11 +13,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..model import LoadedModel
-from ..rope import rope_cos_sin
+from ..linking.rope import rope_cos_sin
+from ..model.families import family_of
+from ..model.loader import LoadedModel
 from .attention_probs import attention_mass
 from .linear import TokenSplit
-from .lora import LayerLora, LowRank, adapter_terms
+from .lora import LayerLora, adapter_terms
 from .ragged import RaggedBatch, attend
 from .weights import LayerWeights, ModelWeights, model_weights
 
@@ -32,12 +33,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def _with_lora(y: torch.Tensor, x: torch.Tensor, terms: list[LowRank]) -> torch.Tensor:
-    for t in terms:
-        t.add_to(y, x)
-    return y
-
-
 class ModelRunner:
     """Runs packed forwards of one loaded model (see module docstring).
 
@@ -48,7 +43,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, fmt: str = "native"):
         self.model = model
-        self.rotary_emb = model.model.rotary_emb
+        self.rotary_emb = family_of(model.config).rotary_emb(model)
         self.weights: ModelWeights = model_weights(model, fmt)
         self._adapters: dict[str, list[LayerLora]] = {}
 
@@ -96,8 +91,8 @@ class ModelRunner:
         t, hd = h.shape[0], w.head_dim
         x = rms_norm(h, layer.input_norm, w.eps)
         qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
-        if lora is not None:
-            _with_lora(qkv, x, lora.qkv)
+        if lora is not None and lora.qkv is not None:
+            lora.qkv.add_to(qkv, x)
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
@@ -120,17 +115,17 @@ class ModelRunner:
                                                     row.attention.exclude_self))
         attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
         o = layer.o(attn, split)
-        if lora is not None:
-            _with_lora(o, attn, lora.o)
+        if lora is not None and lora.o is not None:
+            lora.o.add_to(o, attn)
         h = h + o
         x = rms_norm(h, layer.post_norm, w.eps)
         gu = layer.gate_up(x, split)  # [T, 2 * intermediate]
-        if lora is not None:
-            _with_lora(gu, x, lora.gate_up)
+        if lora is not None and lora.gate_up is not None:
+            lora.gate_up.add_to(gu, x)
         a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
         d = layer.down(a, split)
-        if lora is not None:
-            _with_lora(d, a, lora.down)
+        if lora is not None and lora.down is not None:
+            lora.down.add_to(d, a)
         return h + d
 
 
@@ -144,7 +139,7 @@ def get_runner(lm: LoadedModel) -> ModelRunner:
 
 def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
                    ) -> torch.Tensor:
-    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.lora.adapter_scope`
+    """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.model.lora.adapter_scope`
     turned on (``lm.active_adapter``).
 
     Args:

@@ -11,10 +11,8 @@ tokens. Each row carries its own additive mask (the KVLink mask for a linked pre
 (a decode token sees everything before it).
 
 Attention per row is torch's SDPA over the row's keys (the fused kernels; its causal path for a row that
-opens its sequence), or for a one-token decode over several shared chunks: in bfloat16 on the CPU the
-fused kernel per chunk merged by log-sum-exp (short chunks joined first), otherwise
-``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]`` with the scores of all chunks
-concatenated (small) and the values never concatenated — the same arithmetic up to summation order.
+opens its sequence); a one-token decode row goes to :mod:`kvlink_rag.runtime.decode_attention` (each KV
+head's query heads as its query rows; several shared chunks never copied).
 """
 
 from __future__ import annotations
@@ -24,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from .decode_attention import attend_decode
 
 
 @dataclass(frozen=True)
@@ -197,8 +197,8 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
 
     One piece, or several pieces under more than one query (a prefill), goes to torch's
     ``scaled_dot_product_attention`` (its fused CPU/CUDA kernels; several pieces are joined first, a copy
-    that a prefill amortises); a one-token decode over several pieces concatenates the scores instead and
-    never copies the KV (:func:`_attend_pieces`).
+    that a prefill amortises); a one-token decode goes to :func:`~.decode_attention.attend_decode` (query heads
+    folded into their KV head's rows, several pieces never copied).
 
     Args:
         q: ``[heads, n, head_dim]`` queries (after RoPE).
@@ -218,81 +218,11 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         k, v = pieces[0]
         return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, scale=scale,
                                               enable_gqa=q.shape[0] != k.shape[0])[0]
-    if len(pieces) > 1 and q.shape[1] == 1:
-        if mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu":
-            return _attend_pieces_merged(q, pieces, scale)
-        return _attend_pieces(q, pieces, mask, scale)
+    if q.shape[1] == 1:
+        return attend_decode(q, pieces, mask, scale)
     k = pieces[0][0] if len(pieces) == 1 else torch.cat([k for k, _ in pieces], dim=1)
     v = pieces[0][1] if len(pieces) == 1 else torch.cat([v for _, v in pieces], dim=1)
     m = None if mask is None else mask.to(q.dtype)
     out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=m, scale=scale,
                                          enable_gqa=q.shape[0] != k.shape[0])
     return out[0]
-
-
-def _attend_pieces_merged(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], scale: float
-                          ) -> torch.Tensor:
-    """:func:`attend` of one-token queries over several bfloat16 pieces on the CPU: the fused kernel per piece,
-    its outputs merged by their log-sum-exps (FlashAttention's split-KV / FlashDecoding merge), in float32.
-    A piece's kernel call over ``[kv_heads, tokens_i, head_dim]`` reads the piece once; the matmul form of
-    :func:`_attend_pieces` runs oneDNN's small bfloat16 GEMMs, slower here than the whole attention."""
-    heads, n, d = q.shape
-    kv = pieces[0][0].shape[0]
-    qg = q.reshape(1, kv, (heads // kv) * n, d)  # each kv head's group of query heads as its query rows
-    out = lse = None
-    for k, v in _grouped(pieces):
-        o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qg, k[None], v[None], 0.0, False,
-                                                                            scale=scale)[:2]
-        o = o.float()  # o: [1, kv, g, head_dim]; l: [1, kv, g] float32 log-sum-exp of the piece's scores
-        if out is None:
-            out, lse = o, l
-            continue
-        new = torch.logaddexp(lse, l)
-        out = out * torch.exp(lse - new)[..., None] + o * torch.exp(l - new)[..., None]
-        lse = new
-    return out.to(q.dtype).view(heads, n, d)
-
-
-GROUP_TOKENS = 256  # pieces shorter than this are joined with their short neighbours before the kernel
-
-
-def _grouped(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Runs of short pieces (< :data:`GROUP_TOKENS`, e.g. a conversation's turns) joined (a small copy), long
-    ones as they are: fewer kernel calls without copying what is large."""
-    out, run = [], []
-
-    def flush():
-        if run:
-            out.append(run[0] if len(run) == 1 else (torch.cat([k for k, _ in run], 1), torch.cat([v for _, v in run], 1)))
-            run.clear()
-
-    for piece in pieces:
-        if piece[0].shape[1] >= GROUP_TOKENS:
-            flush()
-            out.append(piece)
-        else:
-            run.append(piece)
-    flush()
-    return out
-
-
-def _attend_pieces(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
-                   scale: float) -> torch.Tensor:
-    """:func:`attend` as ``softmax([q K_1^T, ..., q K_c^T] * scale + mask) [V_1; ...; V_c]``: the scores of all
-    pieces concatenated (small), the values never (float32 softmax)."""
-    heads, n, d = q.shape
-    kv = pieces[0][0].shape[0]
-    g = heads // kv
-    qg = q.reshape(kv, g * n, d)  # head h uses kv head h // g
-    scores = torch.cat([torch.matmul(qg, k.transpose(1, 2)) for k, _ in pieces], dim=-1)  # [kv, g*n, L]
-    scores = scores.float() * scale
-    if mask is not None:
-        scores = (scores.view(kv, g, n, -1) + mask.float()).view(kv, g * n, -1)
-    probs = torch.softmax(scores, dim=-1).to(q.dtype)
-    out, at = None, 0
-    for k, v in pieces:
-        t = k.shape[1]
-        part = torch.matmul(probs[:, :, at: at + t], v)  # [kv, g*n, d]
-        out = part if out is None else out + part
-        at += t
-    return out.view(heads, n, d)

@@ -1,7 +1,7 @@
 """A request's prompt as prefix-tree items in storage order, its KV, and the work left once a prefix matched.
 
 Linked (KVLink): ``[prefix tokens][doc keys...][link slots...][conversation tokens]`` in storage order
-(positions ``[prefix][d1][L1]...[dN][LN][conversation]``, as :func:`kvlink_rag.linker.plan_layout`); the
+(positions ``[prefix][d1][L1]...[dN][LN][conversation]``, as :func:`kvlink_rag.linking.linker.plan_layout`); the
 prefix comes from the engine's prefix KV and documents from their stored caches (no forward), link slots
 and conversation tokens are computed under the KVLink mask. Full prefill: every prompt token is an item,
 computed causally. Generated tokens are appended as conversation items.
@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..linker import plan_layout, slot_link_embeds
-from ..mask import additive, allowed
-from ..model import LoadedModel
-from ..rope import apply_rope, rope_cos_sin
-from ..types import DocumentKV, LayeredDocuments, PrefixKV, Segment
+from ..linking.context import PrefixKV, Segment
+from ..linking.linker import plan_layout, slot_link_embeds
+from ..linking.mask import additive, allowed
+from ..linking.rope import apply_rope, rope_cos_sin
+from ..model.loader import LoadedModel
+from ..types import DocumentKV, LayeredDocuments
 from .ragged import KVChunk, SequenceKV
 
 

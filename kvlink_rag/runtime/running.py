@@ -3,7 +3,7 @@
 :func:`admit` builds it (layout, longest stored prefix, the cached KV appended, the prefill left to
 compute); the scheduler then packs :meth:`RunningRequest.next_inputs` of many requests into one
 :class:`~kvlink_rag.runtime.ragged.RaggedBatch` forward and hands each its logits with :meth:`RunningRequest.step`.
-Token choice, budget and stop rules are those of :func:`kvlink_rag.generate.decode` (the same tokens for
+Token choice, budget and stop rules are those of :func:`kvlink_rag.decoding.generate.decode` (the same tokens for
 the same logits and seed): the first token comes from the prefill's logits, each later one from a
 one-token decode, and the last token sampled is never fed.
 """
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention_rows import RowAttention
-from ..blend_stage import blend_prefill
+from ..decoding.generate import SamplingParams, sample_next, sampling_generator
+from ..decoding.logprobs import TokenLogprob, token_logprob
+from ..decoding.stop_strings import StopStrings
 from ..engine import Engine
-from ..generate import SamplingParams, sample_next, sampling_generator
-from ..logprobs import TokenLogprob, token_logprob
-from ..stop_strings import StopStrings
-from ..types import ContextTooLong, Document, LayeredDocuments, LinkedContext, Timings
+from ..explain.attention_rows import RowAttention
+from ..linking.context import LinkedContext, Timings
+from ..reuse.blend_stage import blend_prefill
+from ..types import ContextTooLong, Document, LayeredDocuments
 from .prefix_tree import Match, PrefixTree
 from .ragged import KVChunk, mask_rows
 from .request_layout import (PendingPrefill, RequestLayout, fill_cached, full_layout, linked_layout, new_sequence,
@@ -46,8 +47,8 @@ class RunningRequest:
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
         context_tokens: positions the prompt spans (retention's dropped tokens count).
         own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
-        fixup: CacheBlend's :class:`~kvlink_rag.blend_stage.BlendFixup`, applied once the prefill is complete.
-        attention: explain's :class:`~kvlink_rag.attention_rows.RowAttention`, handed to the runner with each row.
+        fixup: CacheBlend's :class:`~kvlink_rag.reuse.blend_stage.BlendFixup`, applied once the prefill is complete.
+        attention: explain's :class:`~kvlink_rag.explain.attention_rows.RowAttention`, handed to the runner with each row.
         cold: computed without the prefix tree (mode ``full`` with documents, the comparison): nothing is
             read from it and its KV is not inserted.
     """
@@ -80,7 +81,7 @@ class RunningRequest:
         self.own_prompt = False  # keep the prompt's KV to itself (retention, CacheBlend, explain: see admit)
         self.prompt_in_tree = False  # the prompt's KV was put in the prefix tree (its answer goes after it)
         self.fixup = None  # CacheBlend: fresh KV to put in place once the prefill is complete
-        self.attention = None  # explain: kvlink_rag.attention_rows.RowAttention over the answer's rows
+        self.attention = None  # explain: kvlink_rag.explain.attention_rows.RowAttention over the answer's rows
 
     @property
     def adapter(self) -> str | None:
@@ -110,7 +111,7 @@ class RunningRequest:
         """Take the ``[vocab]`` logits after the last fed token; returns the token to emit (None when the
         request ended on a stop token). Sets :attr:`pending` to the token to feed, or finishes. With a grammar
         the logits are masked by the request's matcher before sampling (greedy or sampled); with ``logprobs``
-        the emitted token's :class:`~kvlink_rag.logprobs.TokenLogprob` (of the unmasked logits) is appended to
+        the emitted token's :class:`~kvlink_rag.decoding.logprobs.TokenLogprob` (of the unmasked logits) is appended to
         :attr:`logprobs`."""
         if self.fixup is not None:  # CacheBlend: the recomputed document tokens' KV into their slots
             self.fixup.apply(self.seq)
@@ -175,7 +176,7 @@ class RunningRequest:
     def explained(self) -> tuple | None:
         """With explain: ``(AttentionMass, LinkedContext)``, the mass collected and a context holding the
         prompt's layout (segments, ``[prompt slots]`` storage positions; no cache) for
-        :func:`kvlink_rag.explain.attribution`; else None."""
+        :func:`kvlink_rag.explain.answers.attribution`; else None."""
         if self.attention is None:
             return None
         lay = self.layout
@@ -217,7 +218,7 @@ def _fill(req: RunningRequest, todo: list[Document], retention: float = 1.0, sou
 
 
 def _too_long(lay: RequestLayout, max_positions: int) -> str:
-    """The one-request paths' message (:func:`kvlink_rag.linker.check_link_inputs`, ``full_prefill``)."""
+    """The one-request paths' message (:func:`kvlink_rag.linking.linker.check_link_inputs`, ``full_prefill``)."""
     if not lay.linked:
         return (f"prompt of {lay.num_tokens} tokens plus 1 new token(s) exceeds the model's context of "
                 f"{max_positions} positions")
@@ -254,8 +255,8 @@ class Reuse:
 
     Attributes:
         retention: fraction of each document's tokens kept (0 < r <= 1; :mod:`kvlink_rag.retention`).
-        recompute_ratio: CacheBlend's fraction of document tokens recomputed (:mod:`kvlink_rag.blend_stage`).
-        explain: collect the answer's attention over the slots (:mod:`kvlink_rag.attention_rows`).
+        recompute_ratio: CacheBlend's fraction of document tokens recomputed (:mod:`kvlink_rag.reuse.blend_stage`).
+        explain: collect the answer's attention over the slots (:mod:`kvlink_rag.explain.attention_rows`).
     """
 
     retention: float = 1.0
@@ -286,7 +287,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         raise ValueError("question is empty")
     if mode == "linked" and not docs:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
-    docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.chunking)
+    docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.text.chunking)
     k_used = 0 if eng.link_tokens is None or mode != "linked" else (eng.link_tokens.k if k is None else k)
     own = mode == "linked" and reuse.own
     source = found = None

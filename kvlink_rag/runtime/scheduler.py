@@ -235,9 +235,9 @@ class Scheduler:
         prefill this chunk completes (and decoding ones) sample, emit and maybe finish."""
         import torch
 
-        from kvlink_rag.lora import adapter_scope
-        from kvlink_rag.runtime.ragged import RaggedBatch
+        from kvlink_rag.model.lora import adapter_scope
         from kvlink_rag.runtime.model_runner import forward_ragged
+        from kvlink_rag.runtime.ragged import RaggedBatch
 
         batch = RaggedBatch()
         for _, rr, chunk in members:

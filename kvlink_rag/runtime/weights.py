@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model.families import family_of
 from .linear import Linear, make_linear
 
-QK_NORM_TYPES = ("qwen3",)  # model types with per-head RMSNorm on queries and keys before RoPE
 # The LM head of the int4 formats stays exact in bfloat16: the default model's layer weights sit exactly on Q4_1's
 # group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
 # Q8_0 in the GGUF, and int4 adds 9% error there (bfloat16: 0.14%; BENCHMARKS.md, 'Weight formats'); decode
 # steps read it as int8 and re-score their best candidates exactly (runtime/head.py).
-SHARED_FORMATS = ("native", "int4-f32")  # formats that keep the model's own tensors (fused, re-pointed)
+SHARED_FORMATS = ("native", "int4-f32", "q4q8-f32")  # formats that keep the model's own tensors (fused, re-pointed)
 
 
 @dataclass
@@ -110,14 +110,19 @@ def _head(module: torch.nn.Module, fmt: str) -> Linear:
     bfloat16 (see the note on top) for prefill rows and read it as int8 with the top candidates re-scored
     exactly for decode rows (:class:`~kvlink_rag.runtime.head.RescoredHead`: 3x less time per decode step's
     head, the same greedy tokens); ``int4-f32`` prefills on the model's own float32 head."""
-    if fmt not in ("int4", "int4-bf16", "int4-f32"):
+    if fmt not in ("int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32"):
         return _one(module, fmt)
     from .head import RescoredHead
     from .linear import SplitLinear
 
     exact = _one(module, "bfloat16")
-    large = _one(module, "native") if fmt == "int4-f32" else exact
-    return SplitLinear(RescoredHead(exact), large)
+    large = _one(module, "native") if fmt in ("int4-f32", "q4q8-f32") else exact
+    approx = None
+    if fmt.startswith("q4q8"):
+        from .q4q8 import Q8Q8Linear
+
+        approx = Q8Q8Linear(base_linear(module).weight)
+    return SplitLinear(RescoredHead(exact, approx=approx), large)
 
 
 def _silu_mlp(config) -> None:
@@ -137,20 +142,17 @@ def model_weights(model: torch.nn.Module, fmt: str = "native") -> ModelWeights:
     """
     cfg = model.config
     _silu_mlp(cfg)
-    inner = model.model
-    qk_norm = cfg.model_type in QK_NORM_TYPES
+    fam = family_of(cfg)
     layers = []
-    for layer in inner.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        q_norm = attn.q_norm.weight.detach() if qk_norm else None
-        k_norm = attn.k_norm.weight.detach() if qk_norm else None
+    for layer in fam.layers(model):
+        p = fam.parts(layer)
         layers.append(LayerWeights(
-            input_norm=layer.input_layernorm.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
-            qkv=_fuse([attn.q_proj, attn.k_proj, attn.v_proj], fmt), o=_one(attn.o_proj, fmt),
-            gate_up=_fuse([mlp.gate_proj, mlp.up_proj], fmt), down=_one(mlp.down_proj, fmt),
-            q_norm=q_norm, k_norm=k_norm))
+            input_norm=p.input_norm.weight.detach(), post_norm=p.post_norm.weight.detach(),
+            qkv=_fuse([p.q, p.k, p.v], fmt), o=_one(p.o, fmt), gate_up=_fuse([p.gate, p.up], fmt), down=_one(p.down, fmt),
+            q_norm=p.q_norm.weight.detach() if p.q_norm is not None else None,
+            k_norm=p.k_norm.weight.detach() if p.k_norm is not None else None))
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-    head = _head(model.lm_head, fmt)
-    return ModelWeights(layers=layers, norm=inner.norm.weight.detach(), lm_head=head,
+    head = _head(fam.lm_head(model), fmt)
+    return ModelWeights(layers=layers, norm=fam.final_norm(model).weight.detach(), lm_head=head,
                         heads=int(cfg.num_attention_heads), kv_heads=int(cfg.num_key_value_heads), head_dim=head_dim,
                         intermediate=int(cfg.intermediate_size), eps=float(cfg.rms_norm_eps), fmt=fmt)

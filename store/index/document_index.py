@@ -42,7 +42,7 @@ class DocumentRecord:
         content_hash: sha256 hex of the normalised text (:func:`store.keys.content_hash`).
         simhash: unsigned 64-bit SimHash (:func:`store.keys.simhash64`).
         cache_key: blob-store key of the precomputed KV (empty until computed); a document stored as chunks
-            (:mod:`kvlink_rag.chunking`) has its chunks' keys here, in order, separated by spaces
+            (:mod:`kvlink_rag.text.chunking`) has its chunks' keys here, in order, separated by spaces
             (:attr:`cache_keys`).
         num_tokens: document length in tokens.
         nbytes: stored payload bytes.

@@ -78,7 +78,7 @@ def test_security_follows_the_configuration(tmp_path, tiny_engine):
 
 def test_the_schema_roles_are_the_conversation_roles():
     from api.schemas import CHAT_ROLES
-    from kvlink_rag.conversation import ROLES
+    from kvlink_rag.text.conversation import ROLES
 
     assert CHAT_ROLES == ROLES
 

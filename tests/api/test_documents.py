@@ -6,7 +6,7 @@ import json
 import re
 
 from api_helpers import parse_sse, wait_ready
-from kvlink_rag.normalize import normalize_text
+from kvlink_rag.encodable import normalize_text
 from store.keys import content_hash, simhash64
 
 LONG = ("The lighthouse on Skerry Point was built in 1851 and painted red and white. Its keeper, Ann Morrow, kept "

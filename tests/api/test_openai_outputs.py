@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from api_helpers import openai_server
-from kvlink_rag.lora import adapter_scope
+from kvlink_rag.model.lora import adapter_scope
 
 PROMPT = "The capital of France is"
 

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api_helpers import service_settings
 from factories import NQ_PATH, real_engine
-from kvlink_rag.nq import best_subspan_em, build_documents, load_nq
+from evaluation.nq import best_subspan_em, build_documents, load_nq
 
 pytestmark = pytest.mark.e2e
 

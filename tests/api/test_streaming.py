@@ -68,7 +68,7 @@ def forced_answer(monkeypatch):
         return ids[(calls[0] - 1) % len(ids)]
 
     monkeypatch.setattr("kvlink_rag.runtime.running.sample_next", sample)  # the batching scheduler
-    monkeypatch.setattr("kvlink_rag.generate.sample_next", sample)  # the one-request path
+    monkeypatch.setattr("kvlink_rag.decoding.generate.sample_next", sample)  # the one-request path
     return calls
 
 

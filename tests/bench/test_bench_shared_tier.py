@@ -9,7 +9,7 @@ from bench.bandwidth import copy_floor
 from bench.report import markdown
 from bench.shared_tier import shared_tier_suite
 from factories import NQ_PATH
-from kvlink_rag.nq import load_nq
+from evaluation.nq import load_nq
 from service.settings import Settings
 from service.runtime import load_engine
 from service_support import save_tiny_checkpoint

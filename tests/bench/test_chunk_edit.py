@@ -6,7 +6,7 @@ import random
 
 from bench.chunk_edit import markdown, measure
 from factories import tiny_text_engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 
 WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle orchard tidal basalt".split()

@@ -28,7 +28,7 @@ def test_the_llama_cpp_peers_skip_with_their_reason_when_absent(monkeypatch, tmp
     assert "no llama-bench binary" in llama_bench(Path("x.gguf"), 1, 10, 2)["skipped"]
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")
-    from kvlink_rag.nq import load_nq
+    from evaluation.nq import load_nq
 
     engine = tiny_text_engine(tmp_path)
     result = peer_e2e(engine, load_nq(NQ_PATH), Path("x.gguf"), 1, questions=1, new_tokens=(3,), log=lambda m: None)

@@ -35,7 +35,7 @@ def test_serving_workloads_run_and_report(tmp_path):
     from bench.dialogues import dialogues
     from bench.interference import precompute_interference
     from bench.serving_nq import nq_throughput
-    from kvlink_rag.nq import load_nq
+    from evaluation.nq import load_nq
 
     engine = tiny_text_engine(tmp_path)
     engine.cache = None
@@ -70,7 +70,7 @@ def test_documents_for_budget_stay_near_the_budget(tmp_path):
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")
     from bench.contexts import documents_for_budget
-    from kvlink_rag.nq import load_nq
+    from evaluation.nq import load_nq
 
     engine = tiny_text_engine(tmp_path)
     examples = load_nq(NQ_PATH)[:200]

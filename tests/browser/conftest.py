@@ -52,7 +52,7 @@ def _model(tmp_path_factory) -> str:
     """The model the server loads: ``KVLINK_RAG_BROWSER_MODEL`` when set, else a tiny random checkpoint."""
     chosen = os.environ.get("KVLINK_RAG_BROWSER_MODEL", "")
     if chosen == "default":
-        from kvlink_rag.convert import ensure_default_model
+        from kvlink_rag.model.convert import ensure_default_model
         from service.settings import get_settings
 
         return str(ensure_default_model(get_settings().models_dir))

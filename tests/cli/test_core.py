@@ -205,7 +205,7 @@ def _fake_gguf_loaders(monkeypatch):
 
 @pytest.mark.e2e
 def test_ask_json_on_a_fresh_home_prints_only_json_and_conversion_goes_to_stderr(tmp_path, monkeypatch):
-    from kvlink_rag.convert import GGUF_NAME, MODEL_DIRNAME
+    from kvlink_rag.model.convert import GGUF_NAME, MODEL_DIRNAME
 
     _fake_gguf_loaders(monkeypatch)
     home = tmp_path / "home"
@@ -239,7 +239,7 @@ def test_model_fetch_draws_the_conversion_with_the_cli_bar_and_prints_only_the_p
     import contextlib
 
     import cli.common
-    from kvlink_rag.convert import GGUF_NAME, MODEL_DIRNAME
+    from kvlink_rag.model.convert import GGUF_NAME, MODEL_DIRNAME
 
     _fake_gguf_loaders(monkeypatch)
     bars = []

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from factories import save_adapter, tiny_text_engine
-from kvlink_rag.link_tokens import LinkTokensMismatch
 from kvlink_rag.adapter_registry import AdapterVariants, UnknownAdapter, adapter_names, check_name
+from kvlink_rag.linking.link_tokens import LinkTokensMismatch
 from kvlink_rag.types import Document
 
 

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.document_prefill import encode_document, encode_prefix
-from kvlink_rag.generate import SamplingParams, decode, full_prefill
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.linker import link
-from kvlink_rag.model import wrap_model
-from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.decoding.generate import SamplingParams, decode, full_prefill
+from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
+from kvlink_rag.linking.kvcache import cache_tensors
+from kvlink_rag.linking.linker import link
+from kvlink_rag.model.loader import wrap_model
 from kvlink_rag.runtime.model_runner import forward_ragged
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 from kvlink_rag.types import LayeredDocuments
 from reference import Piece, kv_by_position, reference_forward
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from factories import NQ_PATH, real_engine
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.linker import link
-from kvlink_rag.nq import build_documents, load_nq
+from evaluation.nq import build_documents, load_nq
+from kvlink_rag.linking.kvcache import cache_tensors
+from kvlink_rag.linking.linker import link
 from kvlink_rag.types import ContextTooLong, Document
 from reference import Piece, kv_by_position, reference_forward
 
@@ -56,7 +56,7 @@ def test_anchored_single_document_k0_reproduces_full_prefill(tmp_path):
     ex, docs = _nq_docs(1)
     with torch.inference_mode():
         ctx, _ = eng.link_context(ex.question, docs)
-        from kvlink_rag.generate import full_prefill
+        from kvlink_rag.decoding.generate import full_prefill
         ref = full_prefill(eng.lm, eng.prompt_ids(ex.question, docs))
     assert (ctx.last_logits - ref.last_logits).abs().max().item() < 1e-4
     assert eng.answer(ex.question, docs).token_ids == eng.answer_full(ex.question, docs).token_ids

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from factories import random_ids, tiny_model
-from kvlink_rag.document_prefill import encode_document, encode_prefix
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.linker import link
+from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
+from kvlink_rag.linking.kvcache import cache_tensors
+from kvlink_rag.linking.linker import link
 from kvlink_rag.retention import (SINK_TOKENS, check_retention, kept_count, kept_positions, retention_order)
 from kvlink_rag.types import LayeredDocuments
 from reference import Piece, kv_by_position, reference_forward
@@ -125,7 +125,7 @@ def test_full_retention_is_exactly_todays_output():
 def test_overlapping_captures_in_two_threads_count_only_their_own_forwards():
     import threading
 
-    from kvlink_rag.attention import capture_attention
+    from kvlink_rag.model.attention import capture_attention
 
     lm = tiny_model("llama")
     ids = random_ids(9, 4)

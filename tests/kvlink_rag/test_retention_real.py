@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from factories import NQ_PATH, real_engine
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.linker import link
-from kvlink_rag.nq import build_documents, load_nq
+from evaluation.nq import build_documents, load_nq
+from kvlink_rag.linking.kvcache import cache_tensors
+from kvlink_rag.linking.linker import link
 from kvlink_rag.types import LayeredDocuments
 from reference import Piece, kv_by_position, reference_forward
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kvlink_rag.answer import run_to_end
+from kvlink_rag.decoding.answer import run_to_end
 from service.errors import ServiceError
 
 PARIS = "Paris is the capital and largest city of France."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from four_documents import DOCUMENTS, QUESTIONS
-from kvlink_rag.chunking import Chunker
+from kvlink_rag.text.chunking import Chunker
 from kvlink_rag.types import Document
 from service.retrieval import BM25Params, Retrieval, above_cutoff, rank
 

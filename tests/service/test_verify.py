@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factories import NQ_PATH, real_engine
-from kvlink_rag.nq import build_documents, load_nq
+from evaluation.nq import build_documents, load_nq
 from service.verify import verify
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from factories import tiny_text_engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training.eval import bootstrap_ci, evaluate, position_for, read_rows, summarise
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from factories import random_kv, tiny_text_engine
-from kvlink_rag.long_docs import join_passages
-from kvlink_rag.nq import NQExample
+from evaluation.long_docs import join_passages
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training.long_docs import BoundedCache, long_doc_engines, long_documents
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training.data import Split
 from training.loop import TrainConfig, Trainer
@@ -28,8 +28,8 @@ def _cfg(**kw) -> TrainConfig:
 
 def _overfit_loss(trainer: Trainer) -> float:
     ex, docs = trainer.example(0)
+    from kvlink_rag.model.lora import adapter_scope
     from training.loop import example_loss
-    from kvlink_rag.lora import adapter_scope
 
     with torch.no_grad(), adapter_scope(trainer.engine.lm, trainer.adapter):
         return float(example_loss(trainer.engine, trainer.link_embeds, ex, docs, trainer.cfg))
@@ -75,7 +75,7 @@ def test_same_seed_same_result_and_resume_reaches_the_same_state(tmp_path):
 
 
 def test_per_slot_link_tokens_train_every_slot_and_round_trip(tmp_path):
-    from kvlink_rag.link_tokens import load_link_tokens
+    from kvlink_rag.linking.link_tokens import load_link_tokens
 
     engine = tiny_text_engine(tmp_path)
     trainer = Trainer(engine, _split(), _cfg(lora=False, steps=2, slots=2, docs=3), tmp_path / "ck")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.nq import NQExample
+from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training import kv_retrieval as kv
 from training.mixture import KV_TRAIN_SEED, Mixture, draw_task, parse_weights, train_sample, val_samples

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.lora import adapter_scope
+from kvlink_rag.model.lora import adapter_scope
 from training.loop import Trainer, example_loss
 from training.packed import packed_loss
 from training.samples import pack_item, sample_of

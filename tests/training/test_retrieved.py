@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvlink_rag.nq import NQExample, build_documents
+from evaluation.nq import NQExample, build_documents
 from kvlink_rag.types import Document
 from training.retrieved import Retrieve, recall_at
 

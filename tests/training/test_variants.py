@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.link_tokens import load_link_tokens
-from kvlink_rag.lora import lora_state
+from kvlink_rag.linking.link_tokens import load_link_tokens
+from kvlink_rag.model.lora import lora_state
 from test_loop import _cfg, _split
 from training.loop import TRAIN_ADAPTER, Trainer
 
@@ -137,8 +137,8 @@ def test_a_curriculum_past_the_context_is_refused_before_training(tmp_path):
 
 
 def test_init_may_add_lora_targets_which_start_at_zero(tmp_path):
+    from kvlink_rag.model.lora import adapter_scope
     from training.loop import example_loss
-    from kvlink_rag.lora import adapter_scope
 
     first = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=2, targets=("q_proj", "v_proj")), tmp_path / "a")
     first.run(val_every=0)

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from factories import NQ_PATH, default_model_path, real_engine
-from kvlink_rag.nq import build_documents, load_nq
+from evaluation.nq import build_documents, load_nq
 from service.settings import Settings
 from service_support import ROOT, WorkerProcess, celery_worker, claimed_redis_db, wait_for, worker_env
 

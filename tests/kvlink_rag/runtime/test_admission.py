@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.generate import SamplingParams
-from kvlink_rag.types import Document
+from kvlink_rag.decoding.generate import SamplingParams
 from kvlink_rag.runtime.admission import BucketPolicy, CacheAwarePolicy, WaitingView
-from kvlink_rag.runtime.policies import make_policy
 from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.policies import make_policy
+from kvlink_rag.types import Document
 
 A, B, C = (Document(f"text {x}", x) for x in "ABC")
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from kvlink_rag.generate import SamplingParams
-from service.settings import ServiceSettings
-from kvlink_rag.types import Document
+from kvlink_rag.decoding.generate import SamplingParams
 from kvlink_rag.runtime.admission import FifoPolicy, WaitingView
-from kvlink_rag.runtime.policies import make_policy
 from kvlink_rag.runtime.fair_admission import FairPolicy
 from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.policies import make_policy
+from kvlink_rag.types import Document
+from service.settings import ServiceSettings
 
 A, B, C = (Document(f"text {x}", x) for x in "ABC")
 

@@ -7,9 +7,9 @@ import torch
 from transformers import DynamicCache
 
 from factories import random_ids, tiny_model
-from kvlink_rag.kvcache import cache_tensors
-from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
+from kvlink_rag.linking.kvcache import cache_tensors
 from kvlink_rag.runtime.model_runner import forward_ragged
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 
 
 def reference(lm, prompt: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -88,7 +88,7 @@ def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(
 
 
 def test_the_kv_dtype_follows_the_weight_format():
-    from kvlink_rag.model import kv_dtype_of
+    from kvlink_rag.model.loader import kv_dtype_of
 
     assert kv_dtype_of("int4-bf16", torch.float32) == torch.bfloat16
     assert kv_dtype_of("bfloat16", torch.float32) == torch.bfloat16
@@ -111,19 +111,3 @@ def test_the_causal_path_equals_the_causal_mask():
     assert batch.add(seq, 9).causal and not batch.add(SequenceKV([], 1, 2, 8, torch.float32, "cpu", 16), 1).causal
     seq.append(k[None], v[None])
     assert not RaggedBatch().add(seq, 3).causal  # keys before it: the mask's rectangle, not the kernel's triangle
-
-
-def test_a_decode_over_bfloat16_pieces_merges_each_pieces_kernel_by_log_sum_exp():
-    """One-token queries over several bfloat16 pieces (a long one, runs of short ones joined): the same
-    attention as over the pieces joined, in float32, to bfloat16 rounding."""
-    from kvlink_rag.runtime.ragged import _grouped, attend
-
-    g = torch.Generator().manual_seed(5)
-    sizes = [300, 7, 20, 1, 290, 3]
-    pieces = [(torch.randn(2, t, 8, generator=g), torch.randn(2, t, 8, generator=g)) for t in sizes]
-    q = torch.randn(4, 1, 8, generator=g)
-    joined = [(torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1))]
-    want = attend(q, joined, None, 8 ** -0.5)
-    got = attend(q.bfloat16(), [(k.bfloat16(), v.bfloat16()) for k, v in pieces], None, 8 ** -0.5)
-    assert got.dtype == torch.bfloat16 and (got.float() - want).abs().max() < 2e-2
-    assert [k.shape[1] for k, _ in _grouped(pieces)] == [300, 28, 290, 3]

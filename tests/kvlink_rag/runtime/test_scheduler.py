@@ -8,10 +8,10 @@ import time
 import pytest
 
 from factories import tiny_text_engine
-from kvlink_rag.runtime.prefix_tree import PrefixTree
-from kvlink_rag.types import Document
 from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.runtime.scheduler import QueueFull, Scheduler, SchedulerLimits
+from kvlink_rag.types import Document
 
 DOCS = [Document(f"Document number {i} says the code word is kiwi{i} and other things {i * 7}.", f"T{i}")
         for i in range(6)]
@@ -89,7 +89,7 @@ def test_a_full_queue_refuses_new_requests(engine):
 
 
 def turn_ids(engine, turns):
-    from kvlink_rag.conversation import Turn, conversation_ids
+    from kvlink_rag.text.conversation import Turn, conversation_ids
 
     return conversation_ids(engine.template, engine.lm.tokenizer, [Turn(r, t) for r, t in turns]).tolist()
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.runtime.prefix_tree import PrefixTree
-from kvlink_rag.types import Document
 from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.prefix_tree import PrefixTree
 from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+from kvlink_rag.types import Document
 
 DOCS = [Document(f"Document number {i} says the code word is kiwi{i} and other things {i * 7} of harbour {i}.",
                  f"T{i}") for i in range(8)]
@@ -63,7 +63,7 @@ def test_retention_and_cacheblend_in_the_scheduler_equal_the_one_request_context
 
 
 def test_explain_in_the_scheduler_equals_the_captured_attribution(engine, sched):
-    from kvlink_rag.explain import attribution, explain_answer
+    from kvlink_rag.explain.answers import attribution, explain_answer
 
     docs = DOCS[2:5]
     (toks, res), = run_all(sched, [request(engine, docs, explain=True, retention=0.8)])

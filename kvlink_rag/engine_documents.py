@@ -1,0 +1,177 @@
+"""The engine's documents: a document's ids, cache keys and chunks, the token budget a document may take,
+its encoding, and the resolution of a request's documents to cached or fresh KV (what the linker and the
+batching scheduler read). :class:`~kvlink_rag.engine.Engine` is built on it; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .cache import DocumentCache
+from .linking.document_prefill import encode_document
+from .reuse.doc_side import encode_with_adapter
+from .text.prompt import has_special_text
+from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, RetainedKV
+
+if TYPE_CHECKING:
+    from .linking.context import PrefixKV
+    from .linking.link_tokens import LinkTokens
+    from .model.loader import LoadedModel
+    from .settings import EngineSettings
+    from .text.chunking import Chunker
+    from .text.prompt import PromptTemplate
+
+
+class EngineDocuments:
+    """Documents of one engine (set up by :class:`~kvlink_rag.engine.Engine`'s constructor).
+
+    Attributes:
+        settings, lm, template, prefix, anchored, fingerprint, link_tokens, doc_adapter, min_question_tokens,
+        cache, chunker: see :class:`~kvlink_rag.engine.Engine`.
+    """
+
+    settings: EngineSettings
+    lm: LoadedModel
+    template: PromptTemplate
+    prefix: PrefixKV
+    anchored: bool
+    fingerprint: str
+    link_tokens: LinkTokens | None
+    doc_adapter: str | None
+    min_question_tokens: int
+    cache: DocumentCache
+    chunker: Chunker
+
+    def document_ids(self, doc: Document) -> torch.Tensor:
+        """``[tokens]`` int64 ids of ``doc`` tokenised alone. Raises ValueError if empty."""
+        return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
+
+    def cache_key(self, doc: Document, cache: DocumentCache | None = None) -> str:
+        """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text.
+
+        Args:
+            cache: the cache whose keys to make (e.g. one tenant's view of the store); default this
+                engine's cache.
+
+        A text holding a special token's string gets a salted key: its ids changed when user text stopped
+        being parsed for special tokens, so a cache stored before must not be reused.
+        """
+        text = self.template.document_text(doc.text, doc.title)
+        salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
+        return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
+
+    def chunks(self, doc: Document) -> list[Document]:
+        """``doc``'s chunks in order (:mod:`kvlink_rag.text.chunking`): ``[doc]`` when it fits ``chunk_tokens`` (or
+        chunking is off), else pieces of at most ``chunk_tokens`` framed tokens, each cached under its own key.
+
+        Raises:
+            ValueError: empty document.
+        """
+        return self.chunker(doc)
+
+    def expand(self, docs: list[Document]) -> list[Document]:
+        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow every chunk)."""
+        return [c for d in docs for c in self.chunks(d)]
+
+    def cache_keys(self, doc: Document, cache: DocumentCache | None = None) -> list[str]:
+        """The keys of ``doc``'s chunk caches (one key, :meth:`cache_key`, for a document that is not chunked)."""
+        return [self.cache_key(c, cache) for c in self.chunks(doc)]
+
+    def linked_tokens(self, doc: Document) -> int:
+        """Positions ``doc`` takes in a linked prompt before its last K link tokens: its framed ids, or for a
+        chunked document its chunks' ids and the K link tokens between them (compare with
+        :meth:`max_document_tokens`). Raises ValueError: empty document."""
+        chunks = self.chunks(doc)
+        return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * (len(chunks) - 1)
+
+    def warm(self, doc: Document) -> bool:
+        """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already."""
+        return all([self.get_or_encode(c)[1] for c in self.chunks(doc)])
+
+    def max_document_tokens(self) -> int:
+        """Longest document (tokens, framing included) that can still be asked about alone.
+
+        The model's context (``max_position_embeddings``) less the anchor prefix, the K link tokens after
+        the document, the shortest question with the assistant header and one new token. At most 0 when
+        nothing fits.
+        """
+        return self.lm.max_positions - self.prefix.num_tokens - self.link_k - self.min_question_tokens - 1
+
+    @property
+    def link_k(self) -> int:
+        """Link tokens per document (0 without link tokens)."""
+        return self.link_tokens.k if self.link_tokens is not None else 0
+
+    def document_budget_text(self) -> str:
+        """How :meth:`max_document_tokens` is made up, for error messages."""
+        return (f"the model's context of {self.lm.max_positions} positions less the {self.prefix.num_tokens}-token "
+                f"prefix, {self.link_k} link tokens, a question of at least {self.min_question_tokens} tokens and "
+                "1 new token")
+
+    def check_document_tokens(self, n: int) -> None:
+        """Raises ContextTooLong when a document of ``n`` tokens can never be asked about."""
+        limit = self.max_document_tokens()
+        if n > limit:
+            raise ContextTooLong(f"document has {n} tokens; the longest this model can answer over is {limit} "
+                                 f"({self.document_budget_text()})")
+
+    def encode(self, doc: Document) -> DocumentKV:
+        """Precompute ``doc``'s position-free KV.
+
+        Runs under no_grad (not inference mode) so that training can attend to the result.
+
+        Raises:
+            ValueError: empty document. ContextTooLong: longer than :meth:`max_document_tokens`.
+        """
+        ids = self.document_ids(doc)
+        self.check_document_tokens(int(ids.numel()))
+        if self.doc_adapter is not None:
+            with torch.no_grad():
+                return encode_with_adapter(self.lm, ids, self.doc_adapter,
+                                           prefix=self.prefix if self.anchored else None,
+                                           kv_dtype=self.settings.kv_dtype, fingerprint=self.fingerprint)
+        return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
+                               prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint,
+                               importance=self.settings.importance_scores)
+
+    def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
+        """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""
+        key = self.cache_key(doc)
+        kv = self.cache.get(key)
+        if kv is not None and kv.fingerprint == self.fingerprint:
+            return kv, True
+        kv = self.encode(doc)
+        self.cache.put(key, kv)
+        return kv, False
+
+    def resolve_documents(self, docs: list[Document], retention: float = 1.0, method: str = "importance"
+                          ) -> tuple[list[DocumentKV] | LayeredDocuments, list[bool]]:
+        """Documents as a link source at ``retention`` (slot order) and, per document, whether it was a cache
+        hit (:meth:`DocumentCache.resolve`); the linker's and the batching scheduler's way to the caches.
+
+        Documents in memory are used in place, stored ones (e.g. only in LMDB) are streamed layer by layer
+        (prefetch overlapping the linker), and missing ones (or cached under another fingerprint) are
+        encoded now, once per key, and put in the cache. A memory tier holding a document at a lower retention
+        (the cold tier) serves it only when it holds every token ``retention`` keeps; else it is read as stored.
+        """
+        keys = [self.cache_key(d) for d in docs]
+        items = [None if isinstance(it, (DocumentKV, RetainedKV)) and it.fingerprint != self.fingerprint else it
+                 for it in self.cache.resolve(keys, retention, method)]
+        hits = [it is not None for it in items]
+        encoded: dict[str, DocumentKV] = {}
+        for i, (d, it) in enumerate(zip(docs, items)):
+            if it is None:
+                if keys[i] not in encoded:
+                    encoded[keys[i]] = self.encode(d)
+                    self.cache.put(keys[i], encoded[keys[i]])
+                items[i] = encoded[keys[i]]
+        if any(isinstance(it, str) for it in items):
+            try:
+                return self.cache.stream(items, retention, method), hits
+            except LookupError:
+                items, hits = [self.get_or_encode(d)[0] for d in docs], [False] * len(docs)
+        if retention < 1.0:
+            return LayeredDocuments.from_documents(items, retention, method), hits
+        return items, hits

@@ -1,0 +1,131 @@
+"""Link-token artifacts: embeddings ``[K, hidden]`` and an optional query-side LoRA adapter, in one
+safetensors file with metadata; initialisation and checks on load."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from ..model.loader import LoadedModel
+
+LORA_PREFIX = "lora."
+ASSETS = Path(__file__).parent.parent / "assets"  # kvlink_rag/assets (package data)
+
+
+class LinkTokensMismatch(ValueError):
+    """Link tokens were made for another model (fingerprint or width differs) or are malformed."""
+
+
+@dataclass
+class LinkTokens:
+    """K link-token embeddings shared by every document slot, optionally with a query-side LoRA adapter.
+
+    Attributes:
+        embeds: ``[K, hidden]`` float32 shared by every document slot, or ``[S, K, hidden]`` per slot
+            (slot i uses row ``min(i, S - 1)``).
+        model_fingerprint: fingerprint of the base model they were made for.
+        metadata: provenance (training data hash, steps, validation accuracy, ...).
+        lora: LoRA A/B weights (peft names) or None.
+        lora_config: ``{"rank", "alpha", "targets"}`` when ``lora`` is set.
+    """
+
+    embeds: torch.Tensor
+    model_fingerprint: str
+    metadata: dict = field(default_factory=dict)
+    lora: dict[str, torch.Tensor] | None = None
+    lora_config: dict | None = None
+
+    @property
+    def k(self) -> int:
+        """Link tokens per document."""
+        return int(self.embeds.shape[-2])
+
+    @property
+    def slots(self) -> int:
+        """1 for shared link tokens ``[K, hidden]``; S for per-slot ones ``[S, K, hidden]``."""
+        return int(self.embeds.shape[0]) if self.embeds.dim() == 3 else 1
+
+    def identity(self) -> str:
+        """Short content hash, used as the adapter name so that artifacts never collide on one model."""
+        h = hashlib.sha256(self.embeds.float().numpy().tobytes())
+        for name in sorted(self.lora or {}):
+            h.update(name.encode())
+            h.update(self.lora[name].float().numpy().tobytes())
+        return h.hexdigest()[:12]
+
+    def save(self, path: Path, lora_dtype: torch.dtype = torch.bfloat16) -> None:
+        """Write ``path`` (safetensors): embeddings float32, LoRA weights in ``lora_dtype``; metadata in the header."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"model_fingerprint": self.model_fingerprint, "k": str(self.k),
+                "metadata": json.dumps(self.metadata, sort_keys=True),
+                "lora_config": json.dumps(self.lora_config or {})}
+        tensors = {"link_embeds": self.embeds.detach().float().contiguous().cpu()}
+        for name, t in (self.lora or {}).items():
+            tensors[LORA_PREFIX + name] = t.detach().to(lora_dtype).contiguous().cpu()
+        tmp = path.with_suffix(path.suffix + ".part")
+        save_file(tensors, str(tmp), metadata=meta)
+        tmp.replace(path)
+
+
+def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n", slots: int = 1) -> LinkTokens:
+    """Untrained initialisation: each link token is the embedding of a paragraph separator token
+    (``[K, hidden]``, or the same copied to ``[slots, K, hidden]`` when ``slots > 1``).
+
+    The model has seen such tokens between passages countless times, so untrained link tokens act as
+    harmless separators that still attend across documents.
+    """
+    ids = lm.tokenizer(separator, add_special_tokens=False)["input_ids"] if lm.tokenizer is not None else [0]
+    ids = ids or [0]
+    idx = torch.tensor([ids[i % len(ids)] for i in range(k)], dtype=torch.long, device=lm.device)
+    embeds = lm.embed_tokens(idx).detach().float().cpu()
+    if slots > 1:
+        embeds = embeds.expand(slots, *embeds.shape).clone()
+    return LinkTokens(embeds=embeds, model_fingerprint=lm.fingerprint, metadata={"init": "separator", "trained": False})
+
+
+def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
+    """Load and check a link-token artifact for ``lm``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        LinkTokensMismatch: made for another model, or the width is not the model's hidden size.
+    """
+    if not Path(path).exists():
+        raise FileNotFoundError(f"link-token file {path} does not exist")
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        names = list(f.keys())
+        if "link_embeds" not in names:
+            raise LinkTokensMismatch(f"{path} holds no 'link_embeds' tensor")
+        embeds = f.get_tensor("link_embeds").float()
+        lora = {n[len(LORA_PREFIX):]: f.get_tensor(n).to(lm.dtype) for n in names if n.startswith(LORA_PREFIX)}
+    fp = meta.get("model_fingerprint", "")
+    if fp != lm.fingerprint:
+        raise LinkTokensMismatch(
+            f"link tokens in {path} were made for model {fp[:12] or '?'}, not the loaded model {lm.fingerprint[:12]}"
+        )
+    if embeds.ndim not in (2, 3) or embeds.shape[-1] != lm.config.hidden_size:
+        raise LinkTokensMismatch(f"link tokens in {path} have shape {tuple(embeds.shape)}, expected [K, "
+                                 f"{lm.config.hidden_size}] or [slots, K, {lm.config.hidden_size}]")
+    return LinkTokens(embeds=embeds, model_fingerprint=fp, metadata=json.loads(meta.get("metadata", "{}")),
+                      lora=lora or None, lora_config=json.loads(meta.get("lora_config", "{}")) or None)
+
+
+def shipped_link_tokens(lm: LoadedModel) -> LinkTokens | None:
+    """The trained artifact shipped in ``kvlink_rag/assets`` for this model's fingerprint, or None.
+
+    A shipped file made for another model (or another conversion of it) is skipped, not an error:
+    the engine then uses the untrained initialisation.
+    """
+    for path in sorted(ASSETS.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            if (f.metadata() or {}).get("model_fingerprint") == lm.fingerprint:
+                return load_link_tokens(path, lm)
+    return None

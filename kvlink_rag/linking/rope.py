@@ -1,0 +1,67 @@
+"""Pure RoPE math with explicit position ids (rotate-half convention of Llama-family models).
+
+The angles come from the model's own rotary module (found by its family:
+:attr:`kvlink_rag.model.loader.LoadedModel.rotary_emb`), so llama3, linear and yarn scaling and the
+attention-scaling factor are carried exactly as the model applies them (sequence-length-dependent types
+such as dynamic and longrope are refused at load, see :func:`kvlink_rag.model.support.check_supported`).
+The rotation itself follows ``apply_rotary_pos_emb`` in transformers' Llama code and gpt-fast's
+``apply_rotary_emb``: ``x * cos + rotate_half(x) * sin`` (Su et al., 2021, RoFormer, eq. 34).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of the last dim: ``[x1, x2] -> [-x2, x1]``. Shape preserved."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+@torch.no_grad()
+def rope_cos_sin(rotary_emb: torch.nn.Module, position_ids: torch.Tensor, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables for ``position_ids`` from the model's rotary module.
+
+    Args:
+        rotary_emb: the model's rotary embedding module, called as ``rotary_emb(x, position_ids)``.
+        position_ids: ``[tokens]`` int64 positions (any order, need not be contiguous).
+        dtype: dtype of the returned tables.
+    Returns:
+        ``(cos, sin)``, each ``[tokens, head_dim]``; they include the module's attention scaling.
+    """
+    device = device if device is not None else position_ids.device
+    pos = position_ids.to(device=device, dtype=torch.long).reshape(1, -1)
+    probe = torch.empty(1, dtype=torch.float32, device=device)
+    cos, sin = rotary_emb(probe, pos)
+    return cos[0].to(dtype), sin[0].to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` at the positions that ``cos``/``sin`` were made for.
+
+    Args:
+        x: ``[..., tokens, head_dim]`` (e.g. ``[layers, kv_heads, tokens, head_dim]``).
+        cos, sin: ``[tokens, head_dim]`` from :func:`rope_cos_sin`.
+    Returns:
+        Rotated tensor, same shape and dtype as ``x`` (math in the dtype of ``cos``).
+    """
+    xf = x.to(cos.dtype)
+    return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
+
+
+def remove_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`apply_rope` at the same positions.
+
+    The rotation scaled by ``s`` (yarn's attention factor) has inverse ``R^T / s^2``, and
+    ``cos^2 + sin^2 = s^2`` elementwise, so the inverse is exact for every scaling type.
+
+    Args:
+        x: ``[..., tokens, head_dim]`` rotated keys.
+        cos, sin: ``[tokens, head_dim]``.
+    Returns:
+        Keys before RoPE, same shape and dtype as ``x``.
+    """
+    xf = x.to(cos.dtype)
+    return ((xf * cos - rotate_half(xf) * sin) / (cos * cos + sin * sin)).to(x.dtype)

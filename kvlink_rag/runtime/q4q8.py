@@ -1,0 +1,162 @@
+"""Q4 x Q8 decode linears: llama.cpp's Q4_1 x Q8_1 dot product on AVX512-VNNI, as a small C++ kernel.
+
+A decode step multiplies each weight once by one activation row, so its cost is reading the weights and the
+instructions per weight. torch's ``_weight_int4pack_mm_for_cpu`` unpacks every int4 weight to floating point
+and multiplies in bfloat16 (~16 G multiply-adds/s on one thread here); llama.cpp instead quantises the
+activation row to int8 per block of 32 (Q8_1) and multiplies 4-bit by 8-bit integers with ``vpdpbusd``
+(64 products an instruction), scaling once per block. :file:`csrc/q4q8_gemv.cpp` does the same over weights
+packed in tiles of 16 output rows (each 32-bit lane of a vector one row, so no horizontal sums):
+``y_j = sum_b d_jb dx_b (q_j . qx)_b + m_jb dx_b (sum qx)_b`` with ``w = d q + m`` per block of 32 (GGUF
+Q4_1's grid, its float16 ``d`` and ``m`` kept as float16) and ``x ~ dx qx`` (``dx = max|x| / 127``).
+
+The kernel is compiled once per machine by :func:`torch.utils.cpp_extension.load` (g++, ~30 s; cached under
+``$TORCH_EXTENSIONS_DIR``) and only where the CPU has AVX512-VNNI; :func:`available` says whether it loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+BLOCK, TILE_ROWS = 32, 16
+_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+@functools.cache
+def _extension():
+    """The compiled kernel module, or None (no AVX512-VNNI, or no compiler: the reason is logged once)."""
+    missing = {"avx512f", "avx512bw", "avx512_vnni", "f16c"} - _cpu_flags()
+    if missing:
+        log.info("Q4 x Q8 kernel not used: the CPU lacks %s", ", ".join(sorted(missing)))
+        return None
+    from torch.utils.cpp_extension import load
+
+    src = Path(__file__).with_name("csrc") / "q4q8_gemv.cpp"
+    try:
+        return load(name="kvlink_q4q8", sources=[str(src)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
+                    verbose=False)
+    except Exception as e:  # no compiler / ninja: the caller falls back to torch's int4 kernel
+        log.warning("Q4 x Q8 kernel could not be built (%s); decode uses torch's int4 kernel", str(e)[:200])
+        return None
+
+
+def available() -> bool:
+    """Whether the Q4 x Q8 kernel runs on this machine (builds it on first call)."""
+    return _extension() is not None
+
+
+def pack(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """Tiles of the kernel from a 4-bit weight.
+
+    Args:
+        q: ``[n, k]`` integers in 0..15 (``n`` a multiple of 16, ``k`` of 32).
+        scale, low: ``[n, k / 32]`` float, ``w = scale * q + low`` per block (stored as float16).
+    Returns:
+        ``[n / 16, k / 32, 320]`` uint8.
+    Raises:
+        ValueError: ``n`` or ``k`` not a multiple of the tile.
+    """
+    n, k = q.shape
+    if n % TILE_ROWS or k % BLOCK:
+        raise ValueError(f"Q4 x Q8 needs [n, k] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
+    tiles, blocks = n // TILE_ROWS, k // BLOCK
+    # k = 32 b + 8 p + 4 h + i: vector p of block b holds, per row lane, bytes i with nibble h
+    q6 = q.to(torch.uint8).view(tiles, TILE_ROWS, blocks, 4, 2, 4).permute(0, 2, 3, 1, 5, 4)
+    nibbles = (q6[..., 0] | (q6[..., 1] << 4)).reshape(tiles, blocks, 256)
+
+    def halves(t: torch.Tensor) -> torch.Tensor:  # [n, blocks] -> [tiles, blocks, 32] bytes of float16
+        return t.to(torch.float16).view(tiles, TILE_ROWS, blocks).permute(0, 2, 1).contiguous().view(torch.uint8)
+
+    return torch.cat([nibbles, halves(scale), halves(low)], dim=-1).contiguous()
+
+
+def q4q8_mm(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """``[m, k]`` float32 x the packed ``[n, k]`` weight -> ``[m, n]`` float32 (see module docstring).
+
+    Raises:
+        RuntimeError: the kernel is not available here (check :func:`available` first).
+    """
+    ext = _extension()
+    if ext is None:
+        raise RuntimeError("the Q4 x Q8 kernel is not available on this machine")
+    return ext.q4q8_mm(x.float(), packed)
+
+
+class Q4Q8Linear:
+    """A :class:`~kvlink_rag.runtime.linear.Linear` on the Q4 x Q8 kernel: ``w = d q + m`` per block of 32
+    inputs with float16 ``d`` and ``m`` (re-quantised from ``weight``: a weight dequantised from GGUF Q4_1
+    lands back on its own grid and scales exactly), activations rounded to int8 per block of 32 inside the
+    kernel; returns in ``x``'s dtype. CPU with AVX512-VNNI only.
+
+    Raises:
+        ValueError: a shape that is not a multiple of the tile. RuntimeError: the kernel is not available.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        if not available():
+            raise RuntimeError("the Q4 x Q8 formats need AVX512-VNNI and a C++ compiler (see the log)")
+        n, k = weight.shape
+        w = weight.detach().float().view(n, k // BLOCK, BLOCK) if k % BLOCK == 0 else weight
+        if k % BLOCK or n % TILE_ROWS:
+            raise ValueError(f"Q4 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
+        lo = w.amin(-1).half().float()  # [out, blocks], as float16 holds them
+        scale = ((w.amax(-1) - lo) / 15).half().float()
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        q = torch.clamp(torch.round((w - lo[..., None]) / safe[..., None]), 0, 15)
+        self.packed = pack(q.view(n, k), scale, lo)
+        self.bias = None if bias is None else bias.detach().float()
+        self.out_features = int(n)
+
+    def __call__(self, x: torch.Tensor, split=None) -> torch.Tensor:
+        y = q4q8_mm(x, self.packed)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+
+def pack_q8(q: torch.Tensor) -> torch.Tensor:
+    """Tiles of the Q8 x Q8 kernel from int8 weights ``[n, k]`` (``n`` a multiple of 16, ``k`` of 32):
+    ``[n / 16, k / 32, 576]`` uint8 (512 bytes of weights, then 16 int32 corrections ``128 * sum`` per block)."""
+    n, k = q.shape
+    tiles, blocks = n // TILE_ROWS, k // BLOCK
+    q8 = q.to(torch.int8).view(tiles, TILE_ROWS, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [t, b, g, row, i]
+    corr = (q.to(torch.int32).view(tiles, TILE_ROWS, blocks, BLOCK).sum(-1) * 128).to(torch.int32).permute(0, 2, 1)
+    return torch.cat([q8.reshape(tiles, blocks, 512).view(torch.uint8),
+                      corr.contiguous().view(torch.uint8).view(tiles, blocks, 64)], dim=-1).contiguous()
+
+
+class Q8Q8Linear:
+    """int8 weights (symmetric per output row, as :class:`~kvlink_rag.runtime.linear.Int8Linear` rounds them)
+    times int8 activations per block of 32 on the kernel; for the LM head of a decode step, where torch's
+    ``_weight_int8pack_mm`` runs ~4 ms on one thread for SmolLM2's 49,152 x 576 and this ~1.5 ms.
+
+    Raises:
+        ValueError: a shape that is not a multiple of the tile. RuntimeError: the kernel is not available.
+    """
+
+    def __init__(self, weight: torch.Tensor):
+        if not available():
+            raise RuntimeError("the Q8 x Q8 kernel needs AVX512-VNNI and a C++ compiler (see the log)")
+        n, k = weight.shape
+        if k % BLOCK or n % TILE_ROWS:
+            raise ValueError(f"Q8 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
+        w = weight.detach().float()
+        self.scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [out]
+        self.packed = pack_q8(torch.clamp(torch.round(w / self.scale[:, None]), -127, 127))
+        self.out_features = int(n)
+
+    def __call__(self, x: torch.Tensor, split=None) -> torch.Tensor:
+        return (_extension().q8q8_mm(x.float(), self.packed) * self.scale).to(x.dtype)

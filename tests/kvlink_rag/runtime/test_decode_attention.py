@@ -1,0 +1,59 @@
+"""One-token decode attention against the plain formula, for every form it takes."""
+
+import pytest
+import torch
+
+from kvlink_rag.runtime.decode_attention import MATMUL_MIN_KEYS, attend_decode, grouped
+
+
+def _reference(q, k, v, mask, scale):
+    """softmax(q K^T * scale + mask) V in float64 with the KV heads repeated for their query heads."""
+    g = q.shape[0] // k.shape[0]
+    k, v = k.double().repeat_interleave(g, 0), v.double().repeat_interleave(g, 0)
+    s = q.double() @ k.transpose(1, 2) * scale
+    if mask is not None:
+        s = s + mask.double()
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("tokens", [5, MATMUL_MIN_KEYS + 40])  # the fused kernel's rows and the matmul form
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_one_piece_folds_query_heads_into_their_kv_heads_rows(tokens, dtype, masked):
+    """9 query heads over 3 KV heads, one piece, with and without an additive mask: plain attention with each
+    KV head repeated for its query heads (float32 to 1e-5, bfloat16 to its rounding)."""
+    g = torch.Generator().manual_seed(tokens)
+    q, k, v = (torch.randn(h, n, 16, generator=g) for h, n in ((9, 1), (3, tokens), (3, tokens)))
+    mask = None
+    if masked:
+        mask = torch.zeros(1, tokens)
+        mask[0, 1::3] = torch.finfo(torch.float32).min  # every third key hidden
+    want = _reference(q, k, v, mask, 0.25)
+    got = attend_decode(q.to(dtype), [(k.to(dtype), v.to(dtype))], mask, 0.25)
+    assert got.shape == (9, 1, 16) and got.dtype == dtype
+    assert (got.double() - want).abs().max() < (1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_a_decode_over_bfloat16_pieces_merges_each_pieces_kernel_by_log_sum_exp():
+    """One-token queries over several bfloat16 pieces (a long one, runs of short ones joined): the same
+    attention as over the pieces joined, to bfloat16 rounding."""
+    g = torch.Generator().manual_seed(5)
+    sizes = [300, 7, 20, 1, 290, 3]
+    pieces = [(torch.randn(2, t, 8, generator=g), torch.randn(2, t, 8, generator=g)) for t in sizes]
+    q = torch.randn(4, 1, 8, generator=g)
+    k, v = torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1)
+    want = _reference(q, k, v, None, 8 ** -0.5)
+    got = attend_decode(q.bfloat16(), [(k.bfloat16(), v.bfloat16()) for k, v in pieces], None, 8 ** -0.5)
+    assert got.dtype == torch.bfloat16 and (got.double() - want).abs().max() < 2e-2
+    assert [k.shape[1] for k, _ in grouped(pieces)] == [300, 28, 290, 3]
+
+
+def test_masked_float32_pieces_concatenate_the_scores():
+    """Several float32 pieces under a mask: the scores of all pieces in one softmax (1e-5)."""
+    g = torch.Generator().manual_seed(9)
+    pieces = [(torch.randn(2, t, 8, generator=g), torch.randn(2, t, 8, generator=g)) for t in (6, 4)]
+    q = torch.randn(6, 1, 8, generator=g)
+    mask = torch.zeros(1, 10)
+    mask[0, 2] = mask[0, 7] = torch.finfo(torch.float32).min
+    k, v = torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1)
+    assert (attend_decode(q, pieces, mask, 0.3).double() - _reference(q, k, v, mask, 0.3)).abs().max() < 1e-5
