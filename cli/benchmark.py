@@ -108,7 +108,7 @@ def bench_edit(
 
 @app.command("bench-engine")
 def bench_engine(
-    formats: Annotated[str, typer.Option(help="Comma list of runner weight formats.")] = "native,bfloat16,int8,int4,int4-bf16,int4-f32",
+    formats: Annotated[str, typer.Option(help="Comma list of runner weight formats.")] = "native,bfloat16,int8,int4,int4-bf16,int4-f32,q4q8-bf16,q4q8-f32",
     context: Annotated[int, typer.Option(help="Prefill length (tokens).")] = 1300,
     new: Annotated[int, typer.Option(help="Decode steps (tokens).")] = 24,
     repeats: Annotated[int, typer.Option(help="Runs per engine (the best is reported).")] = 2,
@@ -130,7 +130,13 @@ def bench_engine(
     from bench.engine import engine_rows, markdown
     from bench.llama_cpp import llama_bench
     from kvlink_rag.model.convert import GGUF_NAME
+    from kvlink_rag.runtime import q4q8
 
+    if not q4q8.available():  # the q4q8 formats need the runner's CPU kernels (AVX512-VNNI and g++)
+        skipped = [f for f in picked if f.startswith("q4q8")]
+        picked = [f for f in picked if not f.startswith("q4q8")]
+        if skipped:
+            console.print(f"skipping {', '.join(skipped)}: the runner's CPU kernels do not run on this CPU")
     settings = make_settings()
     from kvlink_rag.cache import MemoryCache
 

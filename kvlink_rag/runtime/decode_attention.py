@@ -8,13 +8,18 @@ layer at 1,300 keys in bfloat16 (one thread). Past :data:`MATMUL_MIN_KEYS` bfloa
 matmul form (two batched GEMMs around a float32 softmax, K as the left operand so a view of the KV
 buffer is not copied) beats the fused kernel (274 -> 179 us at 1,300, 698 -> 530 at 4,000), so long rows take it. Several pieces (a conversation's shared turns): the fused
 kernel per piece merged by log-sum-exp in bfloat16, else the scores of all pieces concatenated.
-Every form is exact attention up to summation order and the dtype of the probabilities.
+Where the runner's CPU kernels run (:mod:`.cpu_kernels`), an unmasked decode over bfloat16 KV with head_dim
+64 takes the C++ kernel instead: each KV head's group of queries over all its pieces in one pass, no copy, the
+query in float32 (~4-8x the forms above on one thread, BENCHMARKS.md). Every form is exact attention up to
+summation order and the dtype of the probabilities.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .cpu_kernels import kernels
 
 MATMUL_MIN_KEYS = 1024  # bfloat16 CPU rows with at least this many keys take the matmul form (measured crossover)
 GROUP_TOKENS = 256  # pieces shorter than this are joined with their short neighbours before the kernel
@@ -33,11 +38,22 @@ def attend_decode(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None, sc
     Returns:
         ``[heads, 1, head_dim]`` in ``q``'s dtype.
     """
+    ext = kernels()
+    if ext is not None and mask is None and _kernel_fits(q, pieces):
+        return ext.decode_attention(q[:, 0].float(), [k for k, _ in pieces], [v for _, v in pieces], scale
+                                    ).to(q.dtype)[:, None]
     if len(pieces) == 1:
         return _attend_one(q, pieces[0][0], pieces[0][1], mask, scale)
     if mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu":
         return _attend_pieces_merged(q, pieces, scale)
     return _attend_pieces(q, pieces, mask, scale)
+
+
+def _kernel_fits(q: torch.Tensor, pieces: Pieces) -> bool:
+    """The C++ kernel's case: CPU, bfloat16 KV, head_dim 64, unit stride inside a token."""
+    k = pieces[0][0]
+    return (q.device.type == "cpu" and k.dtype == torch.bfloat16 and k.shape[-1] == 64
+            and all(k.stride(-1) == 1 and v.stride(-1) == 1 for k, v in pieces))
 
 
 def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float

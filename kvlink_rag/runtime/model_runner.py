@@ -17,6 +17,7 @@ from ..linking.rope import rope_cos_sin
 from ..model.families import family_of
 from ..model.loader import LoadedModel
 from .attention_probs import attention_mass
+from .cpu_kernels import kernels
 from .linear import TokenSplit
 from .lora import LayerLora, adapter_terms
 from .ragged import RaggedBatch, attend
@@ -27,6 +28,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim as Llama computes it (float32 statistics, weight applied in ``x``'s dtype);
     float32 inputs take torch's fused kernel (the same arithmetic)."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        ext = kernels()
+        if ext is not None and x.dim() == 2 and x.device.type == "cpu":  # one call, not torch's composite
+            return ext.rms_norm(x, weight, eps)
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)

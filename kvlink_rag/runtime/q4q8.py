@@ -4,58 +4,21 @@ A decode step multiplies each weight once by one activation row, so its cost is 
 instructions per weight. torch's ``_weight_int4pack_mm_for_cpu`` unpacks every int4 weight to floating point
 and multiplies in bfloat16 (~16 G multiply-adds/s on one thread here); llama.cpp instead quantises the
 activation row to int8 per block of 32 (Q8_1) and multiplies 4-bit by 8-bit integers with ``vpdpbusd``
-(64 products an instruction), scaling once per block. :file:`csrc/q4q8_gemv.cpp` does the same over weights
+(64 products an instruction), scaling once per block. :file:`csrc/cpu_kernels.cpp` does the same over weights
 packed in tiles of 16 output rows (each 32-bit lane of a vector one row, so no horizontal sums):
 ``y_j = sum_b d_jb dx_b (q_j . qx)_b + m_jb dx_b (sum qx)_b`` with ``w = d q + m`` per block of 32 (GGUF
 Q4_1's grid, its float16 ``d`` and ``m`` kept as float16) and ``x ~ dx qx`` (``dx = max|x| / 127``).
 
-The kernel is compiled once per machine by :func:`torch.utils.cpp_extension.load` (g++, ~30 s; cached under
-``$TORCH_EXTENSIONS_DIR``) and only where the CPU has AVX512-VNNI; :func:`available` says whether it loaded.
+The kernels are compiled once per machine (:mod:`.cpu_kernels`); :func:`available` says whether they run here.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-from pathlib import Path
-
 import torch
 
-log = logging.getLogger(__name__)
+from .cpu_kernels import available, kernels
+
 BLOCK, TILE_ROWS = 32, 16
-_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
-@functools.cache
-def _extension():
-    """The compiled kernel module, or None (no AVX512-VNNI, or no compiler: the reason is logged once)."""
-    missing = {"avx512f", "avx512bw", "avx512_vnni", "f16c"} - _cpu_flags()
-    if missing:
-        log.info("Q4 x Q8 kernel not used: the CPU lacks %s", ", ".join(sorted(missing)))
-        return None
-    from torch.utils.cpp_extension import load
-
-    src = Path(__file__).with_name("csrc") / "q4q8_gemv.cpp"
-    try:
-        return load(name="kvlink_q4q8", sources=[str(src)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
-                    verbose=False)
-    except Exception as e:  # no compiler / ninja: the caller falls back to torch's int4 kernel
-        log.warning("Q4 x Q8 kernel could not be built (%s); decode uses torch's int4 kernel", str(e)[:200])
-        return None
-
-
-def available() -> bool:
-    """Whether the Q4 x Q8 kernel runs on this machine (builds it on first call)."""
-    return _extension() is not None
 
 
 def pack(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
@@ -89,7 +52,7 @@ def q4q8_mm(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     Raises:
         RuntimeError: the kernel is not available here (check :func:`available` first).
     """
-    ext = _extension()
+    ext = kernels()
     if ext is None:
         raise RuntimeError("the Q4 x Q8 kernel is not available on this machine")
     return ext.q4q8_mm(x.float(), packed)
@@ -159,4 +122,4 @@ class Q8Q8Linear:
         self.out_features = int(n)
 
     def __call__(self, x: torch.Tensor, split=None) -> torch.Tensor:
-        return (_extension().q8q8_mm(x.float(), self.packed) * self.scale).to(x.dtype)
+        return (kernels().q8q8_mm(x.float(), self.packed) * self.scale).to(x.dtype)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from kvlink_rag.runtime.cpu_kernels import available, kernels
 from kvlink_rag.runtime.decode_attention import MATMUL_MIN_KEYS, attend_decode, grouped
 
 
@@ -57,3 +58,29 @@ def test_masked_float32_pieces_concatenate_the_scores():
     mask[0, 2] = mask[0, 7] = torch.finfo(torch.float32).min
     k, v = torch.cat([k for k, _ in pieces], 1), torch.cat([v for _, v in pieces], 1)
     assert (attend_decode(q, pieces, mask, 0.3).double() - _reference(q, k, v, mask, 0.3)).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")
+@pytest.mark.parametrize("sizes", [[7], [300, 5, 1, 64]])
+def test_the_cpu_kernel_attends_over_strided_bfloat16_pieces(sizes):
+    """head_dim 64, bfloat16 pieces that are views of larger buffers (as a request's KV and the prefix tree's
+    are): the C++ kernel's attention equals the plain formula over the pieces joined (float64, to bfloat16
+    rounding of the inputs: the same rounded inputs give 1e-5)."""
+    g = torch.Generator().manual_seed(len(sizes))
+    pieces = []
+    for t in sizes:
+        buf = torch.randn(2, 3, t + 9, 64, generator=g).bfloat16()  # [layers, kv_heads, capacity, head_dim]
+        pieces.append((buf[1, :, :t], buf[0, :, 2: 2 + t]))
+    q = torch.randn(9, 1, 64, generator=g)
+    k = torch.cat([k for k, _ in pieces], 1).float()
+    v = torch.cat([v for _, v in pieces], 1).float()
+    want = _reference(q, k, v, None, 0.125)
+    got = attend_decode(q, pieces, None, 0.125)
+    assert got.shape == (9, 1, 64) and got.dtype == torch.float32
+    assert (got.double() - want).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")
+def test_the_cpu_kernels_rms_norm_is_torchs():
+    x, w = torch.randn(5, 576), torch.randn(576)
+    assert (kernels().rms_norm(x, w, 1e-5) - torch.nn.functional.rms_norm(x, (576,), w, 1e-5)).abs().max() < 1e-5

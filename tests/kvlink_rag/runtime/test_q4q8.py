@@ -64,7 +64,7 @@ def test_shapes_off_the_tile_are_refused():
 
 
 def test_without_the_kernel_the_formats_are_refused_by_name(monkeypatch):
-    monkeypatch.setattr(q4q8, "_extension", lambda: None)
+    monkeypatch.setattr(q4q8, "available", lambda: False)
     with pytest.raises(RuntimeError, match="AVX512-VNNI"):
         make_linear(torch.randn(32, 64), None, "q4q8-bf16")
 
