@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 
 MARKER = "x-kvlink-limit"
 ERROR_REF = "#/components/schemas/ErrorOut"

@@ -16,7 +16,7 @@ from api.cancellation import CancelOnDisconnect
 from api.metrics import Metrics, RequestTimer
 from api.routes import adapters, completions, documents, health, openai, playground, query, tokens
 from api.state import ServiceState
-from kvlink_rag.settings import Settings, get_settings
+from service.settings import Settings, get_settings
 
 
 def create_app(settings: Settings | None = None, engine=None) -> FastAPI:

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from api.concurrency import Gates
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.cache_publisher import CachePublisher, start_publisher
 from service.index_watch import IndexWatch
 from service.model_lock import FairLock

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore
 
 from .timing import Timing, measure
 

@@ -8,7 +8,7 @@ import torch
 
 from kvlink_rag.engine import Engine
 from kvlink_rag.types import Document
-from store.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore
 
 
 @torch.inference_mode()

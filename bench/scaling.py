@@ -12,8 +12,8 @@ import torch
 from kvlink_rag.engine import Engine
 from kvlink_rag.types import Document, DocumentKV
 from store.backends import open_index
-from store.index import DocumentRecord
-from store.lmdb_blobs import LmdbBlobStore
+from store.index.document_index import DocumentRecord
+from store.blobs.lmdb import LmdbBlobStore
 
 from .ttft import ttft_full, ttft_linked
 

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvlink_rag.engine import Engine
-from kvlink_rag.settings import DEFAULT_MODEL, Settings
+from kvlink_rag.settings import DEFAULT_MODEL
+from service.settings import Settings
 from kvlink_rag.types import Document
 from store.factory import open_store
 

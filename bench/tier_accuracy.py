@@ -24,10 +24,11 @@ from evaluation.nq import best_subspan_em, build_documents, load_nq
 from kvlink_rag.engine import Engine
 from kvlink_rag.linking.link_tokens import load_link_tokens
 from kvlink_rag.model.loader import load_model
-from kvlink_rag.settings import get_settings
+from service.settings import get_settings
 from store.doc_cache import StoreCache
 from store.factory import open_store
-from store.tiers import CacheTier, TieredCache
+from store.tiers.tier import CacheTier
+from store.tiers.tiered import TieredCache
 
 ADAPTER = Path(__file__).resolve().parents[1] / "kvlink_rag/assets/smollm2-135m-instruct-links-qlora.safetensors"
 POSITIONS = ("first", "middle", "last")

@@ -4,7 +4,7 @@ whole in bfloat16 vs at retention 0.4 in int8 (the cold tier), and the hit rate 
 The documents are synthetic KV of the default model's geometry (SmolLM2-135M: 30 layers, 3 KV heads, head
 dim 64, bfloat16) with random importance: a tier's bytes and hits depend only on shapes and the trace, not on
 values. A miss loads the document whole from a stand-in blob store and fills the tiers, as
-:meth:`store.tiers.TieredCache.get` does. CPU only, about a minute::
+:meth:`store.tiers.tiered.TieredCache.get` does. CPU only, about a minute::
 
     python -m bench.tier_policy [--docs 1000] [--accesses 10000] [--budget-mib 64] [--zipf 1.0] [--json FILE]
 """
@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from kvlink_rag.types import DocumentKV
-from store.policies import LRUPolicy
-from store.tier_format import TierFormat
-from store.tiers import CacheTier, TieredCache, entry_nbytes
+from store.tiers.policies import LRUPolicy
+from store.tiers.tier_format import TierFormat
+from store.tiers.tier import CacheTier, entry_nbytes
+from store.tiers.tiered import TieredCache
 
 GEOMETRY = (30, 3, 64)  # SmolLM2-135M: layers, kv_heads, head_dim
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 import typer
 
 from cli.terminal import console, out, progress_bar, quiet_libraries, results_only_stdout
-from kvlink_rag.settings import DEFAULT_MODEL, Settings, get_settings
+from kvlink_rag.settings import DEFAULT_MODEL
+from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine

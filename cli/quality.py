@@ -20,7 +20,7 @@ from training.modes import MODES
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
 
 app = typer.Typer()
 

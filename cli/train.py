@@ -15,7 +15,7 @@ from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOp
 from kvlink_rag.model.family import ModelFamily
 
 if TYPE_CHECKING:
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
 
 TrainDocCacheOpt = Annotated[str, typer.Option(
     help="memory: document encodings memoised in this process only; store: kept in the document store under "

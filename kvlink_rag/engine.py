@@ -28,7 +28,7 @@ from .reuse.blend import check_recompute_ratio
 from .reuse.doc_side import check_query_side, document_adapter
 from .reuse.methods import ReuseInputs, reuse_method
 from .runtime.model_runner import get_runner
-from .settings import Settings
+from .settings import EngineSettings
 from .text.chunking import Chunker
 from .text.prompt import PromptTemplate
 from .types import Document, LayeredDocuments
@@ -44,7 +44,7 @@ class Engine(EngineDocuments):
         ValueError: bad settings; kvlink_rag.linking.link_tokens.LinkTokensMismatch: link tokens for another model.
     """
 
-    def __init__(self, settings: Settings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
+    def __init__(self, settings: EngineSettings, lm: LoadedModel | None = None, cache: DocumentCache | None = None):
         self.settings = settings
         self.lm = lm if lm is not None else load_model(settings)
         get_runner(self.lm)  # the runner's fused (and converted) weights now, not in the first request's TTFT

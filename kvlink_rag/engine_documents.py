@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .linking.context import PrefixKV
     from .linking.link_tokens import LinkTokens
     from .model.loader import LoadedModel
-    from .settings import Settings
+    from .settings import EngineSettings
     from .text.chunking import Chunker
     from .text.prompt import PromptTemplate
 
@@ -32,7 +32,7 @@ class EngineDocuments:
         cache, chunker: see :class:`~kvlink_rag.engine.Engine`.
     """
 
-    settings: Settings
+    settings: EngineSettings
     lm: LoadedModel
     template: PromptTemplate
     prefix: PrefixKV

@@ -114,7 +114,7 @@ class DocumentKV:
 class RetainedKV:
     """Part of a document's KV: the tokens a retention below 1 keeps, at their offsets within the document.
 
-    A memory tier that holds a document at a lower retention (``store.tier_format``) serves a request at
+    A memory tier that holds a document at a lower retention (``store.tiers.tier_format``) serves a request at
     retention ``r`` as this: exactly the tokens ``kept_positions(importance, doc_tokens, r)`` keeps, never fewer.
 
     Attributes:

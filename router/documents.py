@@ -10,7 +10,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.retrieval import Retrieval, above_cutoff
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class DocumentResolver:
     """Resolves requests against the shared index (the replicas' ``KVLINK_RAG_INDEX_URL``).
 
     Args:
-        index: a :class:`store.index.DocumentIndex` (records: cache keys, token counts).
+        index: a :class:`store.index.document_index.DocumentIndex` (records: cache keys, token counts).
         retrieval: BM25 over the same index and texts.
         settings: the replicas' settings (``default_top_k``, retrieval cut-offs).
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from router.documents import DocumentResolver
 from router.fleet import Fleet
 from router.proxy import Router, create_router_app

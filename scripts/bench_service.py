@@ -50,7 +50,7 @@ def bench_queries(args, engine, examples) -> dict:
 
     from api.main import create_app
     from evaluation.nq import best_subspan_em, build_documents
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="kvlink-bench-"))
     app = create_app(Settings(home=home, model=engine.settings.model, device="cpu"), engine)
@@ -95,7 +95,7 @@ def bench_worker(args, engine, examples) -> dict:
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from kvlink_rag.types import Document
 
     home = Path(tempfile.mkdtemp(prefix="kvlink-bench-worker-"))
@@ -156,7 +156,7 @@ def main() -> None:
     from evaluation.nq import load_nq
     from kvlink_rag.engine import Engine
     from kvlink_rag.model.convert import ensure_default_model
-    from kvlink_rag.settings import Settings, get_settings
+    from service.settings import Settings, get_settings
 
     model = str(ensure_default_model(get_settings().models_dir))
     engine = Engine(Settings(home=Path(tempfile.mkdtemp()), model=model, device="cpu"))

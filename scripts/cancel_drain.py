@@ -65,7 +65,7 @@ def _wait_drained(sched, quiet_s: float = 0.3, limit_s: float = 600) -> float:
 
 def run(args) -> dict:
     from api.main import create_app
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.runtime import load_engine
     from service_support import LiveServer
 

@@ -42,7 +42,7 @@ def _summary(ms: list[float]) -> dict:
 
 def run(args) -> dict:
     from api.main import create_app
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.runtime import load_engine
     from service_support import LiveServer
 

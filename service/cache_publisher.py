@@ -172,9 +172,9 @@ def start_publisher(settings, runtime) -> CachePublisher | None:
     """
     if not settings.events_url:
         return None
-    from store.lmdb_blobs import LmdbBlobStore
+    from store.blobs.lmdb import LmdbBlobStore
     from store.redis_conn import connect, split_url
-    from store.shared_tier import TieredBlobStore
+    from store.tiers.shared import TieredBlobStore
 
     store = runtime.store
     blobs = store.blobs.local if isinstance(store.blobs, TieredBlobStore) else store.blobs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 
 PRECOMPUTE_TASK = "kvlink.precompute"
 

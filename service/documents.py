@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Literal
 from kvlink_rag.types import Document
 from service.errors import QueueUnavailable
 from service.precompute import CacheTooLarge, adopt, precompute
-from store.index import DocumentRecord, is_corrupt
-from store.keys import content_hash, normalize_text, simhash64
+from store.index.document_index import DocumentRecord, is_corrupt
+from kvlink_rag.encodable import normalize_text
+from store.keys import content_hash, simhash64
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine

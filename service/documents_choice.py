@@ -15,10 +15,10 @@ from service.errors import ServiceError, redis_errors
 from store.keys import content_hash
 
 if TYPE_CHECKING:
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store
-    from store.index import DocumentRecord
+    from store.index.document_index import DocumentRecord
 
 
 @dataclass
@@ -128,7 +128,7 @@ class DocumentChoice:
                 ``strict``; else None).
         """
         from kvlink_rag.encodable import find_unencodable
-        from store.index import is_corrupt
+        from store.index.document_index import is_corrupt
         from store.integrity import CorruptEntry
 
         try:

@@ -26,6 +26,6 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean "Redis (index, broker or shared cache tier) is unreachable"."""
     import redis
 
-    from store.blob_store import BlobStoreUnavailable
+    from store.blobs.blob_store import BlobStoreUnavailable
 
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, QueueUnavailable, BlobStoreUnavailable)

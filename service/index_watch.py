@@ -4,7 +4,7 @@ A Redis restarted without its data (no append-only file, a lost volume) or flush
 an empty index: every list is empty and every document 404, although each host still holds the texts it saw
 (mirrored on its disk, :mod:`store.redis_texts`) and their caches. Start-up recovery
 (:func:`service.recovery_hooks.recover_at_start`) only runs when the process starts, so :class:`IndexWatch`
-checks every ``interval_s`` seconds the index's mark (:meth:`store.redis_index.RedisIndex.mark`: a token
+checks every ``interval_s`` seconds the index's mark (:meth:`store.index.redis.RedisIndex.mark`: a token
 only a data loss removes). When the mark is new or changed, this host copies the texts Redis lacks from its
 mirror (never overwriting one Redis holds) and recreates the missing records
 (:meth:`service.documents.DocumentService.rebuild_index`: ``ready`` where the cache is stored, else queued

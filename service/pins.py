@@ -2,7 +2,7 @@
 tenant (``KVLINK_RAG_PIN_BUDGET_BYTES``). Pinned by ``PUT /v1/documents/{id}`` with ``pinned: true`` or listed in
 ``KVLINK_RAG_PINNED_DOCUMENTS`` (pinned at start); pins live in memory (a restart re-pins the listed ones).
 
-A pin is one count on the host tier's entry (:meth:`store.tiers.CacheTier.pin`, which request pins nest with);
+A pin is one count on the host tier's entry (:meth:`store.tiers.tier.CacheTier.pin`, which request pins nest with);
 updating or deleting a pinned document unpins it (its old cache is then evicted as any other).
 """
 
@@ -12,7 +12,7 @@ import logging
 import threading
 
 from service.errors import ServiceError
-from store.tiers import TieredCache
+from store.tiers.tiered import TieredCache
 
 log = logging.getLogger(__name__)
 

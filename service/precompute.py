@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from kvlink_rag.types import Document
 from store.doc_cache import StoreCache, too_large_reason
-from store.index import DocumentRecord, is_corrupt
+from store.index.document_index import DocumentRecord, is_corrupt
 from store.lmdb_env import StoreFullError
 
 if TYPE_CHECKING:

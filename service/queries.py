@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kvlink_rag.decoding.answer import Answer
     from kvlink_rag.engine import Engine
     from kvlink_rag.runtime.scheduler import Scheduler
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.retrieval import Retrieval
     from store.factory import Store
 

@@ -15,7 +15,7 @@ from service.documents_choice import DocumentChoice, QueryDoc
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
 
 MODES = ("linked", "full")
 """Query modes: the cached documents re-linked (KVLink), or full prefill of the same prompt (baseline)."""

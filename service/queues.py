@@ -18,7 +18,7 @@ from service.errors import QueueUnavailable
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from service.documents import DocumentService
 
 __all__ = ["CeleryQueue", "EmbeddedQueue", "NoQueue", "Queue", "QueueUnavailable", "redact"]

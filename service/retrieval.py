@@ -124,7 +124,7 @@ class Retrieval:
     """Per-tenant BM25 indexes.
 
     Args:
-        index: ``store.index.DocumentIndex`` (which documents a tenant has).
+        index: ``store.index.document_index.DocumentIndex`` (which documents a tenant has).
         texts: ``store.texts.TextStore`` (their text and title).
         refresh_s: rebuild an index older than this (seconds; 0 = on every search).
         clock: monotonic seconds (injectable for tests).
@@ -220,6 +220,6 @@ class Retrieval:
 
     def _text(self, tenant: str, rec) -> dict | None:
         """The text of ``rec``; None when the record or the text is corrupt (skipped, counted by the store)."""
-        from store.index import is_corrupt
+        from store.index.document_index import is_corrupt
 
         return None if is_corrupt(rec) else self.texts.get_intact(tenant, rec.doc_id)

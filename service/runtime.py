@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.documents import DocumentService
 from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService

@@ -1,7 +1,7 @@
 """What enters and leaves a process's cache tiers, told to whoever listens (a router keeps an index of it).
 
-The tiers (:class:`store.tiers.CacheTier`: ``device``, ``host``, ``cold``) and the local LMDB store
-(:class:`store.lmdb_blobs.LmdbBlobStore`: tier ``local``) call a :class:`CacheEvents` after each change, outside
+The tiers (:class:`store.tiers.tier.CacheTier`: ``device``, ``host``, ``cold``) and the local LMDB store
+(:class:`store.blobs.lmdb.LmdbBlobStore`: tier ``local``) call a :class:`CacheEvents` after each change, outside
 their locks; the default :data:`NO_EVENTS` does nothing. :class:`service.cache_publisher.CachePublisher`
 publishes them to a Redis Stream (``kvlink-rag router`` reads it), with a sequence number per replica.
 

@@ -16,7 +16,7 @@ from typing import Protocol
 from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import Document, DocumentKV
 from store.doc_cache import StoreCache
-from store.index import DocumentIndex, DocumentRecord, is_corrupt
+from store.index.document_index import DocumentIndex, DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.texts import TextStore
 
@@ -82,7 +82,7 @@ class Catalog:
 
     def verified(self, tenant: str, doc_id: str) -> tuple[DocumentRecord | None, dict | None]:
         """``(record, stored text)``; a corrupt text gives ``(record marked failed, None)``, a corrupt
-        record a failed :class:`~store.index.CorruptDocumentRecord` (and None)."""
+        record a failed :class:`~store.index.document_index.CorruptDocumentRecord` (and None)."""
         rec = self.index.get(tenant, doc_id)
         if rec is None or is_corrupt(rec):
             return rec, None

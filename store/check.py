@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from kvlink_rag.encodable import find_unencodable, sanitised
-from store.index import DocumentRecord, is_corrupt
+from store.index.document_index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.recovery import restore_record
 

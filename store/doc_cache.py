@@ -10,13 +10,13 @@ import logging
 
 from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
-from store.blob_store import BlobStore, BlobStoreUnavailable
+from store.blobs.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
 from store.lmdb_env import StoreFullError
-from store.ordered_layout import record_importance
-from store.prefetch import prefetch_layers
-from store.tier_format import hold_part
-from store.tiers import TieredCache
+from store.records.ordered_layout import record_importance
+from store.tiers.prefetch import prefetch_layers
+from store.tiers.tier_format import hold_part
+from store.tiers.tiered import TieredCache
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class StoreCache(DocumentCache):
 
     def shared_only(self, key: str) -> bool:
         """Whether only the shared tier holds ``key`` (its read is a fetch from Redis, not this host's disk)."""
-        from store.shared_tier import TieredBlobStore
+        from store.tiers.shared import TieredBlobStore
 
         return isinstance(self.blobs, TieredBlobStore) and not self.blobs.local.contains(key)
 

@@ -1,4 +1,4 @@
-"""Open the whole store for a :class:`kvlink_rag.settings.Settings`: blobs, index, texts, tiers, catalog."""
+"""Open the whole store for a :class:`store.settings.StoreSettings`: blobs, index, texts, tiers, catalog."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ from dataclasses import dataclass
 
 import torch
 
-from kvlink_rag.settings import Settings
-from store.backends import open_blob_store, open_index
-from store.blob_store import BlobStore
+from store.settings import StoreSettings
+from store.backends import open_blob_store, open_index, open_texts
+from store.blobs.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
 from store.doc_cache import StoreCache
-from store.index import DocumentIndex
-from store.lmdb_env import open_env
-from store.policies import FairPolicy, LRUPolicy
-from store.texts import Texts, TextStore
-from store.tiers import CacheTier, TieredCache, TierFormat
+from store.index.document_index import DocumentIndex
+from store.tiers.policies import FairPolicy, LRUPolicy
+from store.texts import Texts
+from store.tiers.tier import CacheTier
+from store.tiers.tier_format import TierFormat
+from store.tiers.tiered import TieredCache
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Store:
     shared: BlobStore | None = None
 
 
-def memory_tiers(settings: Settings) -> list[CacheTier]:
+def memory_tiers(settings: StoreSettings) -> list[CacheTier]:
     """Device tier (when a GPU and a budget exist), host tier, then the cold tier (when it has a budget: documents
     at ``cold_cache_retention``, int8 if ``cold_cache_int8``), with fair or LRU eviction."""
     policy = FairPolicy if settings.fair_eviction else LRUPolicy
@@ -47,7 +48,7 @@ def memory_tiers(settings: Settings) -> list[CacheTier]:
     return tiers
 
 
-def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=None) -> Store:
+def open_store(settings: StoreSettings, enqueue: Enqueue | None = None, on_corrupt=None) -> Store:
     """Open (creating) the store under ``settings.home``.
 
     Args:
@@ -57,35 +58,20 @@ def open_store(settings: Settings, enqueue: Enqueue | None = None, on_corrupt=No
         ValueError: bad index URL; redis errors when a Redis index is unreachable.
     """
     settings.store_dir.mkdir(parents=True, exist_ok=True)
-    blobs = open_blob_store(f"lmdb://{settings.store_dir}", max_map_size=settings.store_max_bytes,
-                            on_corrupt=on_corrupt)
+    local = f"lmdb://{settings.store_dir}"  # this host's store: blobs, and texts and index unless in Redis
+    blobs = open_blob_store(local, max_map_size=settings.store_max_bytes, on_corrupt=on_corrupt)
     shared = None
     if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
-        from store.shared_tier import TieredBlobStore
+        from store.tiers.shared import TieredBlobStore
 
         shared = open_blob_store(settings.shared_store_url, timeout_s=settings.shared_store_timeout_s,
                                  probe_interval_s=settings.shared_store_probe_interval_s)
         blobs = TieredBlobStore(blobs, shared)
-    # texts and the embedded index: the process-wide environment of the folder, the lmdb:// blob store's own
-    env = open_env(settings.store_dir, max_map_size=settings.store_max_bytes)
-    url = settings.index_url or f"lmdb://{settings.store_dir}"
-    index = open_index(url, env=env if url.startswith("lmdb://") else None)
-    texts = open_texts(url, env)
+    url = settings.index_url or local  # the folder's one LMDB environment holds all three when local
+    index = open_index(url)
+    texts = open_texts(url) if url == local else open_texts(url, mirror=open_texts(local))
     tiered = TieredCache(memory_tiers(settings), blobs)
     cache = StoreCache(tiered, "default", settings.store_int8, settings.shared_cache_across_tenants)
     catalog = Catalog(index, texts, cache, enqueue or (lambda tenant, doc_id, version: None))
     return Store(blobs, index, texts, tiered, catalog, cache, shared)
 
-
-def open_texts(index_url: str, env) -> Texts:
-    """Texts beside the index: in Redis with a Redis index (every host reads them; mirrored in ``env`` for
-    reads while Redis is down), else in ``env`` (LMDB)."""
-    from store.redis_conn import is_redis_url
-
-    if is_redis_url(index_url):
-        from store.redis_texts import RedisTextStore
-
-        texts = RedisTextStore.from_url(index_url, local=TextStore(env))
-        texts.seed_from_local()
-        return texts
-    return TextStore(env)

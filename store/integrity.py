@@ -1,5 +1,5 @@
 """Checksums of the small stored entries: document texts and index records (KV caches have their own, see
-:mod:`store.codec`).
+:mod:`store.records.codec`).
 
 A sealed LMDB value is ``b"#" + xxh3_64 hex (16) + b"\\n" + payload``. Values written before checksums
 existed start with ``{`` (bare JSON) and are still read, unverified. A Redis record hash carries the
@@ -12,7 +12,7 @@ import json
 
 import xxhash
 
-from store.codec import CorruptRecordError
+from store.records.errors import CorruptRecordError
 
 SUM_FIELD = "_sum"
 _MARK = b"#"

@@ -13,20 +13,11 @@ import hashlib
 import re
 import unicodedata
 
-from kvlink_rag.encodable import normalize_text as _normalize
+from kvlink_rag.encodable import normalize_text
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 SHINGLE = 1  # word unigrams; see simhash64
 KEY_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{64}$")
-
-
-def normalize_text(text: str) -> str:
-    """NFC-normalise, unify line ends, strip (:func:`kvlink_rag.encodable.normalize_text`).
-
-    Whitespace inside the text is kept: it changes the token ids, so two texts that differ in it must
-    not share a cache.
-    """
-    return _normalize(text)
 
 
 def content_hash(text: str) -> str:

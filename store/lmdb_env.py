@@ -21,6 +21,8 @@ from typing import TypeVar
 
 import lmdb
 
+from store.rw_lock import RWLock
+
 MiB = 1 << 20
 GiB = 1 << 30
 DEFAULT_MAP_SIZE = 64 * MiB
@@ -36,51 +38,6 @@ Reclaimer = Callable[[int], int]
 
 class StoreFullError(lmdb.MapFullError):
     """The map is at ``max_map_size`` (or the disk is full) and nothing more could be reclaimed."""
-
-
-class _RWLock:
-    """Many holders of ``shared``; ``exclusive`` waits until they leave (writer-preferring)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-
-    def acquire_shared(self) -> None:
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-
-    def release_shared(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            if not self._readers:
-                self._cond.notify_all()
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        self.acquire_shared()
-        try:
-            yield
-        finally:
-            self.release_shared()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
 
 
 class _ReclaimGuard(threading.local):
@@ -121,7 +78,7 @@ class LmdbEnv:
             readahead=False, lock=True
         )
         self._dbs: dict[bytes, object] = {}
-        self._lock = _RWLock()
+        self._lock = RWLock()
         self._write_mutex = threading.Lock()
         self._reclaimers: list[Reclaimer] = []
         self._reclaim_guard = _ReclaimGuard()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvlink_rag.types import Document
-from store.index import DocumentRecord, is_corrupt
+from store.index.document_index import DocumentRecord, is_corrupt
 from store.integrity import CorruptEntry
 from store.keys import content_hash, simhash64
 

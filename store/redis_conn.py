@@ -89,7 +89,7 @@ def connect(url: str, decode_responses: bool = False, **kwargs: Any):
 
 def tier_options(url: str, timeout_s: float) -> dict[str, Any]:
     """Client options of a shared cache tier at ``url``: a slow or gone server must cost about ``timeout_s``
-    seconds per call, once (the tier's circuit breakers, :mod:`store.tier_health`, then skip it).
+    seconds per call, once (the tier's circuit breakers, :mod:`store.blobs.breakers`, then skip it).
 
     * ``socket_timeout`` and ``socket_connect_timeout``: ``timeout_s`` (seconds; per socket operation);
     * ``retry``: a standalone server retries a call once, on a connection error only (a pooled connection

@@ -11,7 +11,7 @@ that comes back empty is refilled from the mirror when the store opens (:meth:`s
 index can be rebuilt from the texts as before (a document deleted on another host and never read as
 deleted here may come back then: the lesser loss).
 
-Keys, under the index's ``prefix`` (default ``kvlink:``); ids percent-encoded as in :mod:`store.redis_index`:
+Keys, under the index's ``prefix`` (default ``kvlink:``); ids percent-encoded as in :mod:`store.index.redis`:
 
 - ``{p}text:{q(tenant)}:{q(doc_id)}``   the sealed value (:func:`store.integrity.seal`: checksum + JSON)
 - ``{p}texts``                           sorted set of ``tenant \\0 doc_id`` (all score 0, lexical order)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from store.redis_conn import connect, split_url
-from store.redis_index import DEFAULT_PREFIX, q
+from store.index.redis_records import DEFAULT_PREFIX, q
 from store.texts import Texts, TextStore
 
 _PAGE = 256

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2
 
 from kvlink_rag.engine import Engine
 from kvlink_rag.model.loader import LoadedModel, load_model, wrap_model
-from kvlink_rag.settings import Settings, get_settings
+from service.settings import Settings, get_settings
 from kvlink_rag.types import DocumentKV
 
 VOCAB = 256

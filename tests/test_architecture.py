@@ -9,6 +9,10 @@ bench use it, serving never does. Inside the core, its rooms are floors (:data:`
 imports only the rooms below it (the runtime spans floors and is left out). Every ``import`` counts, including those inside functions (they run too) and those under
 ``if TYPE_CHECKING:`` (a type a module names is a dependency too: a cycle there is a cycle). ``api`` reaches
 the core only through the service, but for the exceptions in ``API_CORE_IMPORTS``, each with its reason.
+``store`` imports from the core only the declared kernel (``STORE_KERNEL``), which imports nothing else of
+the core. Configuration is per layer: the core reads only ``EngineSettings``, the store only
+``StoreSettings``; every other package takes its settings from ``service.settings`` (``Settings``: the
+three layers' classes in one, which the service hands down).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ FORBIDDEN = {
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (
-    ("types", "retention", "cache", "encodable", "settings"),  # kernel
+    ("types", "retention", "cache", "encodable", "home", "settings"),  # kernel
     ("model",),  # loading, families, LoRA, attention capture
     ("text",),  # chat-template framing, conversations, chunks
     ("linking",),  # RoPE, mask, precompute, link tokens, linker
@@ -51,10 +55,6 @@ CORE_SPANNING = ("runtime",)
 
 # api -> kvlink_rag edges that stay, each with its reason (everything else goes through service/)
 API_CORE_IMPORTS = {
-    # configuration: one Settings class for every layer until issue 29 item 2 gives the API its own
-    ("api.contract", "kvlink_rag.settings"): "configuration (issue 29 item 2)",
-    ("api.main", "kvlink_rag.settings"): "configuration (issue 29 item 2)",
-    ("api.state", "kvlink_rag.settings"): "configuration (issue 29 item 2)",
     # the type of ServiceState.engine (tests hand one in); under TYPE_CHECKING only
     ("api.state", "kvlink_rag.engine"): "the engine's type, TYPE_CHECKING only (issue 29 items 2-3)",
     # pure helpers on text and tokens, no model or state: the kernel (encodable) and two of decoding/'s leaves
@@ -64,6 +64,23 @@ API_CORE_IMPORTS = {
     ("api.routes.completions", "kvlink_rag.decoding.stop_strings"): "pure: cutting text at a stop string",
     ("api.logprobs_format", "kvlink_rag.decoding.logprobs"): "pure: the logprob record and a token's bytes",
 }
+
+# the core modules the store may import: types, the cache contract, text normalisation (issue 29 item 2)
+STORE_KERNEL = {
+    "kvlink_rag.types": "DocumentKV, RetainedKV, LayeredDocuments, Document, dtypes: what the store keeps",
+    "kvlink_rag.cache": "the DocumentCache contract the store implements",
+    "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
+    "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
+    "kvlink_rag.home": "the home folder and the settings base every layer's class derives from",
+}
+# each layer's settings class, where it is defined, and the packages that read it
+SETTINGS_CLASSES = {
+    "kvlink_rag": ("kvlink_rag/settings.py", "EngineSettings"),
+    "store": ("store/settings.py", "StoreSettings"),
+    "service": ("service/settings.py", "Settings"),  # the three in one: the composition root hands them down
+}
+SETTINGS_NAMES = {"LayerSettings", "EngineSettings", "StoreSettings", "ServiceSettings", "Settings"}
+BASE_SETTINGS_METHODS = {"model_copy", "model_dump", "model_fields", "model_fields_set", "model_dump_json"}
 
 
 def _modules() -> dict[str, Path]:
@@ -244,3 +261,99 @@ def _long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
 def test_no_function_is_longer_than_60_lines():
     long = _long_functions()
     assert long == [], "split these functions (at most 60 lines each):\n" + "\n".join(long)
+
+
+def _kernel_edges(graph: dict[str, set[str]]) -> list[str]:
+    """``"module -> core module"`` of every store edge into the core outside the kernel, and of every
+    kernel edge into the rest of the core."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        top = mod.split(".")[0]
+        if top == "store" or mod in STORE_KERNEL:
+            bad += [f"{mod} -> {d}" for d in sorted(deps) if d.split(".")[0] == "kvlink_rag" and d not in STORE_KERNEL]
+    return bad
+
+
+def test_the_store_imports_only_the_kernel_of_the_core():
+    graph = _graph()
+    assert _kernel_edges(graph) == []
+    assert sorted(set(STORE_KERNEL) - set(graph)) == []  # every kernel module exists
+
+
+def _settings_fields(path: Path, cls: str) -> set[str]:
+    """Field and property names of settings class ``cls`` in ``path``, its bases' (found by name in the
+    settings modules) included."""
+    classes = {}
+    for p in ["kvlink_rag/home.py"] + [f for f, _ in SETTINGS_CLASSES.values()]:
+        for node in ast.parse((ROOT / p).read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node
+
+    def fields(name: str) -> set[str]:
+        node = classes.get(name)
+        if node is None:
+            return set()
+        own = {b.target.id for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)}
+        own |= {b.name for b in node.body if isinstance(b, ast.FunctionDef)}
+        return own.union(*(fields(b.id) for b in node.bases if isinstance(b, ast.Name)))
+
+    return fields(cls)
+
+
+def _settings_reads(path: Path) -> set[str]:
+    """Attribute names read off anything called ``settings`` (``settings.x``, ``self.settings.x``)."""
+    return {node.attr for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Attribute) and (
+                (isinstance(node.value, ast.Name) and node.value.id == "settings")
+                or (isinstance(node.value, ast.Attribute) and node.value.attr == "settings"))}
+
+
+def _settings_imports(name: str, path: Path) -> set[tuple[str, str]]:
+    """``(absolute module, class)`` of every settings class module ``name`` imports."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            mod = ".".join((base[: len(base) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
+            found |= {(mod, a.name) for a in node.names if a.name in SETTINGS_NAMES}
+    return found
+
+
+def _wrong_settings(name: str, path: Path, shown: str) -> list[str]:
+    """What module ``name`` (at ``path``, named ``shown`` in messages) does wrong with settings: a settings
+    class imported that is not its layer's, or (core and store) a field read that its class does not have."""
+    pkg = name.split(".")[0]
+    own_file, own_class = SETTINGS_CLASSES.get(pkg, SETTINGS_CLASSES["service"])
+    allowed = {(own_file[:-3].replace("/", "."), own_class), ("kvlink_rag.home", "LayerSettings")}
+    if pkg == "service":  # the composition root builds Settings from the three
+        allowed |= {(f[:-3].replace("/", "."), c) for f, c in SETTINGS_CLASSES.values()}
+        allowed |= {("service.settings", "ServiceSettings"), ("store.settings", "StoreSettings"),
+                    ("kvlink_rag.settings", "EngineSettings")}
+    bad = [f"{shown} imports {m}.{c}" for m, c in sorted(_settings_imports(name, path)) if (m, c) not in allowed]
+    if pkg in ("kvlink_rag", "store"):
+        fields = _settings_fields(ROOT / own_file, own_class) | BASE_SETTINGS_METHODS
+        bad += [f"{shown} reads settings.{f}" for f in sorted(_settings_reads(path) - fields)]
+    return bad
+
+
+def test_each_package_reads_only_its_own_settings():
+    settings_files = {ROOT / f for f, _ in SETTINGS_CLASSES.values()} | {ROOT / "kvlink_rag/home.py"}
+    bad = []
+    for name, path in sorted(_modules().items()):
+        if path not in settings_files:
+            bad += _wrong_settings(name, path, str(path.relative_to(ROOT)))
+    assert bad == []
+
+
+def test_the_checker_sees_a_store_edge_past_the_kernel_and_a_foreign_setting(tmp_path):
+    graph = {"store.keys": {"kvlink_rag.encodable", "kvlink_rag.text.prompt"}, "kvlink_rag.cache": {"kvlink_rag.engine"},
+             "service.documents": {"kvlink_rag.text.prompt"}}
+    assert _kernel_edges(graph) == ["kvlink_rag.cache -> kvlink_rag.engine", "store.keys -> kvlink_rag.text.prompt"]
+    path = tmp_path / "probe.py"
+    path.write_text("from ..settings import EngineSettings\nfrom service.settings import Settings\n\n"
+                    "def f(settings, self):\n    return settings.store_dir, self.settings.api_keys\n")
+    assert _wrong_settings("store.tiers.probe", path, "probe") == [
+        "probe imports service.settings.Settings", "probe imports store.settings.EngineSettings",
+        "probe reads settings.api_keys"]
+    assert _wrong_settings("kvlink_rag.x.probe", path, "probe") == [
+        "probe imports service.settings.Settings", "probe reads settings.api_keys", "probe reads settings.store_dir"]

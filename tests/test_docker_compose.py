@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

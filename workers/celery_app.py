@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from kvlink_rag.settings import Settings, get_settings
+from service.settings import Settings, get_settings
 from service.celery_config import PRECOMPUTE_TASK, make_celery
 
 __all__ = ["PRECOMPUTE_TASK", "TASK_MODULES", "make_worker_app"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from kvlink_rag.settings import get_settings
+from service.settings import get_settings
 from service.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)

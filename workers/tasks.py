@@ -21,7 +21,7 @@ import logging
 
 from celery import shared_task
 
-from kvlink_rag.settings import get_settings
+from service.settings import get_settings
 from workers.celery_app import PRECOMPUTE_TASK
 from workers.runtime import get_runtime
 

@@ -74,7 +74,7 @@ def _ingest(state: ServiceState, tenant: str, doc_id: str, text: str, title: str
 
 
 def document_out(rec, text: str | None = None) -> DocumentOut:
-    """The API view of a ``store.index.DocumentRecord``. Text no JSON response can carry (lone surrogates, NaN
+    """The API view of a ``store.index.document_index.DocumentRecord``. Text no JSON response can carry (lone surrogates, NaN
     in metadata: stored before the API refused them) is shown sanitised (U+FFFD, null), so one such record
     never fails a listing; ``kvlink-rag store check --repair`` rewrites it."""
     fields = {"id": rec.doc_id, "title": rec.title, "metadata": rec.metadata, "text": text}

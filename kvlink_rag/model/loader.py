@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from ..settings import DEFAULT_MODEL, Settings
+from ..settings import DEFAULT_MODEL, EngineSettings
 from ..types import parse_dtype
 from .families import family_of
 from .family import ModelFamily
@@ -169,7 +169,7 @@ def wrap_model(model: torch.nn.Module, tokenizer, fingerprint: str) -> LoadedMod
     return LoadedModel(model=model, tokenizer=tokenizer, fingerprint=fingerprint, device=p.device, dtype=p.dtype)
 
 
-def load_model(settings: Settings) -> LoadedModel:
+def load_model(settings: EngineSettings) -> LoadedModel:
     """Load ``settings.model`` (the default alias or a checkpoint folder) on ``settings.device``.
 
     Raises:

@@ -27,7 +27,7 @@ from ..model.lora import adapter_scope
 from ..types import DocumentKV, parse_dtype
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..settings import EngineSettings
 
 
 class EncodingEngine(Protocol):
@@ -35,7 +35,7 @@ class EncodingEngine(Protocol):
     module: a protocol, so that the two never import each other)."""
 
     @property
-    def settings(self) -> Settings: ...
+    def settings(self) -> EngineSettings: ...
     @property
     def lm(self) -> LoadedModel: ...
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service_support import wait_for
 
 SMALL_STORE = dict(store_max_bytes=64 << 20, host_cache_bytes=32 << 20)

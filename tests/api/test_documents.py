@@ -6,7 +6,8 @@ import json
 import re
 
 from api_helpers import parse_sse, wait_ready
-from store.keys import content_hash, normalize_text, simhash64
+from kvlink_rag.encodable import normalize_text
+from store.keys import content_hash, simhash64
 
 LONG = ("The lighthouse on Skerry Point was built in 1851 and painted red and white. Its keeper, Ann Morrow, kept "
         "the lamp lit through the storms of the winter of 1867, when three ships ran aground on the reef to the "

@@ -7,7 +7,7 @@ import pytest
 
 from api_helpers import wait_ready
 from service_support import claimed_redis_db
-from store.redis_index import RedisIndex
+from store.index.redis import RedisIndex
 
 CODE = {"id": "code", "text": "The harbour door code is KIWI42.", "title": "Codes", "metadata": {"tag": "KIWI42"}}
 OTHER = {"id": "tide", "text": "The harbour tide table is posted at the pier."}

@@ -10,7 +10,7 @@ from bench.report import markdown
 from bench.shared_tier import shared_tier_suite
 from factories import NQ_PATH
 from evaluation.nq import load_nq
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.runtime import load_engine
 from service_support import save_tiny_checkpoint
 

@@ -53,7 +53,7 @@ def _model(tmp_path_factory) -> str:
     chosen = os.environ.get("KVLINK_RAG_BROWSER_MODEL", "")
     if chosen == "default":
         from kvlink_rag.model.convert import ensure_default_model
-        from kvlink_rag.settings import get_settings
+        from service.settings import get_settings
 
         return str(ensure_default_model(get_settings().models_dir))
     return chosen or str(save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny"))
@@ -66,7 +66,7 @@ def model_path(tmp_path_factory) -> str:
 
 def _server(home: Path, model: str, **overrides) -> LiveServer:
     from api.main import create_app
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
 
     base = dict(home=home, model=model, device="cpu", max_new_tokens=MAX_NEW_TOKENS, broker_url="", index_url="",
                 api_keys={}, playground=True, store_max_bytes=64 << 20, host_cache_bytes=32 << 20)

@@ -310,7 +310,7 @@ def test_eval_start_outside_the_questions_is_a_one_line_error():
 def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from store.factory import open_store
 
     env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
@@ -343,7 +343,7 @@ def test_eval_doc_cache_store_refuses_what_it_cannot_hold(extra):
 def test_eval_with_stored_documents_shares_them_across_runs_and_tags_rows(tmp_path):
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")
-    from kvlink_rag.settings import Settings
+    from service.settings import Settings
     from store.factory import open_store
 
     env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli.main import app
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
 ORPHAN = "e" * 16 + "-" + "0" * 16 + "-" + "2" * 64

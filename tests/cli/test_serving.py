@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service_support import LiveServer, free_port
 
 FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from redis_servers import RedisServer, need_redis_server, private_redis
 from service_support import wait_for
 

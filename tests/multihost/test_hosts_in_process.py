@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from store import codec
-from store.redis_blobs import RedisBlobStore
+from store.records import codec
+from store.blobs.redis import RedisBlobStore
 
 
 def test_a_cache_precomputed_on_one_host_is_a_hit_on_another_with_no_encode(make_host, shared_server, documents):

@@ -11,7 +11,7 @@ import pytest
 
 from api.main import create_app
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from router.main import build_router
 from router.proxy import create_router_app
 from router.settings import RouterSettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 
 
 def service_settings(home: Path, **overrides) -> Settings:

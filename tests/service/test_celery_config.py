@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service_support import ROOT
 from service.celery_config import celery_config, make_celery, transport_options
 
@@ -29,7 +29,7 @@ def test_config_acks_late_one_prefetch_and_redis_transport():
 
 def test_the_web_side_imports_no_torch_and_no_task_code():
     code = ("import sys\n"
-            "from kvlink_rag.settings import Settings\n"
+            "from service.settings import Settings\n"
             "from service.celery_config import make_celery\n"
             "app = make_celery(Settings(broker_url='redis://127.0.0.1:1/0'))\n"
             "bad = [m for m in ('torch', 'transformers', 'workers.tasks') if m in sys.modules]\n"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from kvlink_rag.types import Document
 from service.documents import DocumentService
 from store.factory import open_store

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.documents import DocumentService
 from store.check import check_store
 from store.factory import open_store

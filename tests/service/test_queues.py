@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue, redact
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from store.backends import open_blob_store
-from store.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore
 from store.factory import open_store
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 
 
 def test_lmdb_url_opens_the_lmdb_blob_store(tmp_path, make_kv, same_kv):
@@ -32,6 +32,6 @@ def test_other_urls_are_refused_naming_the_supported_schemes(url):
 
 
 def test_store_shares_one_lmdb_environment(tmp_path):
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20))
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20))
     assert st.texts.env is st.blobs.env and st.index.env is st.blobs.env
     assert st.catalog.blobs is st.blobs is st.cache.blobs

@@ -2,8 +2,9 @@
 
 from factories import random_kv
 from store.cache_events import NO_EVENTS, CacheEvents
-from store.lmdb_blobs import LmdbBlobStore
-from store.tiers import CacheTier, TieredCache, entry_nbytes
+from store.blobs.lmdb import LmdbBlobStore
+from store.tiers.tier import CacheTier, entry_nbytes
+from store.tiers.tiered import TieredCache
 
 
 class Recorder:

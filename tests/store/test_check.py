@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from factories import tiny_text_engine
 from kvlink_rag.encodable import find_unencodable
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from kvlink_rag.types import Document
 from service.documents import DocumentService
 from store.check import check_store
 from store.factory import open_store
-from store.index import is_corrupt
+from store.index.document_index import is_corrupt
 
 
 def _store(tmp_path):
     queue: list[tuple[str, str, int]] = []
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
                     enqueue=lambda *task: queue.append(task))
     return st, tiny_text_engine(tmp_path), queue
 

@@ -7,16 +7,16 @@ import torch
 
 from factories import tiny_text_engine
 from kvlink_rag.cache import DocumentCache
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from kvlink_rag.types import Document
 from service.documents import DocumentService
 from store.doc_cache import StoreCache
 from store.factory import open_store
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 
 
 def test_int8_cache_serves_the_round_trip_from_memory_and_disk(tmp_path):
-    settings = Settings(home=tmp_path, model="unused", store_int8=True, store_max_bytes=64 << 20)
+    settings = StoreSettings(home=tmp_path, store_int8=True, store_max_bytes=64 << 20)
     st = open_store(settings)
     engine = tiny_text_engine(tmp_path)
     engine.cache = st.cache
@@ -34,8 +34,8 @@ def test_int8_cache_serves_the_round_trip_from_memory_and_disk(tmp_path):
 
 def test_tenant_views_key_the_same_text_apart_unless_shared(tmp_path):
     text = "The door code is KIWI42."
-    isolated = open_store(Settings(home=tmp_path / "a", model="unused", store_max_bytes=64 << 20)).cache
-    shared = open_store(Settings(home=tmp_path / "b", model="unused", store_max_bytes=64 << 20,
+    isolated = open_store(StoreSettings(home=tmp_path / "a", store_max_bytes=64 << 20)).cache
+    shared = open_store(StoreSettings(home=tmp_path / "b", store_max_bytes=64 << 20,
                                  shared_cache_across_tenants=True)).cache
     assert isolated.for_tenant("A").key("fp", text) != isolated.for_tenant("B").key("fp", text)
     assert shared.for_tenant("A").key("fp", text) == shared.for_tenant("B").key("fp", text)
@@ -43,7 +43,7 @@ def test_tenant_views_key_the_same_text_apart_unless_shared(tmp_path):
 
 
 def test_store_cache_implements_the_document_cache_contract(tmp_path):
-    cache = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20)).cache
+    cache = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20)).cache
     assert isinstance(cache, DocumentCache) and isinstance(cache.for_tenant("acme"), DocumentCache)
     assert all(name in vars(StoreCache) for name in ("key", "get", "put", "resolve", "stream"))
 
@@ -62,7 +62,7 @@ def test_every_cache_write_goes_through_store_cache_write(tmp_path, monkeypatch)
     monkeypatch.setattr(StoreCache, "write", recorded(StoreCache.write, writes))
     monkeypatch.setattr(LmdbBlobStore, "put", recorded(LmdbBlobStore.put, puts))
     queue = []
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20),
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
     engine.cache = st.cache.for_tenant("acme")

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from store.keys import (KEY_RE, cache_key, content_hash, hamming, normalize_text, parse_cache_key, simhash64,
+from kvlink_rag.encodable import normalize_text
+from store.keys import (KEY_RE, cache_key, content_hash, hamming, parse_cache_key, simhash64,
                         tenant_fingerprint, text_key)
 
 

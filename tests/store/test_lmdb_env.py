@@ -122,11 +122,11 @@ def test_reads_continue_while_another_thread_grows_the_map(tmp_path):
 
 
 def test_a_store_limit_below_the_default_map_size_is_honoured(tmp_path, make_kv):
-    from kvlink_rag.settings import Settings
+    from store.settings import StoreSettings
     from store.factory import open_store
 
     limit = 20_000_000  # under the 64 MiB the map used to start at (it then reached 63 MB on disk)
-    store = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=limit))
+    store = open_store(StoreSettings(home=tmp_path, store_max_bytes=limit))
     env = store.blobs.env
     try:
         for i in range(40):  # ~1 MB each: twice the limit

@@ -5,10 +5,11 @@ from __future__ import annotations
 from factories import random_kv
 from kvlink_rag.cache import DocumentCache, MemoryCache
 from store.doc_cache import StoreCache
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 from store.lmdb_env import open_env
 from store.recording_cache import RecordingCache
-from store.tiers import CacheTier, TieredCache
+from store.tiers.tier import CacheTier
+from store.tiers.tiered import TieredCache
 
 
 def test_recording_cache_implements_the_contract_without_attribute_forwarding():

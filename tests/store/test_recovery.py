@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from service.documents import DocumentService
 from store.factory import open_store
 from store.recovery import index_lost, rebuild_index, requeue_unfinished
@@ -11,7 +11,7 @@ from store.recovery import index_lost, rebuild_index, requeue_unfinished
 
 def test_unfinished_documents_are_queued_again(tmp_path):
     queue: list = []
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20),
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
     DocumentService(st).ingest("acme", "done", "A document already precomputed.")
@@ -28,7 +28,7 @@ def test_unfinished_documents_are_queued_again(tmp_path):
 
 def test_a_lost_index_is_rebuilt_from_the_texts(tmp_path):
     queue: list = []
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20),
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20),
                     enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path)
     DocumentService(st).ingest("acme", "lh", "The lighthouse keeper.", "Lighthouse", {"src": "memo"})

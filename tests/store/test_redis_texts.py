@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlink_rag.settings import Settings
+from store.settings import StoreSettings
 from redis_servers import private_redis
 from store.factory import open_store
 from store.integrity import CorruptEntry
@@ -40,13 +40,13 @@ def test_texts_round_trip_page_in_key_order_and_a_flipped_byte_is_reported(serve
 
 
 def test_the_store_keeps_texts_in_redis_with_a_redis_index_and_in_lmdb_without(server, tmp_path):
-    st = open_store(Settings(home=tmp_path / "a", model="unused", index_url=server.url(7), store_max_bytes=64 << 20))
+    st = open_store(StoreSettings(home=tmp_path / "a", index_url=server.url(7), store_max_bytes=64 << 20))
     assert isinstance(st.texts, RedisTextStore) and st.shared is None
     st.texts.put("t", "d", 1, "shared text")
-    other = open_store(Settings(home=tmp_path / "b", model="unused", index_url=server.url(7), store_max_bytes=64 << 20))
+    other = open_store(StoreSettings(home=tmp_path / "b", index_url=server.url(7), store_max_bytes=64 << 20))
     assert other.texts.get("t", "d")["text"] == "shared text"  # another home, the same texts
     server.client(db=7).flushdb()
-    assert isinstance(open_store(Settings(home=tmp_path / "c", model="unused", store_max_bytes=64 << 20)).texts,
+    assert isinstance(open_store(StoreSettings(home=tmp_path / "c", store_max_bytes=64 << 20)).texts,
                       TextStore)
 
 

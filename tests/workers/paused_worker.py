@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from store.lmdb_blobs import LmdbBlobStore
+from store.blobs.lmdb import LmdbBlobStore
 from workers.celery_app import app
 
 _put = LmdbBlobStore.put

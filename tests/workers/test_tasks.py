@@ -7,7 +7,7 @@ import pytest
 
 import workers.runtime as runtime
 from factories import tiny_text_engine
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service.runtime import build_runtime
 from service_support import free_port
 from store.backends import open_index

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from factories import NQ_PATH, default_model_path, real_engine
 from evaluation.nq import build_documents, load_nq
-from kvlink_rag.settings import Settings
+from service.settings import Settings
 from service_support import ROOT, WorkerProcess, celery_worker, claimed_redis_db, wait_for, worker_env
 
 pytestmark = pytest.mark.e2e

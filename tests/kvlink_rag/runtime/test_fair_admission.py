@@ -7,8 +7,8 @@ from kvlink_rag.runtime.admission import FifoPolicy, WaitingView
 from kvlink_rag.runtime.fair_admission import FairPolicy
 from kvlink_rag.runtime.gen_request import GenRequest
 from kvlink_rag.runtime.policies import make_policy
-from kvlink_rag.settings import Settings
 from kvlink_rag.types import Document
+from service.settings import ServiceSettings
 
 A, B, C = (Document(f"text {x}", x) for x in "ABC")
 
@@ -99,7 +99,7 @@ def test_within_a_tenant_starved_requests_then_the_first_picks_bucket():
 def test_the_policy_is_selectable_by_setting():
     assert isinstance(make_policy("fair"), FairPolicy)
     assert isinstance(make_policy("fifo"), FifoPolicy)
-    assert Settings(admission_policy="fair").admission_policy == "fair"
+    assert ServiceSettings(admission_policy="fair").admission_policy == "fair"
 
 
 def test_past_its_depth_the_order_is_arrival():

@@ -7,7 +7,7 @@ import torch
 
 from factories import NQ_PATH, real_tokenizer, tiny_text_engine
 from evaluation.nq import load_nq
-from kvlink_rag.settings import Settings
+from kvlink_rag.settings import EngineSettings
 from kvlink_rag.text.prompt import PromptTemplate, encode_user_text, special_ids
 from kvlink_rag.types import Document
 
@@ -50,7 +50,7 @@ def test_ordinary_nq_text_keeps_the_ids_of_a_normal_tokenisation():
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")
     tok = real_tokenizer()
-    template = PromptTemplate.from_tokenizer(tok, Settings(model="unused").system_prompt)
+    template = PromptTemplate.from_tokenizer(tok, EngineSettings(model="unused").system_prompt)
     examples = load_nq(NQ_PATH)
     assert len(examples) >= 1000
     for ex in examples:

@@ -1,0 +1,107 @@
+"""Reading an LMDB record layer by layer (what a query's linker consumes while later layers are read): one
+short read transaction per layer, so no transaction is held while the consumer works and the map can grow
+meanwhile. Each layer's transaction first checks that the record is still the one whose meta was read
+(replaced or deleted meanwhile: KeyError); an importance-ordered record read at a retention touches only the
+prefix of each layer that holds the kept tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from store.blobs import lmdb_records as records
+from store.blobs.lmdb_records import check_key, rkey
+from store.lmdb_env import LmdbEnv
+from store.records import codec, ordered_layout
+from store.records.errors import CorruptRecordError
+
+Layers = Iterator[tuple[torch.Tensor, torch.Tensor]]
+
+
+class LayerStreams:
+    """Layer streams of the records in one ``blobs`` database.
+
+    Args:
+        env: the environment. db: its ``blobs`` database.
+        corrupt: called with ``(key, error)`` when a record fails its checks (deletes and reports it).
+        touch: called with the key's bytes once a stream has read every layer (access stats).
+    """
+
+    def __init__(self, env: LmdbEnv, db, corrupt: Callable[[str, Exception], None],
+                 touch: Callable[[bytes], None]) -> None:
+        self.env, self.db, self.corrupt, self.touch = env, db, corrupt, touch
+
+    def stored_meta(self, key: str) -> tuple[bytes, dict]:
+        """The raw and parsed meta record of ``key``.
+
+        Raises:
+            KeyError: absent. CorruptRecordError: unparsable (the record is deleted and reported).
+        """
+        check_key(key)
+        with self.env.read() as txn:
+            buf = txn.get(rkey(key, "meta"), db=self.db)
+            meta_bytes = None if buf is None else bytes(buf)
+        if meta_bytes is None:
+            raise KeyError(key)
+        try:
+            return meta_bytes, codec.parse_meta(meta_bytes)
+        except CorruptRecordError as e:
+            self.corrupt(key, e)
+            raise
+
+    def layers(self, key: str, dtype: torch.dtype | str | None = None) -> Layers:
+        """``(k, v)`` ``[H, T, D]`` of each layer of ``key`` in ``dtype`` (default: as stored).
+
+        Raises:
+            KeyError: absent, or changed while read. CorruptRecordError: a bad layer (deleted and reported).
+        """
+        meta_bytes, meta = self.stored_meta(key)
+        L, H, T, D = meta["shape"]
+        out_dtype = codec.target_dtype(meta, dtype)
+
+        def read(txn, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            k, v = torch.empty((H, T, D), dtype=out_dtype), torch.empty((H, T, D), dtype=out_dtype)
+            records.read_layer_into(txn, self.db, key, meta_bytes, meta, i, k, v)
+            return k, v
+
+        yield from self._stream(key, L, read)
+
+    def retained(self, key: str, retention: float, dtype: torch.dtype | str | None = None
+                 ) -> tuple[torch.Tensor, Layers] | None:
+        """``(kept positions, (k, v) [H, kept, D] per layer)`` read from the prefixes of an importance-ordered
+        record (the bytes read scale with ``retention``; the chunks read are verified against their
+        checksums); None when the record has no order (read whole layers instead).
+
+        Raises:
+            KeyError: absent. ValueError: retention outside (0, 1].
+            CorruptRecordError: a bad order or chunk (the record is deleted and reported).
+        """
+        meta_bytes, meta = self.stored_meta(key)
+        if "token_order" not in meta:
+            return None
+        try:
+            pos = ordered_layout.retained_positions(meta, retention)
+        except CorruptRecordError as e:
+            self.corrupt(key, e)
+            raise
+        return pos, self._prefixes(key, meta_bytes, meta, retention, codec.target_dtype(meta, dtype))
+
+    def _prefixes(self, key: str, meta_bytes: bytes, meta: dict, retention: float, dtype: torch.dtype) -> Layers:
+        order = ordered_layout.token_order(meta)  # checked once per document (by retained)
+        yield from self._stream(key, meta["shape"][0], lambda txn, i: records.read_layer_prefix(
+            txn, self.db, key, meta_bytes, meta, i, retention, dtype, order))
+
+    def _stream(self, key: str, n_layers: int, read) -> Layers:
+        """``read(txn, layer)`` of each layer, each in its own short read transaction; a corrupt layer deletes
+        and reports the record, then raises; the access is counted once every layer was read."""
+        for i in range(n_layers):
+            try:
+                with self.env.read() as txn:
+                    kv = read(txn, i)
+            except CorruptRecordError as e:
+                self.corrupt(key, e)
+                raise
+            yield kv
+        self.touch(key.encode())
