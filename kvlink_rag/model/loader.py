@@ -207,7 +207,10 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
     dev questions int4-bf16 answers as float32 does, EVALUATION.md 'Weight formats'), with prefill in bfloat16
     (``int4-bf16``) where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX; measured 1.6x float32
     prefill) and in the model's float32 (``int4-f32``) where it does not (AVX2 only: bfloat16 GEMM is emulated,
-    measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Other checkpoints: ``native``
+    measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Where the runner's CPU kernels run
+    (AVX512-VNNI and g++, :mod:`kvlink_rag.runtime.cpu_kernels`) decode steps take the Q4 x Q8 kernel
+    (``q4q8-bf16`` / ``q4q8-f32``: 1.6-2x the decode speed of torch's int4 kernel, accuracy within the 1-point
+    rule on 300 questions, EVALUATION.md). Other checkpoints: ``native``
     (no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices they fall
     back to ``native``.
 
@@ -217,7 +220,10 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
     if name == "auto":
         if not (default_model and device.type == "cpu"):
             return "native"
-        return "int4-bf16" if cpu_has_native_bf16() else "int4-f32"
+        from ..runtime import q4q8
+
+        family = "q4q8" if q4q8.available() else "int4"
+        return f"{family}-bf16" if cpu_has_native_bf16() else f"{family}-f32"
     if name in ("int8", "int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32") and device.type != "cpu":
         return "native"
     if name.startswith("q4q8"):

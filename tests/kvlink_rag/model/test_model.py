@@ -80,16 +80,25 @@ def test_cli_with_a_sliding_window_model_folder_exits_with_one_line(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_auto_weight_format_follows_the_cpus_bfloat16_support(monkeypatch):
+@pytest.mark.parametrize("kernels", [True, False])
+def test_auto_weight_format_follows_the_cpus_bfloat16_support_and_kernels(monkeypatch, kernels):
+    """auto for the default model on a CPU: q4q8 decode where the runner's CPU kernels run, else int4; bf16
+    prefill where the CPU multiplies bfloat16 natively, else float32."""
     import torch
 
     from kvlink_rag.model import loader as model
+    from kvlink_rag.runtime import q4q8
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(q4q8, "available", lambda: kernels)
+    family = "q4q8" if kernels else "int4"
     monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: True)
-    assert model.resolve_weight_format("auto", cpu, default_model=True) == "int4-bf16"
+    assert model.resolve_weight_format("auto", cpu, default_model=True) == f"{family}-bf16"
     monkeypatch.setattr(model, "cpu_has_native_bf16", lambda: False)
-    assert model.resolve_weight_format("auto", cpu, default_model=True) == "int4-f32"
+    assert model.resolve_weight_format("auto", cpu, default_model=True) == f"{family}-f32"
     assert model.resolve_weight_format("auto", cpu, default_model=False) == "native"
     assert model.resolve_weight_format("int4-f32", cuda) == "native"
+    if not kernels:
+        with pytest.raises(ValueError, match="AVX512-VNNI"):
+            model.resolve_weight_format("q4q8-bf16", cpu)
     assert model.resolve_weight_format("bfloat16", cpu) == "bfloat16"
