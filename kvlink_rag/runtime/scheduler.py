@@ -235,7 +235,7 @@ class Scheduler:
         prefill this chunk completes (and decoding ones) sample, emit and maybe finish."""
         import torch
 
-        from kvlink_rag.model.lora import adapter_scope
+        from kvlink_rag.model.lora import runner_adapter
         from kvlink_rag.runtime.model_runner import forward_ragged
         from kvlink_rag.runtime.ragged import RaggedBatch
 
@@ -246,7 +246,7 @@ class Scheduler:
         positions = torch.cat([chunk.positions for _, _, chunk in members])
         t0 = time.perf_counter()
         try:
-            with adapter_scope(self.lm, adapter):
+            with runner_adapter(self.lm, adapter):  # the runner reads the adapter itself
                 logits = forward_ragged(self.lm, batch, embeds, positions)  # [rows, vocab]
         except Exception as e:  # noqa: BLE001 - fail this group's requests, keep serving others
             for h, rr, _ in members:

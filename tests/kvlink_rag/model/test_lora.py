@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from factories import random_ids, randomise_lora, tiny_model, tiny_text_engine
@@ -107,3 +108,20 @@ def test_cache_stored_before_training_is_served_unchanged_after(tmp_path):
     with_adapter = trained.answer("What is the cat called?", [doc], max_new_tokens=4)
     without = engine.answer("What is the cat called?", [doc], max_new_tokens=4)
     assert with_adapter.cache_hits == 1 and without.cache_hits == 1
+
+
+def test_runner_adapter_sets_the_runners_adapter_and_leaves_peft_layers_alone():
+    """The scheduler's scope: ``lm.active_adapter`` for the block (restored after), no peft layer switched
+    (their switch costs a decode step's time), an unknown adapter refused by name."""
+    from kvlink_rag.model.lora import _tuner_layers, runner_adapter
+
+    lm = tiny_model("llama")
+    add_lora(lm, "a", rank=4, alpha=8)
+    before = [(layer.active_adapters, layer.disable_adapters) for layer in _tuner_layers(lm)]
+    with runner_adapter(lm, "a"):
+        assert lm.active_adapter == "a"
+        assert [(layer.active_adapters, layer.disable_adapters) for layer in _tuner_layers(lm)] == before
+    assert lm.active_adapter is None
+    with pytest.raises(KeyError, match="'b'"):
+        with runner_adapter(lm, "b"):
+            pass
