@@ -18,7 +18,7 @@ def serving_section(results: dict) -> list[str]:
     lines += ["", f"Compute floor of one query ({fl['prefill_gflop']:.1f} GFLOP prefill of ~{nq['rows'][-1]['prefill_tokens']} "
               f"link+question tokens over the documents' KV, {fl['decode_gflop']:.1f} GFLOP decode): at the measured "
               f"{fl['gemm_gflops']:.0f} GFLOP/s float32 GEMM rate ({fl['threads']} threads) no batch can exceed "
-              f"{fl['floor_rps']:.2f} req/s; in bfloat16 ({fl['gemm_gflops_bf16']:.0f} GFLOP/s on this CPU's AMX) "
+              f"{fl['floor_rps']:.2f} req/s; in bfloat16 ({fl['gemm_gflops_bf16']:.0f} GFLOP/s measured on this CPU) "
               f"{fl['floor_rps_bf16']:.2f} req/s."]
     d = s["dialogues"]
     lines += ["", "## Serving: 16 concurrent 5-turn dialogues (one system prompt, the same 5 documents)", "",
