@@ -98,7 +98,8 @@ def _one_policy(engine, pool: list[int], policy: str, arrivals: list[int], p: di
     """Run one policy (``p``: the suite's parameters); the row of :func:`fairness_suite`."""
     from kvlink_rag.runtime.policies import make_policy
     from kvlink_rag.runtime.prefix_tree import PrefixTree
-    from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+    from kvlink_rag.runtime.limits import SchedulerLimits
+    from kvlink_rag.runtime.scheduler import Scheduler
 
     sched = Scheduler(engine.lm, PrefixTree(0), threading.Lock(), SchedulerLimits(max_running=p["max_running"]),
                       policy=make_policy(policy))

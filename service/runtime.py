@@ -116,7 +116,8 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
     from kvlink_rag.runtime.policies import make_policy
     from kvlink_rag.runtime.prefix_tree import PrefixTree
-    from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+    from kvlink_rag.runtime.limits import SchedulerLimits
+    from kvlink_rag.runtime.scheduler import Scheduler
 
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time
     limits = SchedulerLimits(max_running=running, max_waiting=settings.max_waiting_requests,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from kvlink_rag.runtime.cancel import Cancelled
 from kvlink_rag.runtime.gen_request import GenRequest, GenResult
-from kvlink_rag.runtime.scheduler import QueueFull, Scheduler
+from kvlink_rag.runtime.limits import QueueFull
+from kvlink_rag.runtime.scheduler import Scheduler
 from kvlink_rag.types import ContextTooLong
 from service.cancellation import RequestCancelled, check_cancelled, on_cancel
 from service.errors import ServiceError

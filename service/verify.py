@@ -20,7 +20,8 @@ from kvlink_rag.linking.kvcache import cache_tensors
 from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.runtime.gen_request import GenRequest, GenResult
 from kvlink_rag.runtime.prefix_tree import PrefixTree
-from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+from kvlink_rag.runtime.limits import SchedulerLimits
+from kvlink_rag.runtime.scheduler import Scheduler
 from kvlink_rag.types import Document
 from service.model_lock import FairLock
 

@@ -69,8 +69,8 @@ class GenRequest:
         """What requests with the same documents, mode, K and adapter have in common (their prompts share
         the system prompt, documents and link tokens), or None without documents, when cold, or when the request keeps
         its document KV to itself (retention below 1, CacheBlend, explain: it reads no documents from the
-        prefix tree, :class:`kvlink_rag.runtime.running.Reuse`)."""
-        from kvlink_rag.runtime.running import Reuse
+        prefix tree, :class:`kvlink_rag.runtime.admit.Reuse`)."""
+        from kvlink_rag.runtime.admit import Reuse
 
         if not self.docs or self.cold or (self.mode == "linked" and Reuse(self.retention, self.recompute_ratio, self.explain).own):
             return None

@@ -235,7 +235,7 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
         raise ContextTooLong("prompt of 3000 tokens exceeds the model's 2048")
 
     monkeypatch.setattr(Engine, "link_context", too_long)
-    monkeypatch.setattr("kvlink_rag.runtime.running.admit", too_long)  # the batching scheduler's way in
+    monkeypatch.setattr("kvlink_rag.runtime.admit.admit", too_long)  # the batching scheduler's way in
     for stream in (True, False):  # known before the first token: an HTTP status, before any stream starts
         r = client.post("/v1/query", json={**ask, "stream": stream})
         assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long", r.text
@@ -245,7 +245,7 @@ def test_any_failure_inside_a_stream_ends_it_with_an_error_event(client, fixture
         raise ValueError("Overflow when unpacking long long")  # e.g. from inside torch: not the client's prompt
 
     monkeypatch.setattr(Engine, "link_context", other_value_error)
-    monkeypatch.setattr("kvlink_rag.runtime.running.admit", other_value_error)
+    monkeypatch.setattr("kvlink_rag.runtime.admit.admit", other_value_error)
     monkeypatch.setattr(client._transport, "raise_server_exceptions", False)  # answer the 500 as a server would
     for stream in (False, True):
         r = client.post("/v1/query", json={**ask, "stream": stream})

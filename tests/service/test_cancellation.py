@@ -16,7 +16,8 @@ from kvlink_rag.types import Document
 from kvlink_rag.runtime.cancel import Cancelled
 from service.cancellation import CancelScope, RequestCancelled, bind, check_cancelled, on_cancel, unbind
 from kvlink_rag.runtime.gen_request import GenRequest
-from kvlink_rag.runtime.scheduler import Scheduler, SchedulerLimits
+from kvlink_rag.runtime.limits import SchedulerLimits
+from kvlink_rag.runtime.scheduler import Scheduler
 
 DOCS = [Document(f"Document {i} tells the story of harbour number {i}, its ships and its {i * 3} cranes.")
         for i in range(8)]

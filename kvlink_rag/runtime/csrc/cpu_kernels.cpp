@@ -193,64 +193,67 @@ void attend_group(const float* q, int64_t g, const std::vector<const uint16_t*>&
 
 }  // namespace
 
+// The activation rows quantised for a packed weight of `tile_bytes` per (tile, block), and the output.
+struct Prepared {
+  torch::Tensor y;
+  int64_t m, k, n, tiles, blocks;
+  std::vector<int8_t> qx;
+  std::vector<float> dx, sx;
+};
+
+Prepared prepare(torch::Tensor x, const torch::Tensor& packed, int64_t tile_bytes) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be [m, k] float32");
+  TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == torch::kUInt8 && packed.size(2) == tile_bytes,
+              "packed must be [n / 16, k / 32, ", tile_bytes, "] uint8");
+  x = x.contiguous();
+  Prepared p;
+  p.m = x.size(0), p.k = x.size(1), p.tiles = packed.size(0), p.blocks = packed.size(1), p.n = p.tiles * kRows;
+  TORCH_CHECK(p.k == p.blocks * kBlock, "x has ", p.k, " columns, the weight ", p.blocks * kBlock);
+  p.y = torch::empty({p.m, p.n}, x.options());
+  p.qx.resize(p.m * p.k), p.dx.resize(p.m * p.blocks), p.sx.resize(p.m * p.blocks);
+  quantize_rows(x.data_ptr<float>(), p.m, p.k, p.qx.data(), p.dx.data(), p.sx.data());
+  return p;
+}
+
 // x: [m, k] float32; packed: [n / 16, k / 32, 320] uint8. Returns [m, n] float32.
 torch::Tensor q4q8_mm(torch::Tensor x, torch::Tensor packed) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be [m, k] float32");
-  TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == torch::kUInt8 && packed.size(2) == kTileBytes,
-              "packed must be [n / 16, k / 32, 320] uint8");
-  x = x.contiguous();
-  const int64_t m = x.size(0), k = x.size(1), tiles = packed.size(0), blocks = packed.size(1);
-  TORCH_CHECK(k == blocks * kBlock, "x has ", k, " columns, the weight ", blocks * kBlock);
-  const int64_t n = tiles * kRows;
-  auto y = torch::empty({m, n}, x.options());
-  std::vector<int8_t> qx(m * k);
-  std::vector<float> dx(m * blocks), sx(m * blocks);
-  quantize_rows(x.data_ptr<float>(), m, k, qx.data(), dx.data(), sx.data());
+  Prepared p = prepare(x, packed, kTileBytes);
   const uint8_t* w = packed.data_ptr<uint8_t>();
-  float* out = y.data_ptr<float>();
-  at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
+  float* out = p.y.data_ptr<float>();
+  const int64_t m = p.m, k = p.k, n = p.n, blocks = p.blocks;
+  at::parallel_for(0, p.tiles, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const uint8_t* tile = w + t * blocks * kTileBytes;
       int64_t r = 0;
       for (; r + 4 <= m; r += 4) {  // four rows share each unpacked weight vector
         float* y[4] = {out + r * n + t * kRows, out + (r + 1) * n + t * kRows, out + (r + 2) * n + t * kRows,
                        out + (r + 3) * n + t * kRows};
-        tile_rows<4>(tile, blocks, k, qx.data() + r * k, dx.data() + r * blocks, sx.data() + r * blocks, y);
+        tile_rows<4>(tile, blocks, k, p.qx.data() + r * k, p.dx.data() + r * blocks, p.sx.data() + r * blocks, y);
       }
       for (; r < m; ++r) {
         float* y[1] = {out + r * n + t * kRows};
-        tile_rows<1>(tile, blocks, k, qx.data() + r * k, dx.data() + r * blocks, sx.data() + r * blocks, y);
+        tile_rows<1>(tile, blocks, k, p.qx.data() + r * k, p.dx.data() + r * blocks, p.sx.data() + r * blocks, y);
       }
     }
   });
-  return y;
+  return p.y;
 }
 
 // x: [m, k] float32; packed: [n / 16, k / 32, 576] uint8 (see tile_row_q8). Returns [m, n] float32 before the
 // per-row weight scales.
 torch::Tensor q8q8_mm(torch::Tensor x, torch::Tensor packed) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be [m, k] float32");
-  TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == torch::kUInt8 && packed.size(2) == kTileBytesQ8,
-              "packed must be [n / 16, k / 32, 576] uint8");
-  x = x.contiguous();
-  const int64_t m = x.size(0), k = x.size(1), tiles = packed.size(0), blocks = packed.size(1);
-  TORCH_CHECK(k == blocks * kBlock, "x has ", k, " columns, the weight ", blocks * kBlock);
-  const int64_t n = tiles * kRows;
-  auto y = torch::empty({m, n}, x.options());
-  std::vector<int8_t> qx(m * k);
-  std::vector<float> dx(m * blocks), sx(m * blocks);
-  quantize_rows(x.data_ptr<float>(), m, k, qx.data(), dx.data(), sx.data());
+  Prepared p = prepare(x, packed, kTileBytesQ8);
   const uint8_t* w = packed.data_ptr<uint8_t>();
-  float* out = y.data_ptr<float>();
-  at::parallel_for(0, tiles, 64, [&](int64_t t0, int64_t t1) {
+  float* out = p.y.data_ptr<float>();
+  at::parallel_for(0, p.tiles, 64, [&](int64_t t0, int64_t t1) {
     float tmp[kRows];
     for (int64_t t = t0; t < t1; ++t)
-      for (int64_t r = 0; r < m; ++r) {
-        tile_row_q8(w + t * blocks * kTileBytesQ8, blocks, qx.data() + r * k, dx.data() + r * blocks, tmp);
-        std::memcpy(out + r * n + t * kRows, tmp, sizeof(tmp));
+      for (int64_t r = 0; r < p.m; ++r) {
+        tile_row_q8(w + t * p.blocks * kTileBytesQ8, p.blocks, p.qx.data() + r * p.k, p.dx.data() + r * p.blocks, tmp);
+        std::memcpy(out + r * p.n + t * kRows, tmp, sizeof(tmp));
       }
   });
-  return y;
+  return p.y;
 }
 
 // q: [heads, 64] float32 (one token); ks, vs: pieces [kv_heads, tokens_i, 64] bfloat16 (any head/token strides,

@@ -10,7 +10,8 @@ import pytest
 from factories import tiny_text_engine
 from kvlink_rag.runtime.gen_request import GenRequest
 from kvlink_rag.runtime.prefix_tree import PrefixTree
-from kvlink_rag.runtime.scheduler import QueueFull, Scheduler, SchedulerLimits
+from kvlink_rag.runtime.limits import QueueFull, SchedulerLimits
+from kvlink_rag.runtime.scheduler import Scheduler
 from kvlink_rag.types import Document
 
 DOCS = [Document(f"Document number {i} says the code word is kiwi{i} and other things {i * 7}.", f"T{i}")
