@@ -82,7 +82,7 @@ def error_responses(*statuses: int) -> dict:
     return {s: {"model": ErrorOut, "description": ERROR_STATUSES[s]} for s in statuses}
 
 
-UNION_TAGS = ("document", "batch")  # the tags of the ingest body's union (api.schemas.IngestIn), not fields
+UNION_TAGS = ("document", "batch")  # the tags of the ingest body's union (api.document_schemas.IngestIn), not fields
 
 
 def describe_validation(errors) -> str:

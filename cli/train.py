@@ -98,7 +98,7 @@ def train_links(
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:
         fail(str(e))
-    from training.loop import TrainConfig
+    from training.train_config import TrainConfig
 
     cfg = TrainConfig(steps=steps, accumulate=accumulate, k=k, docs=docs, lr=lr, link_lr=link_lr,
                       lora=lora or adapter == "query-lora", rank=rank, alpha=2 * rank, targets=target_list,

@@ -50,7 +50,8 @@ def _trainer(engine, split, a, extra: dict, root: Path):
     import dataclasses
 
     from cli.train import SHIPPED_TARGETS
-    from training.loop import TrainConfig, Trainer
+    from training.loop import Trainer
+    from training.train_config import TrainConfig
 
     engine = copy.copy(engine)
     engine.lm = dataclasses.replace(engine.lm, model=copy.deepcopy(engine.lm.model), adapters=set(), runner=None)

@@ -31,7 +31,8 @@ def main() -> None:
     from cli.common import NQ_DEFAULT, doc_cache_engine, make_settings
     from cli.train import SHIPPED_TARGETS
     from training.data import split_examples
-    from training.loop import TrainConfig, Trainer
+    from training.loop import Trainer
+    from training.train_config import TrainConfig
     from training.samples import run_documents
     from training.train_model import preencode
 

@@ -17,7 +17,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,80 +28,16 @@ from kvlink_rag.engine import Engine
 from kvlink_rag.linking.link_tokens import LinkTokens, initial_link_tokens
 from kvlink_rag.linking.linker import link
 from kvlink_rag.model.loader import LoadedModel
-from kvlink_rag.model.lora import DEFAULT_TARGETS, adapter_scope, add_lora, lora_state
+from kvlink_rag.model.lora import adapter_scope, add_lora, lora_state
 from kvlink_rag.reuse.doc_side import encode_batch_with_adapter
 
 from .data import Split, answer_ids, check_context
 from .fast_attention import training_attention
-from .mixture import Mixture, Sample
+from .mixture import Sample
 from .packed import packed_loss
 from .samples import pack_item, sample_of, train_sample_at, validate_tasks
+from .train_config import TRAIN_ADAPTER, TrainConfig, TrainState, comparable
 from .train_model import bf16_gemms
-
-TRAIN_ADAPTER = "train_links"
-SPEED_FIELDS = ("fast_attention", "pack", "bf16")
-"""Settings a run may change when it resumes (a CPU fallback resumes a bfloat16 GPU run, say)."""
-
-
-@dataclass
-class TrainConfig:
-    """Hyper-parameters (defaults picked by the evaluation in EVALUATION.md).
-
-    steps: optimiser steps; accumulate: examples per step; docs: documents per example;
-    lr: LoRA learning rate; link_lr: link-embedding learning rate; lora: train a query-side adapter;
-    slots: 1 = link tokens shared by every document slot (KVLink's choice), S = per-slot ``[S, K, hidden]``;
-    rank, alpha, targets: LoRA rank, scale numerator and target projections;
-    init: path of a saved artifact to start from (:mod:`training.warm_start`), "" for the initialisation;
-    curriculum: ``(min, max)``: documents per training example drawn per example (seeded) in that range
-    instead of ``docs`` (validation keeps ``docs``); doc_side: the adapter encodes documents too;
-    mixture: train on a task mixture (:mod:`training.mixture`; None: NQ at ``docs`` / ``curriculum``);
-    retention_method: which tokens the mixture's retention task keeps; link_init: ``separator`` (today's) or
-    ``document`` (:mod:`training.link_init`, from 64 training passages' last hidden states).
-    Speed (issue 28; none changes what is trained, only how fast and, for ``bf16``, the rounding):
-    fast_attention: :mod:`training.fast_attention` (no gradient formed for the cached KV); pack: the
-    ``accumulate`` examples of a step in one batched forward (:mod:`training.packed`); bf16: the frozen base
-    GEMMs run in bfloat16 during training steps (everything else float32; documents are encoded by the
-    float32 model as at serving, :mod:`training.train_model`).
-    """
-
-    steps: int = 150
-    accumulate: int = 4
-    k: int = 5
-    docs: int = 10
-    lr: float = 3e-4
-    link_lr: float = 1e-3
-    lora: bool = True
-    rank: int = 16
-    alpha: int = 32
-    targets: tuple[str, ...] = DEFAULT_TARGETS
-    seed: int = 0
-    checkpoint_every: int = 25
-    max_answer_tokens: int = 16
-    slots: int = 1
-    init: str = ""
-    curriculum: tuple[int, int] | None = None
-    doc_side: bool = False
-    mixture: Mixture | None = None
-    retention_method: str = "importance"
-    link_init: str = "separator"
-    fast_attention: bool = False
-    pack: bool = False
-    bf16: bool = False
-
-
-@dataclass
-class TrainState:
-    """What a checkpoint holds besides tensors."""
-
-    step: int = 0
-    losses: list[float] = field(default_factory=list)
-    val_losses: list[tuple[int, float]] = field(default_factory=list)
-    best_step: int | None = None
-    best_val: float | None = None
-    seconds: float = 0.0
-    val_by_task: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    best_by_task: dict[str, tuple[int, float]] = field(default_factory=dict)
-
 
 def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,
                  lm: LoadedModel | None = None) -> torch.Tensor:
@@ -120,14 +56,6 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
     ctx = link(lm or engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
                anchored=engine.anchored, logits_to_keep=len(a_ids))
     return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
-
-
-def _comparable(config: dict) -> dict:
-    """Settings that must match to resume (steps and checkpoint cadence may change; a field added since
-    the checkpoint was written takes its default)."""
-    full = {**asdict(TrainConfig()), **config}
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()
-            if k not in ("steps", "checkpoint_every", *SPEED_FIELDS)}
 
 
 class Trainer:
@@ -200,7 +128,7 @@ class Trainer:
         if not self.checkpoint_path.exists():
             return
         ck = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
-        if _comparable(ck["config"]) != _comparable(asdict(self.cfg)):
+        if comparable(ck["config"]) != comparable(asdict(self.cfg)):
             raise ValueError(f"checkpoint {self.checkpoint_path} was made with other settings; use another --out")
         with torch.no_grad():
             for p, saved in zip(self.params, ck["params"]):

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Body, Query, Response
 
 from api.deps import StateDep, TenantDep
 from api.errors import ApiError, error_responses
-from api.schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage, DocumentUpdate,
-                         IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
+from api.document_schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage,
+                                  DocumentUpdate, IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
 from api.state import ServiceState
 from kvlink_rag.encodable import find_unencodable, sanitised
 

@@ -8,7 +8,8 @@ from factories import tiny_text_engine
 from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training.data import Split
-from training.loop import TrainConfig, Trainer
+from training.loop import Trainer
+from training.train_config import TrainConfig
 
 
 def _split(n=12) -> Split:

@@ -12,7 +12,8 @@ from factories import tiny_text_engine
 from kvlink_rag.linking.link_tokens import load_link_tokens
 from kvlink_rag.model.lora import lora_state
 from test_loop import _cfg, _split
-from training.loop import TRAIN_ADAPTER, Trainer
+from training.loop import Trainer
+from training.train_config import TRAIN_ADAPTER
 
 
 def _lora_params(trainer: Trainer) -> list[torch.Tensor]:
