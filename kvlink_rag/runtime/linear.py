@@ -13,6 +13,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from .quantize import int8_rows, q4_groups
+
 MAX_SMALL_TOKENS = 1  # a row of at most this many tokens (a decode step) takes a SplitLinear's small format;
 # every prefill row, however it was chunked, takes the large one, so a request's numerics never depend on its
 # batch or on how its prefill was split
@@ -78,9 +80,8 @@ class Int8Linear:
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        w = weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [out]
-        self.qweight = torch.clamp(torch.round(w / scale[:, None]), -128, 127).to(torch.int8).contiguous()
+        q, scale = int8_rows(weight)
+        self.qweight = q.contiguous()
         self.scale = scale.to(torch.bfloat16)
         self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
         self.out_features = int(weight.shape[0])
@@ -111,11 +112,8 @@ class Int4Linear:
         g = self.GROUP
         if k % g:
             raise ValueError(f"int4 needs the input width ({k}) to be a multiple of {g}")
-        w = weight.detach().float().view(n, k // g, g)
-        lo, hi = w.amin(-1), w.amax(-1)  # [out, groups]
-        scale = ((hi - lo) / 15).clamp(min=1e-12)
-        q = torch.clamp(torch.round((w - lo[..., None]) / scale[..., None]), 0, 15).to(torch.int32).view(n, k)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        q, scale, lo = q4_groups(weight, g)  # scale, lo: [out, groups]
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
         # the kernel computes (q - 8) * s + z per group: z = m + 8 s; [groups, out, 2]
         self.scales_zeros = torch.stack([scale.t(), (lo + 8 * scale).t()], -1).to(torch.bfloat16).contiguous()
         self.bias = None if bias is None else bias.detach().to(torch.bfloat16)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .cpu_kernels import available, kernels
+from .quantize import int8_rows, q4_groups
 
 BLOCK, TILE_ROWS = 32, 16
 
@@ -72,14 +73,9 @@ class Q4Q8Linear:
         if not available():
             raise RuntimeError("the Q4 x Q8 formats need AVX512-VNNI and a C++ compiler (see the log)")
         n, k = weight.shape
-        w = weight.detach().float().view(n, k // BLOCK, BLOCK) if k % BLOCK == 0 else weight
         if k % BLOCK or n % TILE_ROWS:
             raise ValueError(f"Q4 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
-        lo = w.amin(-1).half().float()  # [out, blocks], as float16 holds them
-        scale = ((w.amax(-1) - lo) / 15).half().float()
-        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        q = torch.clamp(torch.round((w - lo[..., None]) / safe[..., None]), 0, 15)
-        self.packed = pack(q.view(n, k), scale, lo)
+        self.packed = pack(*q4_groups(weight, BLOCK, torch.float16))  # scales and mins as float16 holds them
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = int(n)
 
@@ -116,9 +112,8 @@ class Q8Q8Linear:
         n, k = weight.shape
         if k % BLOCK or n % TILE_ROWS:
             raise ValueError(f"Q8 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
-        w = weight.detach().float()
-        self.scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [out]
-        self.packed = pack_q8(torch.clamp(torch.round(w / self.scale[:, None]), -127, 127))
+        q, self.scale = int8_rows(weight)  # scale: [out]
+        self.packed = pack_q8(q)
         self.out_features = int(n)
 
     def __call__(self, x: torch.Tensor, split=None) -> torch.Tensor:
