@@ -41,7 +41,7 @@ class EngineSettings(LayerSettings):
         "auto", description="Weights of the model runner's linear layers: 'native' (the compute dtype, shared with "
         "the loaded model), 'bfloat16', 'int8' or 'int4' weight-only (CPU kernels), 'int4-bf16' (int4 for decode steps, "
         "bfloat16 for prefill), 'int4-f32' (int4 for decode steps, the model's float32 for prefill), 'q4q8-bf16' / "
-        "'q4q8-f32' (the same with decode steps on the Q4 x Q8 kernel, AVX512-VNNI); 'auto' = for the "
+        "'q4q8-f32' (the same with decode steps on the Q4 x Q8 kernel, AVX2 or AVX512-VNNI); 'auto' = for the "
         "default model on a CPU int4-bf16 where the CPU has native bfloat16 (AVX512-BF16/AMX), else int4-f32 (its "
         "weights are Q4_1, on that grid; accuracy equal to float32 on 300 NQ questions, EVALUATION.md), else native.")
     encoding: Literal["anchored", "isolated"] = Field(

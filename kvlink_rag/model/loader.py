@@ -208,14 +208,14 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
     (``int4-bf16``) where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX; measured 1.6x float32
     prefill) and in the model's float32 (``int4-f32``) where it does not (AVX2 only: bfloat16 GEMM is emulated,
     measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Where the runner's CPU kernels run
-    (AVX512-VNNI and g++, :mod:`kvlink_rag.runtime.cpu_kernels`) decode steps take the Q4 x Q8 kernel
+    (AVX2 or AVX512-VNNI, and g++, :mod:`kvlink_rag.runtime.cpu_kernels`) decode steps take the Q4 x Q8 kernel
     (``q4q8-bf16`` / ``q4q8-f32``: 1.6-2x the decode speed of torch's int4 kernel, accuracy within the 1-point
     rule on 300 questions, EVALUATION.md). Other checkpoints: ``native``
     (no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices they fall
     back to ``native``.
 
     Raises:
-        ValueError: a ``q4q8`` format on a CPU where its kernel cannot run (no AVX512-VNNI or no compiler).
+        ValueError: a ``q4q8`` format on a CPU where its kernel cannot run (neither AVX2 nor AVX512-VNNI, or no compiler).
     """
     if name == "auto":
         if not (default_model and device.type == "cpu"):
@@ -230,7 +230,7 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
         from ..runtime import q4q8
 
         if not q4q8.available():
-            raise ValueError(f"weight format {name!r} needs a CPU with AVX512-VNNI and a C++ compiler (g++) to "
+            raise ValueError(f"weight format {name!r} needs a CPU with AVX2 (or AVX512-VNNI) and a C++ compiler (g++) to "
                              "build its kernel; choose int4-bf16 or int4-f32")
     return name
 

@@ -2,25 +2,36 @@
 
 What a decode step of a small model spends is reading weights and the fixed cost of many small operations,
 and torch's generic kernels leave both on the table there (BENCHMARKS.md, issue 24): the C++ file holds the
-Q4 x Q8 and Q8 x Q8 products of :mod:`.q4q8`, one-token grouped-query attention over bfloat16 KV pieces
-(:mod:`.decode_attention`) and float32 RMSNorm, written with AVX512 intrinsics (VNNI for the integer dots).
+Q4 x Q8 and Q8 x Q8 products of :mod:`.q4q8`, one-token grouped-query attention over bfloat16 or float32
+KV pieces (:mod:`.decode_attention`), float32 RMSNorm and a decoder layer's two halves around attention for
+decode rows (``csrc/decode_layer.cpp``, :mod:`.fused_decode`), with vector intrinsics per instruction set:
+``csrc/isa_avx512.h`` (AVX512F/BW/VL + VNNI: vpdpbusd for the integer dots) or ``csrc/isa_avx2.h`` (AVX2 +
+FMA + F16C: llama.cpp's vpmaddubsw / vpmaddwd route), the same packed layouts and formulas in both.
 
 :func:`torch.utils.cpp_extension.load` compiles them with g++ on first use (~30-60 s; cached under
-``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), only where the CPU has AVX512F/BW and VNNI;
-elsewhere, or without a compiler, :func:`kernels` is None (the reason logged once) and every caller keeps
-torch's kernels. ``KVLINK_RAG_CPU_KERNELS=0`` turns them off.
+``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, under a name carrying the instruction set and
+a hash of ``csrc/``, so an edited header rebuilds), for the best of the two sets the CPU has; on a CPU with
+neither, or without a compiler, :func:`kernels` is None (the reason logged once) and every caller keeps
+torch's kernels. ``KVLINK_RAG_CPU_KERNELS=0`` turns them off; ``KVLINK_RAG_CPU_KERNELS=avx2`` forces the AVX2
+build on an AVX512 CPU (to compare the two).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
-NEEDED = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}
+CSRC = Path(__file__).with_name("csrc")
+# instruction set -> (CPU flags it needs, compiler flags), best first
+ISAS = {
+    "avx512": ({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"},
+               ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]),
+    "avx2": ({"avx2", "f16c", "fma"}, ["-mavx2", "-mf16c", "-mfma"]),
+}
 
 
 def _cpu_flags() -> set[str]:
@@ -32,21 +43,38 @@ def _cpu_flags() -> set[str]:
     return set(line.split(":", 1)[-1].split())
 
 
+def isa() -> str | None:
+    """The instruction set the kernels are built for here (``'avx512'`` or ``'avx2'``), None if neither."""
+    wanted = os.environ.get("KVLINK_RAG_CPU_KERNELS", "1")
+    if wanted == "0":
+        return None
+    flags = _cpu_flags()
+    for name, (needed, _) in ISAS.items():
+        if wanted in ("1", name) and needed <= flags:
+            return name
+    return None
+
+
+def _source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 @functools.cache
 def kernels():
-    """The compiled module, or None (turned off, a CPU without AVX512-VNNI, or no compiler)."""
-    if os.environ.get("KVLINK_RAG_CPU_KERNELS", "1") == "0":
-        return None
-    missing = NEEDED - _cpu_flags()
-    if missing:
-        log.info("the runner's CPU kernels are not used: the CPU lacks %s", ", ".join(sorted(missing)))
+    """The compiled module, or None (turned off, a CPU with neither AVX2 nor AVX512-VNNI, or no compiler)."""
+    name = isa()
+    if name is None:
+        log.info("the runner's CPU kernels are not used (turned off, or the CPU has neither AVX2+FMA+F16C nor "
+                 "AVX512-VNNI)")
         return None
     from torch.utils.cpp_extension import load
 
-    src = Path(__file__).with_name("csrc") / "cpu_kernels.cpp"
     try:
-        return load(name="kvlink_cpu_kernels", sources=[str(src)], extra_cflags=_FLAGS,
-                    extra_ldflags=["-fopenmp"], verbose=False)
+        return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash()}", sources=[str(CSRC / "cpu_kernels.cpp"), str(CSRC / "decode_layer.cpp")],
+                    extra_cflags=["-O3", "-fopenmp", *ISAS[name][1]], extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler / ninja: callers keep torch's kernels
         log.warning("the runner's CPU kernels could not be built (%s); torch's kernels are used", str(e)[:200])
         return None

@@ -8,8 +8,8 @@ layer at 1,300 keys in bfloat16 (one thread). Past :data:`MATMUL_MIN_KEYS` bfloa
 matmul form (two batched GEMMs around a float32 softmax, K as the left operand so a view of the KV
 buffer is not copied) beats the fused kernel (274 -> 179 us at 1,300, 698 -> 530 at 4,000), so long rows take it. Several pieces (a conversation's shared turns): the fused
 kernel per piece merged by log-sum-exp in bfloat16, else the scores of all pieces concatenated.
-Where the runner's CPU kernels run (:mod:`.cpu_kernels`), an unmasked decode over bfloat16 KV with head_dim
-64 takes the C++ kernel instead: each KV head's group of queries over all its pieces in one pass, no copy, the
+Where the runner's CPU kernels run (:mod:`.cpu_kernels`), an unmasked decode over bfloat16 or float32 KV with
+head_dim 64 takes the C++ kernel instead: each KV head's group of queries over all its pieces in one pass, no copy, the
 query in float32 (~4-8x the forms above on one thread, BENCHMARKS.md). Every form is exact attention up to
 summation order and the dtype of the probabilities.
 """
@@ -50,9 +50,9 @@ def attend_decode(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None, sc
 
 
 def _kernel_fits(q: torch.Tensor, pieces: Pieces) -> bool:
-    """The C++ kernel's case: CPU, bfloat16 KV, head_dim 64, unit stride inside a token."""
+    """The C++ kernel's case: CPU, bfloat16 or float32 KV, head_dim 64, unit stride inside a token."""
     k = pieces[0][0]
-    return (q.device.type == "cpu" and k.dtype == torch.bfloat16 and k.shape[-1] == 64
+    return (q.device.type == "cpu" and k.dtype in (torch.bfloat16, torch.float32) and k.shape[-1] == 64
             and all(k.stride(-1) == 1 and v.stride(-1) == 1 for k, v in pieces))
 
 

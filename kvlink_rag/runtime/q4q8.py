@@ -1,10 +1,10 @@
-"""Q4 x Q8 decode linears: llama.cpp's Q4_1 x Q8_1 dot product on AVX512-VNNI, as a small C++ kernel.
+"""Q4 x Q8 decode linears: llama.cpp's Q4_1 x Q8_1 dot product as a small C++ kernel (AVX512-VNNI or AVX2).
 
 A decode step multiplies each weight once by one activation row, so its cost is reading the weights and the
 instructions per weight. torch's ``_weight_int4pack_mm_for_cpu`` unpacks every int4 weight to floating point
 and multiplies in bfloat16 (~16 G multiply-adds/s on one thread here); llama.cpp instead quantises the
 activation row to int8 per block of 32 (Q8_1) and multiplies 4-bit by 8-bit integers with ``vpdpbusd``
-(64 products an instruction), scaling once per block. :file:`csrc/cpu_kernels.cpp` does the same over weights
+(64 products an instruction; on AVX2 vpmaddubsw + vpmaddwd), scaling once per block. :file:`csrc/cpu_kernels.cpp` does the same over weights
 packed in tiles of 16 output rows (each 32-bit lane of a vector one row, so no horizontal sums):
 ``y_j = sum_b d_jb dx_b (q_j . qx)_b + m_jb dx_b (sum qx)_b`` with ``w = d q + m`` per block of 32 (GGUF
 Q4_1's grid, its float16 ``d`` and ``m`` kept as float16) and ``x ~ dx qx`` (``dx = max|x| / 127``).
@@ -63,7 +63,7 @@ class Q4Q8Linear:
     """A :class:`~kvlink_rag.runtime.linear.Linear` on the Q4 x Q8 kernel: ``w = d q + m`` per block of 32
     inputs with float16 ``d`` and ``m`` (re-quantised from ``weight``: a weight dequantised from GGUF Q4_1
     lands back on its own grid and scales exactly), activations rounded to int8 per block of 32 inside the
-    kernel; returns in ``x``'s dtype. CPU with AVX512-VNNI only.
+    kernel; returns in ``x``'s dtype. CPU with AVX2 or AVX512-VNNI only.
 
     Raises:
         ValueError: a shape that is not a multiple of the tile. RuntimeError: the kernel is not available.
@@ -71,7 +71,7 @@ class Q4Q8Linear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         if not available():
-            raise RuntimeError("the Q4 x Q8 formats need AVX512-VNNI and a C++ compiler (see the log)")
+            raise RuntimeError("the Q4 x Q8 formats need AVX2 (or AVX512-VNNI) and a C++ compiler (see the log)")
         n, k = weight.shape
         if k % BLOCK or n % TILE_ROWS:
             raise ValueError(f"Q4 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")
@@ -108,7 +108,7 @@ class Q8Q8Linear:
 
     def __init__(self, weight: torch.Tensor):
         if not available():
-            raise RuntimeError("the Q8 x Q8 kernel needs AVX512-VNNI and a C++ compiler (see the log)")
+            raise RuntimeError("the Q8 x Q8 kernel needs AVX2 (or AVX512-VNNI) and a C++ compiler (see the log)")
         n, k = weight.shape
         if k % BLOCK or n % TILE_ROWS:
             raise ValueError(f"Q8 x Q8 needs [out, in] multiples of [{TILE_ROWS}, {BLOCK}], got [{n}, {k}]")

@@ -61,15 +61,16 @@ def test_masked_float32_pieces_concatenate_the_scores():
 
 
 @pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("sizes", [[7], [300, 5, 1, 64]])
-def test_the_cpu_kernel_attends_over_strided_bfloat16_pieces(sizes):
-    """head_dim 64, bfloat16 pieces that are views of larger buffers (as a request's KV and the prefix tree's
-    are): the C++ kernel's attention equals the plain formula over the pieces joined (float64, to bfloat16
-    rounding of the inputs: the same rounded inputs give 1e-5)."""
+def test_the_cpu_kernel_attends_over_strided_pieces(sizes, dtype):
+    """head_dim 64, bfloat16 or float32 pieces that are views of larger buffers (as a request's KV and the
+    prefix tree's are): the C++ kernel's attention equals the plain formula over the pieces joined (float64,
+    on the same rounded inputs: 1e-5)."""
     g = torch.Generator().manual_seed(len(sizes))
     pieces = []
     for t in sizes:
-        buf = torch.randn(2, 3, t + 9, 64, generator=g).bfloat16()  # [layers, kv_heads, capacity, head_dim]
+        buf = torch.randn(2, 3, t + 9, 64, generator=g).to(dtype)  # [layers, kv_heads, capacity, head_dim]
         pieces.append((buf[1, :, :t], buf[0, :, 2: 2 + t]))
     q = torch.randn(9, 1, 64, generator=g)
     k = torch.cat([k for k, _ in pieces], 1).float()
@@ -78,6 +79,8 @@ def test_the_cpu_kernel_attends_over_strided_bfloat16_pieces(sizes):
     got = attend_decode(q, pieces, None, 0.125)
     assert got.shape == (9, 1, 64) and got.dtype == torch.float32
     assert (got.double() - want).abs().max() < 1e-5
+    direct = kernels().decode_attention(q[:, 0], [k for k, _ in pieces], [v for _, v in pieces], 0.125)
+    assert (direct.double() - want[:, 0]).abs().max() < 1e-5
 
 
 @pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")

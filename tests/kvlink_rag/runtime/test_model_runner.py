@@ -95,7 +95,7 @@ def test_native_weights_are_the_models_own_tensors_not_a_copy():
 
 @pytest.mark.parametrize("fmt,tol", [("bfloat16", 0.02), ("int8", 0.05), ("int4", 0.25), ("int4-bf16", 0.25),
                                      pytest.param("q4q8-bf16", 0.25, marks=pytest.mark.skipif(
-                                         not q4q8.available(), reason="no AVX512-VNNI on this CPU"))])
+                                         not q4q8.available(), reason="neither AVX2 nor AVX512-VNNI on this CPU"))])
 @torch.inference_mode()
 def test_compressed_weight_formats_stay_close_to_native(fmt, tol):
     lm = tiny_model("llama", head_dim=64)

@@ -1,0 +1,68 @@
+// A decoder layer's two halves for decode rows (one token each, float32 residual stream, Q4 x Q8 weights),
+// each one call instead of ~20 torch operations from Python: what a decode step of a small model spends
+// besides reading weights is the fixed cost per operation (BENCHMARKS.md, issue 24). The arithmetic is the
+// runner's own (model_runner.py `_layer`), in the same order and dtype:
+//   pre:  x = RMSNorm(h); qkv = x W_qkv^T (+ b) (+ LoRA); q|k = q|k * cos + rotate_half(q|k) * sin
+//   post: h += attn W_o^T (+ b) (+ LoRA); x = RMSNorm(h); gu = x W_gu^T (...); h += (silu(g) * u) W_d^T (...)
+// LoRA terms: y[:, start : start + span] += (x A^T) B_t with A [rank, in], B_t [rank, span] (scale folded in).
+#include "kernels.h"
+#include <cstring>
+
+namespace {
+
+torch::Tensor project(const torch::Tensor& x, const torch::Tensor& packed, const std::optional<torch::Tensor>& bias,
+                      const std::optional<torch::Tensor>& a, const std::optional<torch::Tensor>& bt, int64_t start) {
+  torch::Tensor y = q4q8_mm(x, packed);
+  if (bias) y.add_(*bias);
+  if (a) y.narrow(1, start, bt->size(1)).addmm_(at::mm(x, a->t()), *bt);
+  return y;
+}
+
+// In place on cols [0, rope_cols) of qkv [T, *] (heads of 64 side by side): x * cos + roll(x, 32) * sin, with
+// rotate_half's sign folded into sin ([T, 64] each).
+void rope_inplace(torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t rope_cols) {
+  constexpr int D = 64, H = 32;
+  const int64_t t = qkv.size(0), stride = qkv.stride(0);
+  float* y = qkv.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t h0 = 0; h0 < rope_cols; h0 += D) {
+      float* x = y + r * stride + h0;
+      float tmp[D];
+      for (int j = 0; j < D; ++j) tmp[j] = x[j] * c[r * D + j] + x[(j + H) % D] * s[r * D + j];
+      std::memcpy(x, tmp, sizeof(tmp));
+    }
+}
+
+}  // namespace
+
+// h: [T, hidden] float32; qkv: packed Q4 x Q8 weight; cos, sin: [T, 64] float32; rope_cols: (heads + kv_heads)
+// * 64. Returns qkv [T, (heads + 2 kv_heads) * 64] float32 with RoPE applied to q and k.
+torch::Tensor decode_pre(torch::Tensor h, torch::Tensor norm, double eps, torch::Tensor qkv,
+                         std::optional<torch::Tensor> bias, std::optional<torch::Tensor> lora_a,
+                         std::optional<torch::Tensor> lora_bt, int64_t lora_start, torch::Tensor cos,
+                         torch::Tensor sin, int64_t rope_cols) {
+  TORCH_CHECK(cos.scalar_type() == torch::kFloat32 && cos.size(1) == 64 && sin.sizes() == cos.sizes() &&
+              cos.size(0) == h.size(0), "cos and sin must be [T, 64] float32");
+  const torch::Tensor x = rms_norm(h, norm, eps);
+  torch::Tensor y = project(x, qkv, bias, lora_a, lora_bt, lora_start);
+  TORCH_CHECK(rope_cols % 64 == 0 && rope_cols <= y.size(1), "rope_cols must be whole heads of the projection");
+  rope_inplace(y, cos.contiguous(), sin.contiguous(), rope_cols);
+  return y;
+}
+
+// h: [T, hidden] and attn: [T, heads * 64] float32; packed, biases, LoRA: of o, gate|up, down in that order.
+// Returns the layer's output h' [T, hidden] float32.
+torch::Tensor decode_post(torch::Tensor h, torch::Tensor attn, std::vector<torch::Tensor> packed,
+                          std::vector<std::optional<torch::Tensor>> biases, std::vector<std::optional<torch::Tensor>> lora_a,
+                          std::vector<std::optional<torch::Tensor>> lora_bt, std::vector<int64_t> lora_start,
+                          torch::Tensor norm, double eps, int64_t intermediate) {
+  TORCH_CHECK(packed.size() == 3 && biases.size() == 3 && lora_a.size() == 3 && lora_bt.size() == 3 &&
+              lora_start.size() == 3, "three projections: o, gate|up, down");
+  torch::Tensor r = h + project(attn, packed[0], biases[0], lora_a[0], lora_bt[0], lora_start[0]);
+  const torch::Tensor x = rms_norm(r, norm, eps);
+  const torch::Tensor gu = project(x, packed[1], biases[1], lora_a[1], lora_bt[1], lora_start[1]);
+  const torch::Tensor a = at::silu(gu.narrow(1, 0, intermediate)) * gu.narrow(1, intermediate, intermediate);
+  return r + project(a, packed[2], biases[2], lora_a[2], lora_bt[2], lora_start[2]);
+}

@@ -1,0 +1,15 @@
+// The torch-facing kernels of cpu_kernels.cpp, for the other translation units of the extension.
+#pragma once
+#include <torch/extension.h>
+#include <optional>
+
+torch::Tensor q4q8_mm(torch::Tensor x, torch::Tensor packed);
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
+torch::Tensor decode_pre(torch::Tensor h, torch::Tensor norm, double eps, torch::Tensor qkv,
+                         std::optional<torch::Tensor> bias, std::optional<torch::Tensor> lora_a,
+                         std::optional<torch::Tensor> lora_bt, int64_t lora_start, torch::Tensor cos,
+                         torch::Tensor sin, int64_t rope_cols);
+torch::Tensor decode_post(torch::Tensor h, torch::Tensor attn, std::vector<torch::Tensor> packed,
+                          std::vector<std::optional<torch::Tensor>> biases, std::vector<std::optional<torch::Tensor>> lora_a,
+                          std::vector<std::optional<torch::Tensor>> lora_bt, std::vector<int64_t> lora_start,
+                          torch::Tensor norm, double eps, int64_t intermediate);
