@@ -54,12 +54,18 @@ class FusedLowRank:
             at += r
         self.b_t = b.t().contiguous()  # [sum rank, span]
 
-    def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
-        """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``)."""
+    def stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``A`` ``[sum rank, in]`` and ``B^T`` ``[sum rank, end - start]`` (scales folded in), rebuilt first
+        if a source tensor changed in place."""
         versions = tuple(_version(w) for t in self.terms for w in (t.a, t.b))
         if versions != self._versions:
             self._build()
             self._versions = versions
+        return self.a, self.b_t
+
+    def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
+        """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``)."""
+        self.stacks()
         h = torch.mm(x.to(self.a.dtype), self.a.t())  # [tokens, sum rank]
         span = y[:, self.start: self.end]
         if span.dtype == h.dtype:

@@ -17,6 +17,7 @@ from ..linking.rope import rope_cos_sin
 from ..model.families import family_of
 from ..model.loader import LoadedModel
 from .attention_probs import attention_mass
+from . import fused_decode
 from .cpu_kernels import kernels
 from .linear import TokenSplit
 from .lora import LayerLora, adapter_terms
@@ -43,6 +44,10 @@ class ModelRunner:
     Args:
         model: the transformers ``*ForCausalLM`` (its weights are shared, see :mod:`.weights`).
         fmt: weight format (:data:`~kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
+
+    Attributes:
+        fused: steps of decode rows take :mod:`.fused_decode`'s C++ layer halves where they fit (default True;
+            False keeps the general path, which the exactness tests compare them with).
     """
 
     def __init__(self, model: torch.nn.Module, fmt: str = "native"):
@@ -50,6 +55,7 @@ class ModelRunner:
         self.rotary_emb = family_of(model.config).rotary_emb(model)
         self.weights: ModelWeights = model_weights(model, fmt)
         self._adapters: dict[str, list[LayerLora]] = {}
+        self.fused = True  # steps of decode rows take fused_decode's C++ halves where they fit
 
     def forget_adapters(self) -> None:
         """Drop the cached adapter terms (after an adapter was added or removed)."""
@@ -82,33 +88,57 @@ class ModelRunner:
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
         half = sin.shape[-1] // 2
         sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
+        fused = self.fused and fused_decode.fits(w, lora, h, split)
+        if fused:
+            cos, sin = cos.float().contiguous(), sin.float().contiguous()
         for i, layer in enumerate(w.layers):
-            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch, split)
+            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch, split, fused)
         batch.commit()
         last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
         x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
         return w.lm_head(x, TokenSplit.of_rows(lengths, x.device, one_per_row=True)).float()
 
     def _layer(self, i: int, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit) -> torch.Tensor:
+               sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit, fused: bool) -> torch.Tensor:
         w = self.weights
         t, hd = h.shape[0], w.head_dim
-        x = rms_norm(h, layer.input_norm, w.eps)
-        qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
-        if lora is not None and lora.qkv is not None:
-            lora.qkv.add_to(qkv, x)
+        if fused:  # decode rows only: RMSNorm, q|k|v and RoPE in one C++ call (fused_decode.py)
+            qkv = fused_decode.layer_pre(w, layer, lora, h, cos, sin)
+        else:
+            x = rms_norm(h, layer.input_norm, w.eps)
+            qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
+            if lora is not None and lora.qkv is not None:
+                lora.qkv.add_to(qkv, x)
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
         v = qkv[:, nq + nk:].view(t, w.kv_heads, hd).transpose(0, 1)  # v: [kv_heads, T, head_dim]
+        if fused:
+            q, k = q.transpose(0, 1), k.transpose(0, 1)
+        else:
+            q, k = self._rope(layer, q, k, cos, sin)
+        attn = self._attend_rows(i, q, k, v, batch).transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
+        if fused:
+            return fused_decode.layer_post(w, layer, lora, h, attn)
+        return self._mlp(layer, lora, h, attn, split)
+
+    def _rope(self, layer: LayerWeights, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q ``[T, heads, hd]``, k ``[T, kv_heads, hd]`` -> after the q/k norms (Qwen3) and RoPE, head-major
+        (``[heads, T, hd]``, ``[kv_heads, T, hd]``)."""
+        w = self.weights
         if layer.q_norm is not None:
             q, k = rms_norm(q, layer.q_norm, w.eps), rms_norm(k, layer.k_norm, w.eps)
-        q, k = q.transpose(0, 1), k.transpose(0, 1)  # q: [heads, T, head_dim], k: [kv_heads, T, head_dim]
-        half = hd // 2  # RoPE as rotate-half: x * cos + [-x2, x1] * sin, with the sign folded into sin
-        q = q * cos + torch.roll(q, half, -1) * sin
-        k = k * cos + torch.roll(k, half, -1) * sin
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
+        half = w.head_dim // 2  # RoPE as rotate-half: x * cos + [-x2, x1] * sin, with the sign folded into sin
+        return q * cos + torch.roll(q, half, -1) * sin, k * cos + torch.roll(k, half, -1) * sin
+
+    def _attend_rows(self, i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: RaggedBatch
+                     ) -> torch.Tensor:
+        """Each row's new K/V written to its sequence, then its attention over its pieces with its mask;
+        ``[heads, T, head_dim]``."""
         out = torch.empty_like(q)
-        scale = hd ** -0.5
+        scale = self.weights.head_dim ** -0.5
         for row in batch.rows:
             s, e = row.start, row.start + row.length
             row.seq.write(i, k[:, s:e], v[:, s:e])
@@ -117,7 +147,12 @@ class ModelRunner:
             if row.attention is not None:  # explain: the probabilities too, for the rows that ask
                 row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip,
                                                     row.attention.exclude_self))
-        attn = out.transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
+        return out
+
+    def _mlp(self, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, attn: torch.Tensor,
+             split: TokenSplit) -> torch.Tensor:
+        """The output projection, residual and the SiLU MLP with its residual: the layer's output ``[T, hidden]``."""
+        w = self.weights
         o = layer.o(attn, split)
         if lora is not None and lora.o is not None:
             lora.o.add_to(o, attn)
