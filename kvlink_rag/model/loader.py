@@ -210,7 +210,8 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
     measured 5x slower than float32; BENCHMARKS.md 'Weight formats by CPU'). Where the runner's CPU kernels run
     (AVX2 or AVX512-VNNI, and g++, :mod:`kvlink_rag.runtime.cpu_kernels`) decode steps take the Q4 x Q8 kernel
     (``q4q8-bf16`` / ``q4q8-f32``: 1.6-2x the decode speed of torch's int4 kernel, accuracy within the 1-point
-    rule on 300 questions, EVALUATION.md). Other checkpoints: ``native``
+    rule on 300 questions, EVALUATION.md), each decode step's layers as two fused C++ halves over a float32
+    residual stream in both (:mod:`kvlink_rag.runtime.fused_decode`). Other checkpoints: ``native``
     (no such grid: measure before choosing). int8 and int4 are CPU kernels here, so on other devices they fall
     back to ``native``.
 

@@ -84,13 +84,14 @@ class ModelRunner:
         w, lora = self.weights, self._terms(adapter)
         lengths = [r.length for r in batch.rows]
         split = TokenSplit.of_rows(lengths, embeds.device)  # each row's tokens take its own weight format
-        h = embeds  # h: [T, hidden]
+        fused = self.fused and fused_decode.fits(w, lora, embeds, split)
+        # h: [T, hidden]; a fused step's residual stream is float32 (fused_decode.py), bfloat16 widens exactly
+        h = embeds.float() if fused else embeds
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
         half = sin.shape[-1] // 2
         sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
-        fused = self.fused and fused_decode.fits(w, lora, h, split)
         if fused:
-            cos, sin = cos.float().contiguous(), sin.float().contiguous()
+            cos, sin = cos.contiguous(), sin.contiguous()
         for i, layer in enumerate(w.layers):
             h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch, split, fused)
         batch.commit()

@@ -65,3 +65,38 @@ def test_fused_halves_only_where_they_fit():
     assert not fused_decode.fits(ModelRunner(lm.model, "native").weights, None, h, TokenSplit.of_rows([1, 1], "cpu"))
     qwen3 = tiny_model("qwen3", head_dim=64)
     assert not fused_decode.fits(ModelRunner(qwen3.model, "q4q8-f32").weights, None, h, TokenSplit.of_rows([1, 1], "cpu"))
+
+
+def _token_by_token(lm, runner: ModelRunner, dtype: torch.dtype, steps: int = 6) -> torch.Tensor:
+    """Two rows over ``dtype`` KV, every step one token each (so every step is a decode step, no prefill
+    GEMM in either format); embeddings rounded to bfloat16 and handed over in ``dtype``. The last logits."""
+    cfg = lm.config
+    seqs = [SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.bfloat16) for _ in range(2)]
+    for step in range(steps):
+        batch = RaggedBatch()
+        for seq in seqs:
+            batch.add(seq, 1)
+        embeds = lm.embed_tokens(random_ids(2, seed=20 + step)).to(torch.bfloat16).to(dtype)
+        logits = runner.forward(batch, embeds, torch.tensor([step, step]))
+    return logits
+
+
+@needs_kernel
+def test_fused_halves_run_bf16_steps_in_float32():
+    """q4q8-bf16 decode steps take the fused halves with a float32 residual stream: the same logits as
+    q4q8-f32's general path over the same bfloat16 KV and embeddings (float32 rounding), and close to the
+    bfloat16 general path they replace."""
+    lm = tiny_model("llama", head_dim=64)
+    fused = ModelRunner(lm.model, "q4q8-bf16")
+    assert fused_decode.fits(fused.weights, None, torch.zeros(2, lm.config.hidden_size, dtype=torch.bfloat16),
+                             TokenSplit.of_rows([1, 1], "cpu"))
+    got = _token_by_token(lm, fused, torch.bfloat16)
+    general32 = ModelRunner(lm.model, "q4q8-f32")
+    general32.fused = False
+    want = _token_by_token(lm, general32, torch.float32)
+    assert got.dtype == torch.float32 and got.shape == (2, lm.config.vocab_size)
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    general16 = ModelRunner(lm.model, "q4q8-bf16")
+    general16.fused = False
+    old = _token_by_token(lm, general16, torch.bfloat16)
+    assert (got - old).abs().max() <= 5e-2 * old.abs().max()
