@@ -4,7 +4,8 @@ What a decode step of a small model spends is reading weights and the fixed cost
 and torch's generic kernels leave both on the table there (BENCHMARKS.md, issue 24): the C++ file holds the
 Q4 x Q8 and Q8 x Q8 products of :mod:`.q4q8`, one-token grouped-query attention over bfloat16 or float32
 KV pieces (:mod:`.decode_attention`), float32 RMSNorm and a decoder layer's two halves around attention for
-decode rows (``csrc/decode_layer.cpp``, :mod:`.fused_decode`), with vector intrinsics per instruction set:
+decode rows and their K/V writes and attention as one call per layer (``csrc/decode_layer.cpp``,
+``csrc/decode_rows.cpp``, :mod:`.fused_decode`), with vector intrinsics per instruction set:
 ``csrc/isa_avx512.h`` (AVX512F/BW/VL + VNNI: vpdpbusd for the integer dots) or ``csrc/isa_avx2.h`` (AVX2 +
 FMA + F16C: llama.cpp's vpmaddubsw / vpmaddwd route), the same packed layouts and formulas in both.
 
@@ -73,7 +74,7 @@ def kernels():
     from torch.utils.cpp_extension import load
 
     try:
-        return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash()}", sources=[str(CSRC / "cpu_kernels.cpp"), str(CSRC / "decode_layer.cpp")],
+        return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash()}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
                     extra_cflags=["-O3", "-fopenmp", *ISAS[name][1]], extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler / ninja: callers keep torch's kernels
         log.warning("the runner's CPU kernels could not be built (%s); torch's kernels are used", str(e)[:200])

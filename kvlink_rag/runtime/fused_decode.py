@@ -5,7 +5,9 @@ A decode step of SmolLM2-135M on 2 CPU threads spends ~4.6 ms in the Q4 x Q8 lin
 Python). :func:`layer_pre` (RMSNorm, q|k|v projection with bias and LoRA, RoPE) and :func:`layer_post` (output
 projection, residual, RMSNorm, gate|up, SiLU, down, residual) run the runner's own arithmetic
 (:meth:`~kvlink_rag.runtime.model_runner.ModelRunner._layer`, same order, float32) in
-``csrc/decode_layer.cpp``; attention and the KV writes stay with the runner, per row, as before.
+``csrc/decode_layer.cpp``; between them :func:`attend` writes every row's new key and value into its buffer
+and runs every row's attention in one call (``csrc/decode_rows.cpp``), with the step's buffers and chunks
+gathered once (:class:`DecodeRows`) for all layers.
 
 :func:`fits` says when a step can take it: every row a decode row on the CPU, every projection's decode
 format the Q4 x Q8 kernel (``q4q8-f32`` or ``q4q8-bf16``), head_dim 64 and no q/k norm (Qwen3 keeps the
@@ -17,11 +19,14 @@ tok/s and the float32 halves 133 (2 threads, side by side), while bfloat16 keeps
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .cpu_kernels import kernels
 from .linear import SplitLinear, TokenSplit
 from .lora import FusedLowRank, LayerLora
+from .ragged import RaggedBatch
 from .q4q8 import Q4Q8Linear
 from .weights import LayerWeights, ModelWeights
 
@@ -73,3 +78,41 @@ def layer_post(w: ModelWeights, layer: LayerWeights, lora: LayerLora | None, h: 
     return kernels().decode_post(h, attn.contiguous(), [p.packed for p in parts], [p.bias for p in parts],
                                  [t[0] for t in terms], [t[1] for t in terms], [t[2] for t in terms],
                                  layer.post_norm, w.eps, w.intermediate)
+
+
+@dataclass(frozen=True)
+class DecodeRows:
+    """A step's rows as :func:`attend` hands them to the kernel, gathered once for every layer.
+
+    Attributes:
+        own_k, own_v: each row's own KV buffers ``[layers, kv_heads, capacity, 64]`` (one dtype for all).
+        pos: each row's new token's index in its buffers (its committed own tokens).
+        chunk_k, chunk_v: each row's shared chunks ``[layers, kv_heads, tokens, 64]`` in order.
+    """
+
+    own_k: list[torch.Tensor]
+    own_v: list[torch.Tensor]
+    pos: list[int]
+    chunk_k: list[list[torch.Tensor]]
+    chunk_v: list[list[torch.Tensor]]
+
+    @classmethod
+    def of(cls, batch: RaggedBatch) -> DecodeRows | None:
+        """The rows of ``batch``, or None where one is not a plain decode row for the kernel (several tokens, a
+        mask, explain's attention probabilities, chunks in another dtype than its buffers)."""
+        rows = batch.rows
+        if not rows or any(r.length != 1 or r.mask is not None or r.attention is not None for r in rows):
+            return None
+        dtype = rows[0].seq.keys.dtype
+        if any(r.seq.keys.dtype != dtype or any(c.keys.dtype != dtype for c in r.seq.chunks) for r in rows):
+            return None
+        return cls([r.seq.keys for r in rows], [r.seq.values for r in rows], [r.seq.length for r in rows],
+                   [[c.keys for c in r.seq.chunks] for r in rows], [[c.values for c in r.seq.chunks] for r in rows])
+
+
+def attend(w: ModelWeights, layer: int, qkv: torch.Tensor, rows: DecodeRows) -> torch.Tensor:
+    """``[T, heads * 64]`` float32: each row's new K/V (from ``qkv`` ``[T, (heads + 2 kv_heads) * 64]`` after
+    RoPE) written at ``rows.pos`` of ``layer``, then its attention over its chunks and own tokens (the general
+    path's arithmetic: the query and output rounded to the KV's dtype, as :func:`~.ragged.attend` casts)."""
+    return kernels().decode_rows(qkv, w.heads, layer, rows.own_k, rows.own_v, rows.pos, rows.chunk_k, rows.chunk_v,
+                                 w.head_dim ** -0.5)

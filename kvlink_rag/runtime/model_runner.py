@@ -84,7 +84,8 @@ class ModelRunner:
         w, lora = self.weights, self._terms(adapter)
         lengths = [r.length for r in batch.rows]
         split = TokenSplit.of_rows(lengths, embeds.device)  # each row's tokens take its own weight format
-        fused = self.fused and fused_decode.fits(w, lora, embeds, split)
+        rows = fused_decode.DecodeRows.of(batch) if self.fused and fused_decode.fits(w, lora, embeds, split) else None
+        fused = rows is not None
         # h: [T, hidden]; a fused step's residual stream is float32 (fused_decode.py), bfloat16 widens exactly
         h = embeds.float() if fused else embeds
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids.to(h.device), h.dtype)  # [T, head_dim]
@@ -93,34 +94,31 @@ class ModelRunner:
         if fused:
             cos, sin = cos.contiguous(), sin.contiguous()
         for i, layer in enumerate(w.layers):
-            h = self._layer(i, layer, None if lora is None else lora[i], h, cos, sin, batch, split, fused)
+            term = None if lora is None else lora[i]
+            if fused:  # decode rows: three C++ calls a layer (fused_decode.py)
+                qkv = fused_decode.layer_pre(w, layer, term, h, cos, sin)
+                h = fused_decode.layer_post(w, layer, term, h, fused_decode.attend(w, i, qkv, rows))
+            else:
+                h = self._layer(i, layer, term, h, cos, sin, batch, split)
         batch.commit()
         last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
         x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
         return w.lm_head(x, TokenSplit.of_rows(lengths, x.device, one_per_row=True)).float()
 
     def _layer(self, i: int, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit, fused: bool) -> torch.Tensor:
+               sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit) -> torch.Tensor:
         w = self.weights
         t, hd = h.shape[0], w.head_dim
-        if fused:  # decode rows only: RMSNorm, q|k|v and RoPE in one C++ call (fused_decode.py)
-            qkv = fused_decode.layer_pre(w, layer, lora, h, cos, sin)
-        else:
-            x = rms_norm(h, layer.input_norm, w.eps)
-            qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
-            if lora is not None and lora.qkv is not None:
-                lora.qkv.add_to(qkv, x)
+        x = rms_norm(h, layer.input_norm, w.eps)
+        qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
+        if lora is not None and lora.qkv is not None:
+            lora.qkv.add_to(qkv, x)
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
         v = qkv[:, nq + nk:].view(t, w.kv_heads, hd).transpose(0, 1)  # v: [kv_heads, T, head_dim]
-        if fused:
-            q, k = q.transpose(0, 1), k.transpose(0, 1)
-        else:
-            q, k = self._rope(layer, q, k, cos, sin)
+        q, k = self._rope(layer, q, k, cos, sin)
         attn = self._attend_rows(i, q, k, v, batch).transpose(0, 1).reshape(t, nq)  # [T, heads * head_dim]
-        if fused:
-            return fused_decode.layer_post(w, layer, lora, h, attn)
         return self._mlp(layer, lora, h, attn, split)
 
     def _rope(self, layer: LayerWeights, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor

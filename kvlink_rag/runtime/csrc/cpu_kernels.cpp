@@ -17,11 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#include "isa_avx512.h"
-#else
-#include "isa_avx2.h"
-#endif
+#include "isa.h"
 
 namespace {
 
@@ -186,6 +182,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "RMSNorm of float32 rows");
   m.def("decode_pre", &decode_pre, "a decoder layer up to attention for decode rows (decode_layer.cpp)");
   m.def("decode_post", &decode_post, "a decoder layer after attention for decode rows (decode_layer.cpp)");
+  m.def("decode_rows", &decode_rows, "decode rows' K/V writes and attention of one layer in one call (decode_rows.cpp)");
   m.def("isa", [] { return std::string(kIsa); }, "the instruction set the kernels were compiled for");
   m.def("q8q8_mm", &q8q8_mm, "Q8 (16-row tiles, per-row scale left to the caller) x Q8 (per 32) product");
 }

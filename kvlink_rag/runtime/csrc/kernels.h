@@ -13,3 +13,7 @@ torch::Tensor decode_post(torch::Tensor h, torch::Tensor attn, std::vector<torch
                           std::vector<std::optional<torch::Tensor>> biases, std::vector<std::optional<torch::Tensor>> lora_a,
                           std::vector<std::optional<torch::Tensor>> lora_bt, std::vector<int64_t> lora_start,
                           torch::Tensor norm, double eps, int64_t intermediate);
+torch::Tensor decode_rows(torch::Tensor qkv, int64_t heads, int64_t layer, std::vector<torch::Tensor> own_k,
+                          std::vector<torch::Tensor> own_v, std::vector<int64_t> pos,
+                          std::vector<std::vector<torch::Tensor>> chunk_k, std::vector<std::vector<torch::Tensor>> chunk_v,
+                          double scale);

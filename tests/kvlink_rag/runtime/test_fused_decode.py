@@ -8,7 +8,7 @@ from kvlink_rag.model.lora import add_lora
 from kvlink_rag.runtime import fused_decode, q4q8
 from kvlink_rag.runtime.linear import TokenSplit
 from kvlink_rag.runtime.model_runner import ModelRunner
-from kvlink_rag.runtime.ragged import RaggedBatch, SequenceKV
+from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 
 needs_kernel = pytest.mark.skipif(not q4q8.available(), reason="neither AVX2 nor AVX512-VNNI (or no compiler) on this CPU")
 
@@ -100,3 +100,49 @@ def test_fused_halves_run_bf16_steps_in_float32():
     general16.fused = False
     old = _token_by_token(lm, general16, torch.bfloat16)
     assert (got - old).abs().max() <= 5e-2 * old.abs().max()
+
+
+def _over_shared_chunk(lm, runner: ModelRunner, dtype: torch.dtype) -> tuple[torch.Tensor, list[SequenceKV]]:
+    """Two rows over one shared bfloat16 chunk (a strided view into a larger buffer, as the prefix tree
+    lends), then 4 decode steps each; the last logits and the rows' KV."""
+    cfg = lm.config
+    layers, kv, hd = cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim
+    g = torch.Generator().manual_seed(5)
+    big = [torch.randn(layers, kv, 40, hd, generator=g).bfloat16() for _ in range(2)]
+    chunk = KVChunk(big[0][:, :, 3:20], big[1][:, :, 3:20])
+    seqs = [SequenceKV([chunk], layers, kv, hd, torch.bfloat16), SequenceKV([], layers, kv, hd, torch.bfloat16)]
+    seqs[1].append(big[0][:, :, :7], big[1][:, :, :7])  # a row with own tokens and no chunk
+    for step in range(4):
+        batch = RaggedBatch()
+        for seq in seqs:
+            batch.add(seq, 1)
+        embeds = lm.embed_tokens(random_ids(2, seed=30 + step)).to(torch.bfloat16).to(dtype)
+        logits = runner.forward(batch, embeds, torch.tensor([17 + step, 7 + step]))
+    return logits, seqs
+
+
+@needs_kernel
+def test_decode_rows_write_and_attend_as_the_general_path():
+    """The one-call K/V writes and attention of every row (decode_rows.cpp) over a shared strided chunk and
+    own tokens: the same logits and the same stored KV as the general path (float32 rounding)."""
+    lm = tiny_model("llama", head_dim=64)
+    got, got_seqs = _over_shared_chunk(lm, ModelRunner(lm.model, "q4q8-bf16"), torch.bfloat16)
+    general = ModelRunner(lm.model, "q4q8-f32")
+    general.fused = False
+    want, want_seqs = _over_shared_chunk(lm, general, torch.float32)
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    for a, b in zip(got_seqs, want_seqs):
+        assert a.length == b.length and torch.equal(a.keys[:, :, : a.length], b.keys[:, :, : b.length])
+        assert torch.equal(a.values[:, :, : a.length], b.values[:, :, : b.length])
+
+
+def test_decode_rows_only_for_plain_decode_rows():
+    """A prefill row, a masked row or a row wanting attention probabilities keeps the general path."""
+    seq = SequenceKV([], 2, 1, 64, torch.bfloat16)
+    plain, prefill, masked, explain = RaggedBatch(), RaggedBatch(), RaggedBatch(), RaggedBatch()
+    plain.add(seq, 1)
+    prefill.add(seq, 3)
+    masked.add(seq, 1, mask=torch.zeros(1, 1))
+    explain.add(seq, 1, attention=object())
+    assert fused_decode.DecodeRows.of(plain).pos == [0]
+    assert all(fused_decode.DecodeRows.of(b) is None for b in (prefill, masked, explain, RaggedBatch()))
