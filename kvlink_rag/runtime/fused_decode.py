@@ -9,8 +9,7 @@ projection, residual, RMSNorm, gate|up, SiLU, down, residual) run the runner's o
 and runs every row's attention in one call (``csrc/decode_rows.cpp``), with the step's buffers and chunks
 gathered once (:class:`DecodeRows`) for all layers.
 
-:func:`fits` says when a step can take it: every row a decode row on the CPU, every projection's decode
-format the Q4 x Q8 kernel (``q4q8-f32`` or ``q4q8-bf16``), head_dim 64 and no q/k norm (Qwen3 keeps the
+:func:`fits` says when decode rows can take it: on the CPU, every projection's decode format the Q4 x Q8 kernel (``q4q8-f32`` or ``q4q8-bf16``), head_dim 64 and no q/k norm (Qwen3 keeps the
 general path). The step's residual stream is float32 (``q4q8-bf16``'s bfloat16 embeddings widen exactly; its KV
 stays bfloat16, written and read as before): on this AVX512-BF16 EPYC the bfloat16 general path decoded 106
 tok/s and the float32 halves 133 (2 threads, side by side), while bfloat16 keeps its 1.6x faster prefill. LoRA terms (:class:`~kvlink_rag.runtime.lora.FusedLowRank`) ride along as their stacked
@@ -24,9 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from .cpu_kernels import kernels
-from .linear import SplitLinear, TokenSplit
+from .linear import SplitLinear
 from .lora import FusedLowRank, LayerLora
-from .ragged import RaggedBatch
+from .ragged import RaggedBatch, RaggedRow
 from .q4q8 import Q4Q8Linear
 from .weights import LayerWeights, ModelWeights
 
@@ -38,12 +37,11 @@ def _decode_linear(linear) -> Q4Q8Linear | None:
     return small if isinstance(small, Q4Q8Linear) else None
 
 
-def fits(w: ModelWeights, lora: list[LayerLora] | None, h: torch.Tensor, split: TokenSplit) -> bool:
-    """Whether a step over ``h`` ``[T, hidden]`` with ``split`` and the adapter's terms ``lora`` takes the fused
-    halves in float32 (see module docstring; float32 LoRA terms only, as the general path multiplies them in
-    their dtype)."""
-    if (kernels() is None or split.large is not None or h.dtype not in (torch.float32, torch.bfloat16)
-            or h.device.type != "cpu"):
+def fits(w: ModelWeights, lora: list[LayerLora] | None, h: torch.Tensor) -> bool:
+    """Whether decode rows of ``w`` with embeddings ``h`` ``[T, hidden]`` and the adapter's terms ``lora`` take
+    the fused halves in float32 (see module docstring; float32 LoRA terms only, as the general path multiplies
+    them in their dtype). Which rows are decode rows: :func:`plain_decode`."""
+    if kernels() is None or h.dtype not in (torch.float32, torch.bfloat16) or h.device.type != "cpu":
         return False
     layer = w.layers[0]
     if lora is not None and any(t.terms[0].a.dtype != torch.float32 for lr in lora
@@ -80,6 +78,13 @@ def layer_post(w: ModelWeights, layer: LayerWeights, lora: LayerLora | None, h: 
                                  layer.post_norm, w.eps, w.intermediate)
 
 
+def plain_decode(row: RaggedRow) -> bool:
+    """Whether ``row`` is a decode row for the kernels: one token, no mask, no attention probabilities wanted
+    (explain), its chunks in its own buffers' dtype."""
+    return (row.length == 1 and row.mask is None and row.attention is None
+            and all(c.keys.dtype == row.seq.keys.dtype for c in row.seq.chunks))
+
+
 @dataclass(frozen=True)
 class DecodeRows:
     """A step's rows as :func:`attend` hands them to the kernel, gathered once for every layer.
@@ -98,13 +103,12 @@ class DecodeRows:
 
     @classmethod
     def of(cls, batch: RaggedBatch) -> DecodeRows | None:
-        """The rows of ``batch``, or None where one is not a plain decode row for the kernel (several tokens, a
-        mask, explain's attention probabilities, chunks in another dtype than its buffers)."""
+        """The rows of ``batch``, or None where one is not a :func:`plain_decode` row or the rows' KV
+        differ in dtype."""
         rows = batch.rows
-        if not rows or any(r.length != 1 or r.mask is not None or r.attention is not None for r in rows):
+        if not rows or not all(plain_decode(r) for r in rows):
             return None
-        dtype = rows[0].seq.keys.dtype
-        if any(r.seq.keys.dtype != dtype or any(c.keys.dtype != dtype for c in r.seq.chunks) for r in rows):
+        if any(r.seq.keys.dtype != rows[0].seq.keys.dtype for r in rows):
             return None
         return cls([r.seq.keys for r in rows], [r.seq.values for r in rows], [r.seq.length for r in rows],
                    [[c.keys for c in r.seq.chunks] for r in rows], [[c.values for c in r.seq.chunks] for r in rows])

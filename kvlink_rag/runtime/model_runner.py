@@ -82,9 +82,14 @@ class ModelRunner:
             ``[rows, vocab]`` float32 logits.
         """
         w, lora = self.weights, self._terms(adapter)
+        fits = self.fused and fused_decode.fits(w, lora, embeds)
+        if fits and len(batch.rows) > 1:
+            decode = [j for j, r in enumerate(batch.rows) if fused_decode.plain_decode(r)]
+            if 0 < len(decode) < len(batch.rows):
+                return self._split_forward(batch, embeds, position_ids, adapter, decode)
         lengths = [r.length for r in batch.rows]
         split = TokenSplit.of_rows(lengths, embeds.device)  # each row's tokens take its own weight format
-        rows = fused_decode.DecodeRows.of(batch) if self.fused and fused_decode.fits(w, lora, embeds, split) else None
+        rows = fused_decode.DecodeRows.of(batch) if fits else None
         fused = rows is not None
         # h: [T, hidden]; a fused step's residual stream is float32 (fused_decode.py), bfloat16 widens exactly
         h = embeds.float() if fused else embeds
@@ -104,6 +109,22 @@ class ModelRunner:
         last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
         x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
         return w.lm_head(x, TokenSplit.of_rows(lengths, x.device, one_per_row=True)).float()
+
+    def _split_forward(self, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor,
+                       adapter: str | None, decode: list[int]) -> torch.Tensor:
+        """A step mixing decode rows (indexes ``decode``) with others (prefills, masked or explained rows): the
+        decode rows as one fused forward, the rest as one general forward. Rows never see each other's
+        tokens, and a decode row's linears take the small format either way (:class:`~.linear.TokenSplit`),
+        so each row's logits are those it gets alone; ``[rows, vocab]`` float32 in ``batch``'s order."""
+        keep = set(decode)
+        out = None
+        for idx in (decode, [j for j in range(len(batch.rows)) if j not in keep]):
+            sub, take = batch.subset(idx)
+            take = take.to(embeds.device)
+            logits = self.forward(sub, embeds[take], position_ids[take], adapter)
+            out = logits.new_empty(len(batch.rows), logits.shape[1]) if out is None else out
+            out[idx] = logits
+        return out
 
     def _layer(self, i: int, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, cos: torch.Tensor,
                sin: torch.Tensor, batch: RaggedBatch, split: TokenSplit) -> torch.Tensor:

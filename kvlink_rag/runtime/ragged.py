@@ -18,7 +18,7 @@ head's query heads as its query rows; several shared chunks never copied).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +165,17 @@ class RaggedBatch:
     @property
     def num_tokens(self) -> int:
         return sum(r.length for r in self.rows)
+
+    def subset(self, indices: list[int]) -> tuple[RaggedBatch, torch.Tensor]:
+        """Rows ``indices`` (in that order) as a batch of their own, and the ``[n]`` int64 indexes of their
+        tokens in this batch's packing (to slice its embeddings and position ids)."""
+        sub, take, at = RaggedBatch(), [], 0
+        for j in indices:
+            r = self.rows[j]
+            sub.rows.append(replace(r, start=at))
+            take.extend(range(r.start, r.start + r.length))
+            at += r.length
+        return sub, torch.tensor(take, dtype=torch.long)
 
     def commit(self) -> None:
         """After the forward: every row's new tokens become part of its sequence."""

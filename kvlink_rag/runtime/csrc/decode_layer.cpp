@@ -7,14 +7,47 @@
 // LoRA terms: y[:, start : start + span] += (x A^T) B_t with A [rank, in], B_t [rank, span] (scale folded in).
 #include "kernels.h"
 #include <cstring>
+#include <vector>
 
 namespace {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];  // 16 lanes: the compiler's vector FMAs
+  float s = 0.f;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[:, start : start + span] += (x A^T) B_t in plain loops: x [T, in], A [rank, in], B_t [rank, span] float32.
+// A decode step's LoRA terms are a few thousand multiply-adds a row; as two torch GEMMs each they cost ~15 us of
+// dispatch apiece, 240 of them a step (~4 ms at one row, BENCHMARKS.md).
+void lowrank_add(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& bt, int64_t start) {
+  TORCH_CHECK(a.scalar_type() == torch::kFloat32 && bt.scalar_type() == torch::kFloat32 && a.is_contiguous() &&
+              bt.is_contiguous() && a.size(1) == x.size(1) && bt.size(0) == a.size(0) &&
+              start + bt.size(1) <= y.size(1), "LoRA terms must be float32 A [rank, in] and B_t [rank, span] inside y");
+  const int64_t t = x.size(0), in = x.size(1), r = a.size(0), span = bt.size(1);
+  const float* xs = x.data_ptr<float>();
+  const float* as = a.data_ptr<float>();
+  const float* bs = bt.data_ptr<float>();
+  float* ys = y.data_ptr<float>();
+  std::vector<float> h(r);
+  for (int64_t row = 0; row < t; ++row) {
+    for (int64_t j = 0; j < r; ++j) h[j] = dot(xs + row * in, as + j * in, in);
+    float* yr = ys + row * y.stride(0) + start;
+    for (int64_t j = 0; j < r; ++j)
+      for (int64_t c = 0; c < span; ++c) yr[c] += h[j] * bs[j * span + c];
+  }
+}
 
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& packed, const std::optional<torch::Tensor>& bias,
                       const std::optional<torch::Tensor>& a, const std::optional<torch::Tensor>& bt, int64_t start) {
   torch::Tensor y = q4q8_mm(x, packed);
   if (bias) y.add_(*bias);
-  if (a) y.narrow(1, start, bt->size(1)).addmm_(at::mm(x, a->t()), *bt);
+  if (a) lowrank_add(y, x.contiguous(), *a, *bt, start);
   return y;
 }
 

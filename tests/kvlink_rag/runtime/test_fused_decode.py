@@ -6,7 +6,6 @@ import torch
 from factories import random_ids, randomise_lora, tiny_model
 from kvlink_rag.model.lora import add_lora
 from kvlink_rag.runtime import fused_decode, q4q8
-from kvlink_rag.runtime.linear import TokenSplit
 from kvlink_rag.runtime.model_runner import ModelRunner
 from kvlink_rag.runtime.ragged import KVChunk, RaggedBatch, SequenceKV
 
@@ -56,15 +55,15 @@ def test_fused_halves_decode_as_the_general_path(family, adapter, monkeypatch):
 
 @needs_kernel
 def test_fused_halves_only_where_they_fit():
-    """Decode rows of q4q8-f32 fit; a prefill row in the step, float32 weights or a Qwen3 q/k norm do not."""
+    """Decode rows of q4q8-f32 fit; float32 weights, a Qwen3 q/k norm or float16 embeddings do not."""
     lm = tiny_model("llama", head_dim=64)
     w = ModelRunner(lm.model, "q4q8-f32").weights
     h = torch.zeros(2, lm.config.hidden_size)
-    assert fused_decode.fits(w, None, h, TokenSplit.of_rows([1, 1], "cpu"))
-    assert not fused_decode.fits(w, None, torch.zeros(40, h.shape[1]), TokenSplit.of_rows([1, 39], "cpu"))
-    assert not fused_decode.fits(ModelRunner(lm.model, "native").weights, None, h, TokenSplit.of_rows([1, 1], "cpu"))
+    assert fused_decode.fits(w, None, h)
+    assert not fused_decode.fits(w, None, h.half())
+    assert not fused_decode.fits(ModelRunner(lm.model, "native").weights, None, h)
     qwen3 = tiny_model("qwen3", head_dim=64)
-    assert not fused_decode.fits(ModelRunner(qwen3.model, "q4q8-f32").weights, None, h, TokenSplit.of_rows([1, 1], "cpu"))
+    assert not fused_decode.fits(ModelRunner(qwen3.model, "q4q8-f32").weights, None, h)
 
 
 def _token_by_token(lm, runner: ModelRunner, dtype: torch.dtype, steps: int = 6) -> torch.Tensor:
@@ -88,8 +87,7 @@ def test_fused_halves_run_bf16_steps_in_float32():
     bfloat16 general path they replace."""
     lm = tiny_model("llama", head_dim=64)
     fused = ModelRunner(lm.model, "q4q8-bf16")
-    assert fused_decode.fits(fused.weights, None, torch.zeros(2, lm.config.hidden_size, dtype=torch.bfloat16),
-                             TokenSplit.of_rows([1, 1], "cpu"))
+    assert fused_decode.fits(fused.weights, None, torch.zeros(2, lm.config.hidden_size, dtype=torch.bfloat16))
     got = _token_by_token(lm, fused, torch.bfloat16)
     general32 = ModelRunner(lm.model, "q4q8-f32")
     general32.fused = False
@@ -146,3 +144,36 @@ def test_decode_rows_only_for_plain_decode_rows():
     explain.add(seq, 1, attention=object())
     assert fused_decode.DecodeRows.of(plain).pos == [0]
     assert all(fused_decode.DecodeRows.of(b) is None for b in (prefill, masked, explain, RaggedBatch()))
+
+
+def _mixed_step(lm, runner: ModelRunner) -> torch.Tensor:
+    """Two rows decode for 2 steps, then one step where a third row's 6-token prefill joins them; its logits."""
+    cfg = lm.config
+    seqs = [SequenceKV([], cfg.num_hidden_layers, cfg.num_key_value_heads, lm.head_dim, torch.float32) for _ in range(3)]
+    for step in range(3):
+        batch = RaggedBatch()
+        for seq in seqs[:2]:
+            batch.add(seq, 1)
+        if step == 2:
+            batch.add(seqs[2], 6)
+        ids = random_ids(batch.num_tokens, seed=40 + step)
+        pos = torch.tensor([step, step] + ([0, 1, 2, 3, 4, 5] if step == 2 else []))
+        logits = runner.forward(batch, lm.embed_tokens(ids), pos)
+    return logits
+
+
+@needs_kernel
+def test_a_mixed_step_runs_its_decode_rows_fused(monkeypatch):
+    """A step with decode rows and a prefill row: the decode rows take the fused halves (one sub-batch of 2
+    rows), the prefill the general path, and every row's logits equal the all-general step's."""
+    lm = tiny_model("llama", head_dim=64)
+    general = ModelRunner(lm.model, "q4q8-f32")
+    general.fused = False
+    want = _mixed_step(lm, general)
+    widths = []
+    real = fused_decode.layer_pre
+    monkeypatch.setattr(fused_decode, "layer_pre", lambda *a: widths.append(a[3].shape[0]) or real(*a))
+    got = _mixed_step(lm, ModelRunner(lm.model, "q4q8-f32"))
+    assert widths == [2] * (3 * lm.config.num_hidden_layers)
+    assert got.shape == want.shape == (3, lm.config.vocab_size)
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
