@@ -76,7 +76,8 @@ def load_nq(path: str | Path, limit: int | None = None) -> list[NQExample]:
     """
     path = Path(path)
     if not path.exists():
-        raise DataFormatError(f"data file {path} does not exist")
+        raise DataFormatError(f"data file {path} does not exist (give its path with --nq, KVLINK_RAG_NQ_PATH=path "
+                              "or make ... NQ=path; README 'Quick start')")
     out: list[NQExample] = []
     for n, obj in iter_jsonl(path):
         for key in ("question", "answers", "ctxs"):

@@ -47,6 +47,6 @@ def test_missing_field_gives_a_clear_error(tmp_path):
         f.write(json.dumps({"question": "q", "ctxs": []}) + "\n")
     with pytest.raises(DataFormatError, match="bad.jsonl.gz:2: missing field 'answers'"):
         load_nq(p)
-    with pytest.raises(DataFormatError, match="does not exist"):
+    with pytest.raises(DataFormatError, match="does not exist .*KVLINK_RAG_NQ_PATH=path or make ... NQ=path"):
         load_nq(tmp_path / "nope.jsonl")
     assert len(load_nq(p, limit=1)) == 1
