@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "isa.h"
+#include "pieces.h"
 
 namespace {
 
@@ -121,32 +121,21 @@ torch::Tensor decode_attention(torch::Tensor q, std::vector<torch::Tensor> ks, s
   const auto dtype = ks[0].scalar_type();
   TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "pieces must be bfloat16 or float32");
   TORCH_CHECK(heads % kv == 0, "query heads must be a multiple of KV heads");
-  std::vector<int64_t> lens, tstrides, hstrides;
-  int64_t total = 0;
+  Pieces pieces;
   for (size_t p = 0; p < ks.size(); ++p) {
     for (const auto& t : {ks[p], vs[p]})
       TORCH_CHECK(t.dim() == 3 && t.size(0) == kv && t.size(2) == 64 && t.stride(2) == 1 && t.scalar_type() == dtype,
                   "pieces must be [kv_heads, tokens, 64] of one dtype");
     TORCH_CHECK(ks[p].size(1) == vs[p].size(1) && ks[p].strides() == vs[p].strides(), "keys and values differ in shape");
-    lens.push_back(ks[p].size(1));
-    tstrides.push_back(ks[p].stride(1));
-    hstrides.push_back(ks[p].stride(0));
-    total += ks[p].size(1);
+    pieces.add(ks[p].data_ptr(), vs[p].data_ptr(), ks[p].size(1), ks[p].stride(1), ks[p].stride(0));
   }
-  TORCH_CHECK(total > 0, "no keys to attend to");
+  TORCH_CHECK(pieces.total > 0, "no keys to attend to");
   auto out = torch::empty({heads, 64}, q.options());
   auto run = [&](auto tag) {
-    using T = decltype(tag);
     at::parallel_for(0, kv, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        std::vector<const T*> kp, vp;
-        for (size_t p = 0; p < ks.size(); ++p) {
-          kp.push_back(reinterpret_cast<const T*>(ks[p].data_ptr()) + h * hstrides[p]);
-          vp.push_back(reinterpret_cast<const T*>(vs[p].data_ptr()) + h * hstrides[p]);
-        }
-        attend_group<T>(q.data_ptr<float>() + h * g * 64, g, kp, vp, lens, tstrides, static_cast<float>(scale),
-                        total, out.data_ptr<float>() + h * g * 64);
-      }
+      for (int64_t h = h0; h < h1; ++h)
+        pieces.attend<decltype(tag)>(h, q.data_ptr<float>() + h * g * 64, g, static_cast<float>(scale),
+                                     out.data_ptr<float>() + h * g * 64);
     });
   };
   if (dtype == torch::kBFloat16) run(uint16_t{});

@@ -6,7 +6,7 @@
 // buffers' dtype (round to nearest even), the query rounded to that dtype first and the output after, the
 // attention itself attend_group's (cpu_kernels.cpp's decode_attention).
 #include "kernels.h"
-#include "isa.h"
+#include "pieces.h"
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <vector>
@@ -15,19 +15,12 @@ namespace {
 
 using namespace kvlink;
 
-// One row's pieces of the layer: per piece its base, token and head strides (elements) and length.
-struct RowPieces {
-  std::vector<const void*> k, v;
-  std::vector<int64_t> lens, tstrides, hstrides;
-  int64_t total = 0;
-  void add(const torch::Tensor& kt, const torch::Tensor& vt, int64_t layer, int64_t n) {  // kt: [layers, kv, tokens, 64]
-    TORCH_CHECK(kt.strides() == vt.strides() && kt.stride(3) == 1 && n <= kt.size(2), "keys and values differ in layout");
-    k.push_back(static_cast<const char*>(kt.data_ptr()) + layer * kt.stride(0) * kt.element_size());
-    v.push_back(static_cast<const char*>(vt.data_ptr()) + layer * vt.stride(0) * vt.element_size());
-    lens.push_back(n), tstrides.push_back(kt.stride(2)), hstrides.push_back(kt.stride(1));
-    total += n;
-  }
-};
+// The first n tokens of `layer` of a buffer pair [layers, kv_heads, tokens, 64] as one of a row's pieces.
+void add_layer(Pieces& p, const torch::Tensor& kt, const torch::Tensor& vt, int64_t layer, int64_t n) {
+  TORCH_CHECK(kt.strides() == vt.strides() && kt.stride(3) == 1 && n <= kt.size(2), "keys and values differ in layout");
+  p.add(static_cast<const char*>(kt.data_ptr()) + layer * kt.stride(0) * kt.element_size(),
+        static_cast<const char*>(vt.data_ptr()) + layer * vt.stride(0) * vt.element_size(), n, kt.stride(2), kt.stride(1));
+}
 
 template <typename T>
 T cast(float x) {
@@ -43,7 +36,7 @@ float widen(T x) {
 
 template <typename T>
 void run(const torch::Tensor& qkv, int64_t heads, int64_t kv, int64_t layer, const std::vector<torch::Tensor>& own_k,
-         const std::vector<torch::Tensor>& own_v, const std::vector<int64_t>& pos, std::vector<RowPieces>& rows,
+         const std::vector<torch::Tensor>& own_v, const std::vector<int64_t>& pos, const std::vector<Pieces>& rows,
          float scale, float* out) {
   constexpr int D = 64;
   const int64_t n = static_cast<int64_t>(rows.size()), g = heads / kv, width = qkv.size(1);
@@ -63,14 +56,8 @@ void run(const torch::Tensor& qkv, int64_t heads, int64_t kv, int64_t layer, con
   at::parallel_for(0, n * kv, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r = i / kv, h = i % kv;
-      const RowPieces& p = rows[r];
-      std::vector<const T*> kp, vp;
-      for (size_t j = 0; j < p.k.size(); ++j) {
-        kp.push_back(static_cast<const T*>(p.k[j]) + h * p.hstrides[j]);
-        vp.push_back(static_cast<const T*>(p.v[j]) + h * p.hstrides[j]);
-      }
       float* o = out + r * heads * D + h * g * D;
-      attend_group<T>(q.data() + r * heads * D + h * g * D, g, kp, vp, p.lens, p.tstrides, scale, p.total, o);
+      rows[r].attend<T>(h, q.data() + r * heads * D + h * g * D, g, scale, o);
       for (int64_t j = 0; j < g * D; ++j) o[j] = widen<T>(cast<T>(o[j]));
     }
   });
@@ -94,17 +81,17 @@ torch::Tensor decode_rows(torch::Tensor qkv, int64_t heads, int64_t layer, std::
   const int64_t kv = own_k[0].size(1);
   TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "KV must be bfloat16 or float32");
   TORCH_CHECK(heads % kv == 0 && qkv.size(1) == (heads + 2 * kv) * 64, "qkv must hold heads + 2 kv_heads of 64");
-  std::vector<RowPieces> rows(n);
+  std::vector<Pieces> rows(n);
   for (int64_t r = 0; r < n; ++r) {
     TORCH_CHECK(chunk_k[r].size() == chunk_v[r].size(), "one value chunk per key chunk");
     for (size_t j = 0; j < chunk_k[r].size(); ++j) {
       TORCH_CHECK(chunk_k[r][j].scalar_type() == dtype && chunk_k[r][j].size(1) == kv && chunk_k[r][j].size(3) == 64,
                   "chunks must be [layers, kv_heads, tokens, 64] in the buffers' dtype");
-      rows[r].add(chunk_k[r][j], chunk_v[r][j], layer, chunk_k[r][j].size(2));
+      add_layer(rows[r], chunk_k[r][j], chunk_v[r][j], layer, chunk_k[r][j].size(2));
     }
     TORCH_CHECK(own_k[r].scalar_type() == dtype && own_k[r].size(1) == kv && own_k[r].size(3) == 64 &&
                 pos[r] >= 0 && pos[r] < own_k[r].size(2) && layer < own_k[r].size(0), "a buffer without room at pos");
-    rows[r].add(own_k[r], own_v[r], layer, pos[r] + 1);
+    add_layer(rows[r], own_k[r], own_v[r], layer, pos[r] + 1);
   }
   auto out = torch::empty({n, heads * 64}, qkv.options());
   if (dtype == torch::kBFloat16) run<uint16_t>(qkv, heads, kv, layer, own_k, own_v, pos, rows, scale, out.data_ptr<float>());
