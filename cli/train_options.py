@@ -71,14 +71,14 @@ def check_speed(bf16: bool, device: str | None, doc_side: bool, link_init: str) 
     ``--link-init``; or exit."""
     if link_init not in ("separator", "document"):
         fail(f"--link-init {link_init!r}: choose separator or document")
+    if bf16 and doc_side:  # what the arguments say first, what this machine can do after
+        fail("--bf16 and --doc-side do not combine (the document encodings keep their graph in float32)")
     if bf16 and not (device or "").startswith("cuda"):
         from kvlink_rag.model.loader import cpu_has_native_bf16
 
         if not cpu_has_native_bf16():
             fail("--bf16: this CPU has no native bfloat16 (AMX / AVX512-BF16); bfloat16 GEMMs would be emulated "
                  "and slower than float32")
-    if bf16 and doc_side:
-        fail("--bf16 and --doc-side do not combine (the document encodings keep their graph in float32)")
 
 
 def issue28_options(mix, pack: bool, fast_attention: bool, bf16: bool, link_init: str, device: str | None,

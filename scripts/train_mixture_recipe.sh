@@ -20,6 +20,7 @@ STEPS=${STEPS:-1000}
 ACCUMULATE=${ACCUMULATE:-8}
 VAL_EVERY=${VAL_EVERY:-100}
 KV=${KV:-.venv/bin/kvlink-rag}
+PY=${PY:-.venv/bin/python}
 case "$DEVICE" in
   # GPU: 5 min of steps after model load, pre-encoding (~5,000 documents) and the first validation
   cuda*) TIME_LIMIT=${TIME_LIMIT:-300}; CKPT=${CKPT:-/tmp/mixture-ckpt}; POOL=${POOL:-256}; CACHE=memory ;;
@@ -28,12 +29,17 @@ case "$DEVICE" in
        export KVLINK_RAG_TORCH_THREADS=${KVLINK_RAG_TORCH_THREADS:-1} ;;
   *) echo "usage: $0 cuda|cpu [OUT]" >&2; exit 2 ;;
 esac
+# bfloat16 autocast on a GPU and where the CPU has native bfloat16 (AMX / AVX512-BF16); emulated it is slower
+BF16=--bf16
+if [ "$DEVICE" = cpu ] && [ "$("$PY" -c 'from kvlink_rag.model.loader import cpu_has_native_bf16; print(int(cpu_has_native_bf16()))')" != 1 ]; then
+  BF16=
+fi
 mkdir -p "$OUT"
 export KVLINK_RAG_COMPUTE_DTYPE=float32  # the CPU's compute dtype on both: a run resumes on the other device
 export KVLINK_RAG_NQ_PATH=${KVLINK_RAG_NQ_PATH:-../shared/data/nq-open-oracle-dev.jsonl.gz}
 echo "== train-links on $DEVICE: $STEPS steps x $ACCUMULATE, time limit $TIME_LIMIT s ($(date +%T))" | tee "$OUT/train.log"
 $KV train-links --device "$DEVICE" --mixture nq=1,kv=0.5,long=0.5,retention=0.5 --mix-pool "$POOL" \
-  --steps "$STEPS" --accumulate "$ACCUMULATE" --val-every "$VAL_EVERY" --pack --bf16 --preencode --doc-cache "$CACHE" \
+  --steps "$STEPS" --accumulate "$ACCUMULATE" --val-every "$VAL_EVERY" --pack $BF16 --preencode --doc-cache "$CACHE" \
   --time-limit "$TIME_LIMIT" --out "$OUT/mixture.safetensors" --checkpoint "$CKPT" 2>&1 | tail -20 | tee -a "$OUT/train.log"
 rc=${PIPESTATUS[0]}
 echo "== done rc=$rc ($(date +%T)); files:" | tee -a "$OUT/train.log"
