@@ -49,7 +49,11 @@ class SchedulerCollector:
                 ("kvlink_prefix_tree_bytes", "KV bytes held by the prefix tree (shared across requests).", tree["bytes"]),
                 ("kvlink_prefix_tree_nodes", "Nodes in the prefix tree.", tree["nodes"]),
                 ("kvlink_running_own_kv_bytes", "KV bytes running requests hold privately (not shared).",
-                 s["running_own_bytes"])):
+                 s["running_own_bytes"]),
+                ("kvlink_kv_pool_used_bytes", "Bytes of KV blocks in use (running requests and the prefix tree).",
+                 s["kv_pool"].get("used_bytes", 0)),
+                ("kvlink_kv_pool_capacity_bytes", "Bytes of KV blocks the pool holds (arenas allocated so far).",
+                 s["kv_pool"].get("capacity_bytes", 0))):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], value)
             yield g

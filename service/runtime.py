@@ -114,6 +114,7 @@ class Runtime:
 def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lock) -> Scheduler:
     """The batching scheduler over ``engine``'s model with the settings' limits and prefix-tree budget (every
     query's one path to the model; with ``KVLINK_RAG_SCHEDULER=false`` it runs one request at a time)."""
+    from kvlink_rag.runtime.block_pool import configure_pool
     from kvlink_rag.runtime.policies import make_policy
     from kvlink_rag.runtime.prefix_tree import PrefixTree
     from kvlink_rag.runtime.limits import SchedulerLimits
@@ -123,6 +124,7 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
     limits = SchedulerLimits(max_running=running, max_waiting=settings.max_waiting_requests,
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
                              max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens)
+    configure_pool(engine.lm, settings.kv_pool_bytes, settings.kv_block_size)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits,
                      policy=make_policy(settings.admission_policy))
 

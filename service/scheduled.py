@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kvlink_rag.runtime.cancel import Cancelled
 from kvlink_rag.runtime.gen_request import GenRequest, GenResult
+from kvlink_rag.runtime.block_pool import PoolExhausted
 from kvlink_rag.runtime.limits import QueueFull
 from kvlink_rag.runtime.scheduler import Scheduler
 from kvlink_rag.types import ContextTooLong
@@ -54,6 +55,8 @@ def scheduled_tokens(scheduler: Scheduler, engine: Engine, plan, make_engine: Ca
         return (yield from gen)
     except ContextTooLong as e:
         raise ServiceError(422, "context_too_long", str(e)) from e
+    except PoolExhausted as e:
+        raise ServiceError(503, "overloaded", f"the server is out of KV memory: {e}", retry_after_s=1.0) from None
     except Cancelled as e:
         if isinstance(e, RequestCancelled):
             raise

@@ -83,6 +83,10 @@ class ServiceSettings(LayerSettings):
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
                                     "tree: system prompt, documents in order, earlier chat turns); 0 = no sharing.")
+    kv_pool_bytes: int = Field(0, ge=0, description="Bytes of the KV block pool that running requests' KV and "
+                               "the prefix tree live in; 0 = grows as needed. Full: the tree evicts, then a request "
+                               "that does not fit waits for running ones (alone: 503).")
+    kv_block_size: int = Field(16, ge=1, le=4096, description="Tokens per KV block (the pool's unit of sharing).")
     events_url: str = Field("", description="Redis (redis://host:port/db) where `kvlink-rag serve` registers "
                             "itself and publishes its cache events and load for `kvlink-rag router`; '' = none.")
     replica_id: str = Field("", max_length=200, description="This replica's name in the router's fleet; '' = "

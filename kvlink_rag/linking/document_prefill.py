@@ -214,4 +214,4 @@ def _runner_forward(lm: LoadedModel, ids: torch.Tensor, pos: torch.Tensor, prefi
 
     _in_chunks(n, forward)
     # own KV: [layers, kv_heads, n, head_dim], keys after RoPE
-    return seq.keys[:, :, :n], seq.values[:, :, :n]
+    return seq.own_kv(0, n)

@@ -47,6 +47,8 @@ class LoadedModel:
         active_adapter: the adapter :func:`kvlink_rag.model.lora.adapter_scope` turned on (None: base model).
         weight_format: the runner's weight format (:data:`kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
         runner: the model runner, built on first use (:func:`kvlink_rag.runtime.model_runner.get_runner`).
+        kv_pool: the KV block pool of the scheduler's sequences, made on first use
+            (:func:`kvlink_rag.runtime.block_pool.kv_pool`).
     """
 
     model: torch.nn.Module
@@ -58,6 +60,7 @@ class LoadedModel:
     active_adapter: str | None = None
     weight_format: str = "native"
     runner: Runner | None = field(default=None, repr=False, compare=False)
+    kv_pool: object | None = field(default=None, repr=False, compare=False)
 
     @property
     def config(self):

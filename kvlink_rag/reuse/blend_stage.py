@@ -46,12 +46,15 @@ class BlendFixup:
         n_sel, a, n = int(self.stale.numel()), self.first_new, int(self.is_selected.numel())
         if n_sel == 0:
             return
-        sel = self.is_selected.to(seq.keys.device)
-        idx = self.stale.to(seq.keys.device)
-        for buf in (seq.keys, seq.values):  # [layers, kv_heads, capacity, head_dim]
-            new = buf[:, :, a: a + n].clone()
+        sel = self.is_selected.to(seq.device)
+        lo = min(int(self.stale.min()), a)
+        idx = self.stale.to(seq.device) - lo
+        k, v = (t.clone() for t in seq.own_kv(lo, a + n))  # [layers, kv_heads, a + n - lo, head_dim]
+        for buf in (k, v):
+            new = buf[:, :, a - lo: a - lo + n].clone()
             buf.index_copy_(2, idx, new[:, :, sel])
-            buf[:, :, a: a + n - n_sel] = new[:, :, ~sel]
+            buf[:, :, a - lo: a - lo + n - n_sel] = new[:, :, ~sel]
+        seq.put(lo, k, v)
         seq.length -= n_sel
 
 
@@ -100,7 +103,7 @@ def blend_prefill(lm: LoadedModel, lay: RequestLayout, start: int, seq: Sequence
         check = min(CHECK_LAYER, lm.num_layers - 1)
         fresh = fresh_check_values(lm, list(prefix.keys.to(lm.device, lm.dtype)),
                                    list(prefix.values.to(lm.device, lm.dtype)), embeds, pos, check)
-        reused = seq.values[check, :, first_doc: first_doc + n_doc]
+        reused = seq.own_kv(first_doc, first_doc + n_doc)[1][check]
         selected = select_recompute(reused, fresh[:, is_doc.to(fresh.device)], ratio)
     streamed = torch.cat([doc_ids[j][lay.offsets.get(i, torch.arange(lay.sizes[i]))] for j, i in enumerate(doc_items)])
     # position order: a selected token of a later document comes after the link tokens before it, so every

@@ -25,12 +25,13 @@ def _fill(req: RunningRequest, todo: list[Document], retention: float = 1.0, sou
     ``retention``); a record that vanished or failed its checksum while streaming is encoded instead (as
     :meth:`Engine.link_context` does). Returns the first item to compute and per-document cache hits."""
     eng, lay = req.engine, req.layout
-    capacity = req.seq.keys.shape[2]
+    capacity = req.seq.capacity
     if source is None:
         source, hits = eng.resolve_documents(todo, retention) if todo else (None, [])
     try:
         return fill_cached(eng.lm, lay, req.match.items, req.seq, eng.prefix, source), hits
     except LookupError:
+        req.seq.release()
         req.seq = new_sequence(eng.lm, req.match.chunks, capacity)
         kvs = [eng.get_or_encode(d)[0] for d in todo]
         kvs = LayeredDocuments.from_documents(kvs, retention) if retention < 1 else kvs
@@ -124,7 +125,11 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     req.match = Match([], 0, 0, None) if cold else tree.match(req.context, lay.items[: lay.kinds.count("prefix") if own else -1])
     req.tree_tokens = req.match.tokens
     req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
-    req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
+    try:
+        req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
+    except BaseException:  # the pool is full: unpin the match, the scheduler retries later
+        tree.release(req.match)
+        raise
     doc_items = [j for j, kind in enumerate(lay.kinds) if kind == "doc"]
     todo_items = [j for j in doc_items if j >= req.match.items]
     todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
@@ -132,6 +137,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         start, hits = _fill(req, todo, reuse.retention, source, found) if mode == "linked" else (req.match.items, [])
     except BaseException:  # e.g. the request was cancelled while loading: unpin its prefix-tree path
         tree.release(req.match)
+        req.seq.release()
         raise
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
     req.hit_sizes = {lay.items[j][1]: lay.sizes[j] for j, hit in zip(todo_items, hits) if hit}

@@ -82,17 +82,21 @@ def plain_decode(row: RaggedRow) -> bool:
     """Whether ``row`` is a decode row for the kernels: one token, no mask, no attention probabilities wanted
     (explain), its chunks in its own buffers' dtype."""
     return (row.length == 1 and row.mask is None and row.attention is None
-            and all(c.keys.dtype == row.seq.keys.dtype for c in row.seq.chunks))
+            and all(c.dtype == row.seq.dtype for c in row.seq.chunks))
 
 
 @dataclass(frozen=True)
 class DecodeRows:
-    """A step's rows as :func:`attend` hands them to the kernel, gathered once for every layer.
+    """A step's rows as :func:`attend` hands them to the kernel, gathered once for every layer: each row's
+    block table as runs (:meth:`~kvlink_rag.runtime.kv_sequence.SequenceKV.pieces`), the last one holding the
+    slot of its new token.
 
     Attributes:
-        own_k, own_v: each row's own KV buffers ``[layers, kv_heads, capacity, 64]`` (one dtype for all).
-        pos: each row's new token's index in its buffers (its committed own tokens).
-        chunk_k, chunk_v: each row's shared chunks ``[layers, kv_heads, tokens, 64]`` in order.
+        own_k, own_v: each row's last run ``[layers, kv_heads, tokens, 64]`` (one dtype for all), its new
+            token's slot included.
+        pos: each row's new token's index in that run.
+        chunk_k, chunk_v: each row's runs before it ``[layers, kv_heads, tokens, 64]`` in order (shared chunks,
+            then its own earlier blocks).
     """
 
     own_k: list[torch.Tensor]
@@ -108,10 +112,14 @@ class DecodeRows:
         rows = batch.rows
         if not rows or not all(plain_decode(r) for r in rows):
             return None
-        if any(r.seq.keys.dtype != rows[0].seq.keys.dtype for r in rows):
+        if any(r.seq.dtype != rows[0].seq.dtype for r in rows):
             return None
-        return cls([r.seq.keys for r in rows], [r.seq.values for r in rows], [r.seq.length for r in rows],
-                   [[c.keys for c in r.seq.chunks] for r in rows], [[c.values for c in r.seq.chunks] for r in rows])
+        runs = []
+        for r in rows:
+            r.seq.reserve(1)
+            runs.append(r.seq.pieces(1))
+        return cls([p[-1][0] for p in runs], [p[-1][1] for p in runs], [p[-1][0].shape[2] - 1 for p in runs],
+                   [[k for k, _ in p[:-1]] for p in runs], [[v for _, v in p[:-1]] for p in runs])
 
 
 def attend(w: ModelWeights, layer: int, qkv: torch.Tensor, rows: DecodeRows) -> torch.Tensor:

@@ -36,9 +36,8 @@ def cache_view(seq: SequenceKV):
     ``seq`` without shared chunks). Forwards through transformers that extend it allocate their own tensors."""
     from transformers import DynamicCache
 
-    n = seq.length
-    return DynamicCache(ddp_cache_data=[(seq.keys[i, :, :n][None], seq.values[i, :, :n][None])
-                                        for i in range(seq.keys.shape[0])])
+    k, v = seq.own_kv()  # [layers, kv_heads, tokens, head_dim]: a view when the blocks are one run
+    return DynamicCache(ddp_cache_data=[(k[i][None], v[i][None]) for i in range(k.shape[0])])
 
 
 def runs_on_runner(*tensors: torch.Tensor | None) -> bool:

@@ -75,11 +75,6 @@ class Match:
     node: Node | None
 
 
-def _slice(kv: KVChunk, start: int, end: int) -> KVChunk:
-    # keys, values: [layers, kv_heads, tokens, head_dim] -> a view of tokens start..end
-    return KVChunk(kv.keys[:, :, start:end], kv.values[:, :, start:end])
-
-
 class PrefixTree:
     """Shared prefix KV under a byte budget.
 
@@ -111,7 +106,9 @@ class PrefixTree:
                 while j < len(child.items) and n_items + j < len(items) and child.items[j] == items[n_items + j]:
                     j += 1
                 t = sum(child.sizes[:j])
-                chunks.append(child.kv if j == len(child.items) else _slice(child.kv, 0, t))
+                if j < len(child.items):  # pin only what is used: the rest stays evictable (SGLang splits too)
+                    child = self._split(child, j)
+                chunks.append(child.kv)
                 nodes.append(child)
                 n_items, n_tokens = n_items + j, n_tokens + t
                 if j < len(child.items):
@@ -159,7 +156,7 @@ class PrefixTree:
                 if child is None:
                     if i < kv_from:
                         return 0
-                    new = Node(tuple(items[i:]), tuple(sizes[i:]), _slice(kv, at - base, kv.num_tokens), node,
+                    new = Node(tuple(items[i:]), tuple(sizes[i:]), kv.slice(at - base, kv.num_tokens).retain(), node,
                                last_used=now)
                     node.children[items[i]] = new
                     self.nbytes += new.nbytes
@@ -178,10 +175,11 @@ class PrefixTree:
         """Cut ``node``'s edge after ``j`` items: a new parent holds the first ``j`` (views, no copies); a pin
         stays on ``node``, and the head is safe as its parent."""
         t = sum(node.sizes[:j])
-        head = Node(node.items[:j], node.sizes[:j], _slice(node.kv, 0, t), node.parent, last_used=node.last_used)
+        head = Node(node.items[:j], node.sizes[:j], node.kv.slice(0, t).retain(), node.parent, last_used=node.last_used)
         node.parent.children[node.items[0]] = head
         node.items, node.sizes = node.items[j:], node.sizes[j:]
-        node.kv = _slice(node.kv, t, t + sum(node.sizes))
+        old, node.kv = node.kv, node.kv.slice(t, t + sum(node.sizes)).retain()
+        old.drop()  # its blocks: one reference each from the head and the tail now
         node.parent = head
         head.children[node.items[0]] = node
         return head
@@ -190,16 +188,27 @@ class PrefixTree:
         """Unpinned leaves (the only evictable nodes)."""
         return [nd for r in self.roots.values() for nd in _walk(r) if not nd.children and nd.refs <= 0]
 
-    def _evict(self) -> None:
-        """Drop unpinned least-recently-used leaves until within budget (parents may become leaves)."""
-        while self.nbytes > self.budget_bytes:
+    def _evict(self, target: int | None = None) -> None:
+        """Drop unpinned least-recently-used leaves until within budget (or ``target`` bytes; parents may
+        become leaves); their blocks go back to the pool unless a request still holds them."""
+        limit = self.budget_bytes if target is None else target
+        while self.nbytes > limit:
             leaves = self._leaves()
             if not leaves:
                 return
             victim = min(leaves, key=lambda nd: nd.last_used)
             del victim.parent.children[victim.items[0]]
+            victim.kv.drop()
             self.nbytes -= victim.nbytes
             self.evicted_bytes += victim.nbytes
+
+    def shrink(self, nbytes: int) -> int:
+        """Evict unpinned LRU leaves worth about ``nbytes`` (the KV pool is full:
+        :meth:`~kvlink_rag.runtime.block_pool.BlockPool.add_reclaimer`); returns the bytes dropped."""
+        with self._lock:
+            before = self.nbytes
+            self._evict(max(0, self.nbytes - nbytes))
+            return before - self.nbytes
 
     def stats(self) -> dict:
         """``{nodes, bytes, budget_bytes, evicted_bytes, hit_tokens, pinned_nodes}``."""

@@ -17,106 +17,15 @@ head's query heads as its query rows; several shared chunks never copied).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 from .decode_attention import attend_decode
+from .kv_sequence import KVChunk, SequenceKV
 
-
-@dataclass(frozen=True)
-class KVChunk:
-    """Read-only KV of consecutive tokens shared by requests (a prefix-tree node's segment).
-
-    Attributes:
-        keys, values: ``[layers, kv_heads, tokens, head_dim]`` keys after RoPE at their final positions.
-    """
-
-    keys: torch.Tensor
-    values: torch.Tensor
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.keys.shape[2])
-
-    @property
-    def nbytes(self) -> int:
-        return self.keys.numel() * self.keys.element_size() * 2
-
-
-class SequenceKV:
-    """One request's KV: shared chunks, then its own tokens in growable per-request buffers.
-
-    Args:
-        chunks: read-only prefix chunks in order (their tensors are referenced, never copied).
-        layers, kv_heads, head_dim: model shape.
-        dtype, device: of the own buffers.
-        capacity: own tokens allocated up front (grown by doubling when exceeded).
-    """
-
-    def __init__(self, chunks: Sequence[KVChunk], layers: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str = "cpu", capacity: int = 64):
-        self.chunks = list(chunks)
-        self.shape = (layers, kv_heads, head_dim)
-        self.keys = torch.empty(layers, kv_heads, max(capacity, 1), head_dim, dtype=dtype, device=device)
-        self.values = torch.empty_like(self.keys)
-        self.length = 0  # own tokens committed (all layers written)
-        self.shared_tokens = sum(c.num_tokens for c in self.chunks)
-        self.lent = 0  # own tokens whose KV the prefix tree holds as views of these buffers (not counted twice)
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens visible to the next forward: shared chunks plus own committed tokens."""
-        return self.shared_tokens + self.length
-
-    @property
-    def own_bytes(self) -> int:
-        """Bytes of this request's own (unshared) committed KV: its tokens less those it lent to the tree."""
-        layers, kv_heads, head_dim = self.shape
-        return 2 * layers * kv_heads * (self.length - self.lent) * head_dim * self.keys.element_size()
-
-    def reserve(self, n: int) -> None:
-        """Make room for ``n`` more own tokens (copies the own buffers when they grow)."""
-        need = self.length + n
-        cap = self.keys.shape[2]
-        if need <= cap:
-            return
-        new_cap = max(need, 2 * cap)
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            grown = old.new_empty(old.shape[0], old.shape[1], new_cap, old.shape[3])
-            grown[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, grown)
-
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Append whole tokens ``[layers, kv_heads, n, head_dim]`` (e.g. a document's re-rotated KV)."""
-        n = int(keys.shape[2])
-        self.reserve(n)
-        self.keys[:, :, self.length: self.length + n] = keys
-        self.values[:, :, self.length: self.length + n] = values
-        self.length += n
-
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write one layer's ``[kv_heads, n, head_dim]`` new tokens after the committed ones (a forward in
-        progress; :meth:`commit` makes them visible once every layer is written)."""
-        n = int(k.shape[1])
-        self.keys[layer, :, self.length: self.length + n] = k
-        self.values[layer, :, self.length: self.length + n] = v
-
-    def commit(self, n: int) -> None:
-        """The ``n`` tokens written to every layer become part of the sequence."""
-        self.length += n
-
-    def layer_kv(self, layer: int, extra: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(k, v)`` ``[kv_heads, tokens, head_dim]`` pieces of ``layer`` in order, including ``extra``
-        own tokens written but not yet committed."""
-        for c in self.chunks:
-            yield c.keys[layer], c.values[layer]
-        n = self.length + extra
-        if n:
-            yield self.keys[layer, :, :n], self.values[layer, :, :n]
+__all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "mask_rows"]
 
 
 @dataclass
@@ -157,7 +66,7 @@ class RaggedBatch:
         seq.reserve(length)
         causal = mask is None and length > 1 and seq.num_tokens == 0
         if mask is None:
-            mask = _causal_tail(length, seq.num_tokens + length, seq.keys.dtype, seq.keys.device)
+            mask = _causal_tail(length, seq.num_tokens + length, seq.dtype, seq.device)
         row = RaggedRow(seq, start, length, mask, attention, causal)
         self.rows.append(row)
         return row

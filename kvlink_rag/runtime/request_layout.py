@@ -19,7 +19,8 @@ from ..linking.mask import additive, allowed
 from ..linking.rope import apply_rope, rope_cos_sin
 from ..model.loader import LoadedModel
 from ..types import DocumentKV, LayeredDocuments
-from .ragged import KVChunk, SequenceKV
+from .block_pool import kv_pool
+from .kv_sequence import KVChunk, SequenceKV
 
 
 @dataclass
@@ -51,14 +52,19 @@ saved."""
 
 
 def new_sequence(lm: LoadedModel, chunks: list[KVChunk], capacity: int) -> SequenceKV:
-    """A request KV after ``chunks`` shaped for ``lm`` (``lm.kv_dtype``, model device), with room for
-    ``capacity`` own tokens; chunks of at most :data:`COPY_SHARED_TOKENS` tokens are copied in as its first own
-    tokens (its ``shared_tokens`` is then 0 and its ``length`` theirs)."""
+    """A request KV after ``chunks`` shaped for ``lm`` (``lm.kv_dtype``, model device) in ``lm``'s block pool
+    (:func:`~kvlink_rag.runtime.block_pool.kv_pool`), with blocks for ``capacity`` own tokens; chunks of at
+    most :data:`COPY_SHARED_TOKENS` tokens are copied in as its first own tokens (its ``shared_tokens`` is then
+    0 and its ``length`` theirs).
+
+    Raises:
+        PoolExhausted: the pool has no room for ``capacity`` tokens.
+    """
     cfg = lm.config
     shared = sum(c.num_tokens for c in chunks)
     copy = 0 < shared <= COPY_SHARED_TOKENS
     seq = SequenceKV([] if copy else chunks, lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype,
-                     lm.device, capacity + (shared if copy else 0))
+                     lm.device, capacity + (shared if copy else 0), pool=kv_pool(lm))
     if copy:
         for c in chunks:
             seq.append(c.keys.to(lm.device), c.values.to(lm.device))
@@ -168,10 +174,8 @@ def _rotate_into(lm: LoadedModel, seq: SequenceKV, docs: list[DocumentKV] | Laye
     cos, sin = rope_cos_sin(lm.rotary_emb, positions.to(lm.device), torch.float32)
     n = int(positions.numel())
     seq.reserve(n)
-    at = seq.length
-    for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim]
-        seq.keys[i, :, at: at + n] = apply_rope(k_raw.to(lm.device).float(), cos, sin)
-        seq.values[i, :, at: at + n] = v
+    for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim], into the blocks
+        seq.write(i, apply_rope(k_raw.to(lm.device).float(), cos, sin), v)
     seq.commit(n)
 
 
@@ -188,8 +192,8 @@ def fill_cached(lm: LoadedModel, lay: RequestLayout, start: int, seq: SequenceKV
     while i < len(lay.items) and lay.kinds[i] == "prefix":
         i += 1
     if i > start:
-        seq.append(prefix.keys[:, :, start:i].to(lm.device, seq.keys.dtype),
-                   prefix.values[:, :, start:i].to(lm.device, seq.keys.dtype))
+        seq.append(prefix.keys[:, :, start:i].to(lm.device, seq.dtype),
+                   prefix.values[:, :, start:i].to(lm.device, seq.dtype))
     j = i
     while j < len(lay.items) and lay.kinds[j] == "doc":
         j += 1

@@ -21,7 +21,7 @@ from ..engine import Engine
 from ..explain.attention_rows import RowAttention
 from ..linking.context import LinkedContext, Timings
 from .prefix_tree import Match, PrefixTree
-from .ragged import KVChunk, mask_rows
+from .ragged import mask_rows
 from .request_layout import PendingPrefill, RequestLayout, new_sequence, prepare_tokens
 
 
@@ -152,7 +152,7 @@ class RunningRequest:
         concurrent requests with the same prompt hold it once."""
         seq, n_items = self.seq, self.prompt_items
         start = self.match.tokens - seq.shared_tokens  # own tokens copied from the match (new_sequence)
-        own = KVChunk(seq.keys[:, :, start: seq.length], seq.values[:, :, start: seq.length])
+        own = seq.lend(start, seq.length)  # its blocks: the tree takes references, nothing is copied
         stored = self.tree.insert(self.context, self.layout.items[:n_items], self.layout.sizes[:n_items], own,
                                   kv_from=self.match.items)
         self.prompt_in_tree = True
@@ -163,6 +163,7 @@ class RunningRequest:
         if again.tokens == self.prompt_tokens:
             self.tree.release(self.match)
             self.match = again
+            seq.release()
             self.seq = new_sequence(self.engine.lm, again.chunks, max(self.budget, 1))
         else:
             self.tree.release(again)
@@ -187,8 +188,9 @@ class RunningRequest:
         fed = len(self.layout.items)
         start = self.prompt_tokens - seq.shared_tokens  # own tokens of the prompt (before the answer's)
         if self.prompt_in_tree and seq.length > start and not self.cold:
-            own = KVChunk(seq.keys[:, :, start: seq.length], seq.values[:, :, start: seq.length])  # views
+            own = seq.lend(start, seq.length)  # the answer's blocks, referenced by the tree
             self.tree.insert(self.context, self.layout.items[:fed], self.layout.sizes[:fed], own,
                              kv_from=self.prompt_items)
         self.tree.release(self.match)
         self.match = None
+        seq.release()  # blocks the tree took references to stay

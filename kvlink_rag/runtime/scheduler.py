@@ -23,6 +23,8 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from .admission import AdmissionPolicy, BucketPolicy, WaitingView
+from .block_pool import PoolExhausted, kv_pool
+from ..model.loader import LoadedModel
 from .gen_request import GenRequest, GenResult, RequestHandle
 from .limits import QueueFull, SchedulerLimits
 from .step_budget import allot
@@ -53,6 +55,8 @@ class Scheduler:
     def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None,
                  policy: AdmissionPolicy | None = None):
         self.lm, self.tree, self.model_lock = lm, tree, model_lock
+        if isinstance(lm, LoadedModel):  # a full pool asks the tree to evict its LRU leaves first
+            kv_pool(lm).add_reclaimer(tree.shrink)
         self.limits = limits or SchedulerLimits()
         self.policy = policy or BucketPolicy()
         self.observe = observe
@@ -87,13 +91,14 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def stats(self) -> dict:
-        """``{running, waiting, queued_prefill_tokens, steps, tree: PrefixTree.stats(), running_own_bytes}``
-        (bytes; queued_prefill_tokens: prompt tokens of the waiting requests)."""
+        """``{running, waiting, queued_prefill_tokens, steps, tree: PrefixTree.stats(), running_own_bytes,
+        kv_pool: BlockPool.stats()}`` (bytes; queued_prefill_tokens: prompt tokens of the waiting requests)."""
         with self._cond:
             own = sum(rr.seq.own_bytes for _, rr in self.running if rr.seq is not None)
+            pool = kv_pool(self.lm).stats() if isinstance(self.lm, LoadedModel) else {}
             return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps,
                     "queued_prefill_tokens": sum(w.tokens for w in self.waiting),
-                    "tree": self.tree.stats(), "running_own_bytes": own}
+                    "tree": self.tree.stats(), "running_own_bytes": own, "kv_pool": pool}
 
     def close(self) -> None:
         """Stop the thread after the current step; waiting and running requests fail."""
@@ -170,6 +175,13 @@ class Scheduler:
                     rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k,
                                Reuse(req.retention, req.recompute_ratio, req.explain), req.cold)
                     rr.logits = [] if req.keep_logits else None
+                except PoolExhausted as e:  # waits for running requests' blocks; alone it can never fit
+                    if not self.running:
+                        w.handle.fail(e)
+                        continue
+                    with self._cond:
+                        self.waiting[:0] = [x for x in chosen[chosen.index(w):] if not x.handle.cancelled]
+                    break
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)
                     continue
@@ -258,7 +270,9 @@ class Scheduler:
                     rr.match = None
         finally:
             if error is not None or cancelled:
-                rr.seq = rr.pending = None  # its own KV goes now (the handle may outlive the request)
+                if rr.seq is not None:
+                    rr.seq.release()  # its own blocks go back to the pool now
+                rr.seq = rr.pending = None
             with self._cond:
                 self.running = [(x, r) for x, r in self.running if x is not h]
         if error is not None:

@@ -130,8 +130,8 @@ def test_decode_rows_write_and_attend_as_the_general_path():
     want, want_seqs = _over_shared_chunk(lm, general, torch.float32)
     assert (got - want).abs().max() <= 1e-5 * want.abs().max()
     for a, b in zip(got_seqs, want_seqs):
-        assert a.length == b.length and torch.equal(a.keys[:, :, : a.length], b.keys[:, :, : b.length])
-        assert torch.equal(a.values[:, :, : a.length], b.values[:, :, : b.length])
+        assert a.length == b.length and torch.equal(a.own_kv()[0], b.own_kv()[0])
+        assert torch.equal(a.own_kv()[1], b.own_kv()[1])
 
 
 def test_decode_rows_only_for_plain_decode_rows():

@@ -1,0 +1,83 @@
+"""The KV block pool: consecutive allocation, reference counts, runs, a full pool's reclaimers and error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvlink_rag.runtime.block_pool import BlockPool, PoolExhausted
+
+
+def pool(**kw) -> BlockPool:
+    kw.setdefault("block_size", 4)
+    kw.setdefault("arena_blocks", 8)
+    return BlockPool(2, 1, 3, torch.float32, **kw)
+
+
+def test_blocks_come_consecutive_and_extend_after_the_last():
+    p = pool()
+    a = p.allocate(3)
+    b = p.allocate(2)
+    assert a == [0, 1, 2] and b == [3, 4]
+    p.decref(b)
+    assert p.allocate(2, after=a[-1]) == [3, 4]  # right after the holder's last block
+    assert p.free_blocks == 3 and p.num_blocks == 8
+
+
+def test_a_block_is_free_only_when_its_last_reference_goes():
+    p = pool()
+    b = p.allocate(2)
+    p.incref(b[:1])
+    p.decref(b)
+    assert p.refs(b[0]) == 1 and p.refs(b[1]) == 0 and p.free_blocks == 7
+    p.decref(b[:1])
+    assert p.free_blocks == 8
+    with pytest.raises(ValueError, match="already free"):
+        p.decref(b[:1])
+    with pytest.raises(ValueError, match="is free"):
+        p.incref(b[:1])
+
+
+def test_no_consecutive_room_opens_a_new_arena_until_the_bound_then_scatters():
+    p = pool()
+    held = p.allocate(8)
+    p.decref(held[1::2])  # holes of one block
+    assert p.allocate(2) == [8, 9] and p.num_blocks == 16  # unbounded: a new arena, not scattered blocks
+    q = pool(max_blocks=8)
+    held = q.allocate(8)
+    q.decref(held[1::2])
+    assert q.allocate(2) == [1, 3]  # bounded: what is free, scattered
+
+
+def test_spans_merge_consecutive_blocks_and_runs_are_views():
+    p = pool()
+    blocks = p.allocate(3) + p.allocate(1)  # 0, 1, 2, 3
+    assert p.spans(blocks, 2, 9) == [(0, 2, 9)]
+    assert p.spans([0, 5, 6], 1, 10) == [(0, 1, 3), (0, 20, 7)]
+    k, v = p.runs(blocks, 2, 9)[0]
+    k.fill_(1.0)
+    assert k.shape == (2, 1, 9, 3) and k.data_ptr() == p.arenas[0][0][:, :, 2].data_ptr()
+    assert p.arenas[0][0][:, :, 2:11].eq(1.0).all()
+
+
+def test_a_full_pool_asks_its_reclaimers_then_refuses_with_the_numbers():
+    p = pool(max_blocks=8)
+    held = p.allocate(6)
+    asked = []
+
+    def reclaim(nbytes: int) -> int:  # a tree with two blocks to give, once
+        asked.append(nbytes)
+        if len(asked) == 1:
+            p.decref(held[:2])
+        return nbytes if len(asked) == 1 else 0
+
+    p.add_reclaimer(reclaim)
+    assert len(p.allocate(4)) == 4 and asked == [2 * p.block_bytes]
+    with pytest.raises(PoolExhausted, match="0 free blocks of 8") as e:
+        p.allocate(1)
+    assert e.value.needed == 1 and len(asked) == 2
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError, match="block_size"):
+        BlockPool(1, 1, 1, torch.float32, block_size=0)
