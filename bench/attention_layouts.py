@@ -10,6 +10,7 @@ prefill step (128 queries, causal within the chunk) at each context:
 - ``blocks B, gathered``: a pool of fixed-size blocks and a block table (vLLM's paged layout), the row's blocks
   gathered into one buffer (``index_select``), then SDPA;
 - ``blocks B, per block``: the same blocks as pieces, never gathered (:func:`kvlink_rag.runtime.ragged.attend`);
+- ``pool 16, one run`` / ``scattered``: the product's block pool read as runs (:func:`_pool_candidates`);
 - ``flex``: FlexAttention (compiled, dense KV; compile seconds reported) when ``flex=True``.
 
 Every candidate's output is checked against ``contiguous`` (max abs difference reported). CPU seconds
@@ -64,9 +65,32 @@ def _candidates(q, k, v, mask, blocks: list[int], flex: bool) -> dict[str, Calla
 
         cands[f"blocks {size}, gathered"] = gathered
         cands[f"blocks {size}, per block"] = per_block
+    cands.update(_pool_candidates(q, k, v, mask))
     if flex:
         cands["flex (compiled)"] = _flex(q, k, v, mask)
     return cands
+
+
+def _pool_candidates(q, k, v, mask) -> dict[str, Callable[[], torch.Tensor]]:
+    """The product's pool (:class:`~kvlink_rag.runtime.block_pool.BlockPool`, arenas ``[layers, kv_heads, slots,
+    head_dim]``): a row's blocks as runs handed to :func:`attend` (the C++ decode kernel's pieces; a prefill
+    joins them), once consecutive (one run, what the allocator gives) and once every other block (worst case)."""
+    from kvlink_rag.runtime.block_pool import BlockPool
+
+    scale, keys, size = HEAD_DIM ** -0.5, k.shape[1], 16
+    nb = -(-keys // size)
+    out = {}
+    for name, table in (("pool 16, one run", list(range(nb))), ("pool 16, scattered", list(range(0, 2 * nb, 2)))):
+        pool = BlockPool(1, KV_HEADS, HEAD_DIM, k.dtype, block_size=size, arena_blocks=2 * nb)
+        pool.allocate(2 * nb)  # the arena, every block held
+        runs = pool.runs(table, 0, keys)
+        at = 0
+        for rk, rv in runs:  # rk: [1, kv_heads, tokens, head_dim]
+            t = rk.shape[2]
+            rk[0], rv[0] = k[:, at: at + t], v[:, at: at + t]
+            at += t
+        out[name] = lambda runs=runs: attend(q, [(rk[0], rv[0]) for rk, rv in runs], mask, scale)
+    return out
 
 
 def _flex(q, k, v, mask) -> Callable[[], torch.Tensor]:
