@@ -2,7 +2,9 @@
 
 A method gets the engine's model and prefix, the documents' caches in slot order (keys before RoPE), their
 ids, the link embeddings and the question, and returns the :class:`~kvlink_rag.linking.context.LinkedContext` to
-decode from. Link tokens (KVLink: RoPE re-applied, K trained tokens after each document; Yang et al., 2025)
+decode from (:meth:`ReuseMethod.context`, the one-request reference); inside the batching scheduler it gets the
+admitted request's layout and loaded KV and returns the prefill the scheduler runs for it, chunked like any
+other, with what to do once that prefill is complete (:meth:`ReuseMethod.scheduled`). Link tokens (KVLink: RoPE re-applied, K trained tokens after each document; Yang et al., 2025)
 and CacheBlend recompute (Yao et al., 2024, arXiv 2405.16444: the most deviating document tokens
 recomputed in the joined context, on top of the link tokens) are the first two; adding one is a class in
 its own file and one entry in :data:`METHODS`.
@@ -10,6 +12,7 @@ its own file and one entry in :data:`METHODS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,7 +20,9 @@ import torch
 
 from ..linking.context import LinkedContext, PrefixKV
 from ..model.loader import LoadedModel
-from ..types import DocumentKV, LayeredDocuments
+from ..runtime.kv_sequence import SequenceKV
+from ..runtime.request_layout import PendingPrefill, RequestLayout
+from ..types import Document, DocumentKV, LayeredDocuments
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,47 @@ class ReuseInputs:
     new_tokens: int = 1
 
 
+@dataclass(frozen=True)
+class ScheduledInputs:
+    """What a reuse method gets inside the batching scheduler (:func:`kvlink_rag.runtime.admit.admit`).
+
+    Attributes:
+        lm: the model.
+        layout: the request's linked layout; items before ``start`` are in ``seq`` already.
+        start: the first item to compute (link tokens, question).
+        seq: the request's KV (prefix, then its documents re-rotated in its own blocks).
+        prefix: the anchor prefix KV, or None.
+        docs: the request's documents in slot order; ``document_ids(doc)`` gives a document's ``[tokens]`` ids.
+        link_embeds: ``[K, hidden]`` or ``[S, K, hidden]`` link embeddings in use, or None.
+        pending: the link-token prefill of items ``start..`` under the KVLink mask.
+    """
+
+    lm: LoadedModel
+    layout: RequestLayout
+    start: int
+    seq: SequenceKV
+    prefix: PrefixKV | None
+    docs: list[Document]
+    document_ids: Callable[[Document], torch.Tensor]
+    link_embeds: torch.Tensor | None
+    pending: PendingPrefill
+
+
+class Fixup(Protocol):
+    """What a method does to a request's KV once its scheduled prefill is complete."""
+
+    def apply(self, seq: SequenceKV) -> None:
+        """Change ``seq`` in place (before the first token is sampled)."""
+
+
 class ReuseMethod(Protocol):
     """Builds a request's context from stored document caches."""
 
     def context(self, inputs: ReuseInputs) -> LinkedContext:
         """The context to decode from (see :class:`ReuseInputs`)."""
+
+    def scheduled(self, inputs: ScheduledInputs) -> tuple[PendingPrefill, Fixup | None]:
+        """The prefill the scheduler runs for the request and the fixup applied after it (or None)."""
 
 
 class LinkTokens:
@@ -61,6 +102,9 @@ class LinkTokens:
 
         return link(inputs.lm, inputs.prefix, inputs.docs, inputs.link_embeds, inputs.question_ids,
                     anchored=inputs.anchored, new_tokens=inputs.new_tokens)
+
+    def scheduled(self, inputs: ScheduledInputs) -> tuple[PendingPrefill, Fixup | None]:
+        return inputs.pending, None  # admission already laid out the link tokens and question
 
 
 @dataclass(frozen=True)
@@ -74,6 +118,14 @@ class CacheBlend:
 
         return blend(inputs.lm, inputs.prefix, inputs.docs, inputs.doc_ids, inputs.link_embeds, inputs.question_ids,
                      recompute_ratio=self.ratio, new_tokens=inputs.new_tokens)
+
+    def scheduled(self, inputs: ScheduledInputs) -> tuple[PendingPrefill, Fixup | None]:
+        """The selected document tokens join the link-and-question prefill (:func:`kvlink_rag.reuse.blend_stage.blend_prefill`)."""
+        from .blend_stage import blend_prefill
+
+        ids = [inputs.document_ids(d) for d in inputs.docs]
+        return blend_prefill(inputs.lm, inputs.layout, inputs.start, inputs.seq, inputs.prefix, ids,
+                             inputs.link_embeds, inputs.pending, self.ratio)
 
 
 METHODS = {"link-tokens": lambda ratio: LinkTokens(), "cacheblend": lambda ratio: CacheBlend(ratio)}

@@ -12,7 +12,7 @@ import torch
 from ..decoding.generate import SamplingParams
 from ..engine import Engine
 from ..explain.attention_rows import RowAttention
-from ..reuse.blend_stage import blend_prefill
+from ..reuse.methods import ScheduledInputs, reuse_method
 from ..types import ContextTooLong, Document, LayeredDocuments
 from .prefix_tree import Match, PrefixTree
 from .request_layout import RequestLayout, fill_cached, full_layout, linked_layout, new_sequence, pending_prefill
@@ -92,6 +92,17 @@ class Reuse:
         return self.retention < 1.0 or self.recompute_ratio > 0 or self.explain
 
 
+def _prefill(req: RunningRequest, docs: list[Document], start: int, embeds: torch.Tensor | None, ratio: float):
+    """The request's prefill from item ``start`` and its fixup: a linked request's from its reuse method (link
+    tokens as laid out; CacheBlend adds the document tokens it recomputes), others' as laid out."""
+    eng, lay = req.engine, req.layout
+    pending = pending_prefill(eng.lm, lay, start, embeds)
+    if not lay.linked:
+        return pending, None
+    return reuse_method(ratio).scheduled(ScheduledInputs(eng.lm, lay, start, req.seq, eng.prefix, docs,
+                                                         eng.document_ids, embeds, pending))
+
+
 def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[int], params: SamplingParams,
           mode: str = "linked", k: int | None = None, reuse: Reuse = Reuse(), cold: bool = False) -> RunningRequest:
     """Lay out, match in ``tree`` and prepare a request (call under the model lock); ``mode`` is ``linked``,
@@ -143,11 +154,7 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     req.hit_sizes = {lay.items[j][1]: lay.sizes[j] for j, hit in zip(todo_items, hits) if hit}
     req.timings["load_s"] = time.perf_counter() - t0 if mode == "linked" else 0.0
     embeds = eng.link_tokens.embeds[..., :k_used, :] if k_used else None
-    req.pending = pending_prefill(eng.lm, lay, start, embeds)
-    if own and reuse.recompute_ratio > 0:  # CacheBlend: the selected document tokens join the prefill
-        ids = [eng.document_ids(d) for d in docs]
-        req.pending, req.fixup = blend_prefill(eng.lm, lay, start, req.seq, eng.prefix, ids, embeds, req.pending,
-                                               reuse.recompute_ratio)
+    req.pending, req.fixup = _prefill(req, docs, start, embeds, reuse.recompute_ratio if own else 0.0)
     if own and reuse.explain:  # the link tokens come first in the prefill and are not counted
         req.attention = RowAttention(sum(lay.sizes[j] for j in range(start, len(lay.items)) if lay.kinds[j] == "link"))
     req.cached_tokens = lay.num_tokens - req.pending.num_tokens - req.encoded_tokens

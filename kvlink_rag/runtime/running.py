@@ -42,7 +42,8 @@ class RunningRequest:
         cached_tokens: prompt tokens not computed for this request (prefix tree, prefix KV, stored caches).
         context_tokens: positions the prompt spans (retention's dropped tokens count).
         own_prompt: the prompt's KV stays the request's own (not put in the tree): retention, CacheBlend, explain.
-        fixup: CacheBlend's :class:`~kvlink_rag.reuse.blend_stage.BlendFixup`, applied once the prefill is complete.
+        fixup: the reuse method's :class:`~kvlink_rag.reuse.methods.Fixup` (CacheBlend's fresh KV in place), applied
+            once the prefill is complete, or None.
         attention: explain's :class:`~kvlink_rag.explain.attention_rows.RowAttention`, handed to the runner with each row.
         cold: computed without the prefix tree (mode ``full`` with documents, the comparison): nothing is
             read from it and its KV is not inserted.
@@ -108,7 +109,7 @@ class RunningRequest:
         the logits are masked by the request's matcher before sampling (greedy or sampled); with ``logprobs``
         the emitted token's :class:`~kvlink_rag.decoding.logprobs.TokenLogprob` (of the unmasked logits) is appended to
         :attr:`logprobs`."""
-        if self.fixup is not None:  # CacheBlend: the recomputed document tokens' KV into their slots
+        if self.fixup is not None:  # the reuse method's fixup (CacheBlend: recomputed tokens' KV into their slots)
             self.fixup.apply(self.seq)
             self.fixup = None
         if self.logits is not None:

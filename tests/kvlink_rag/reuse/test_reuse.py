@@ -36,3 +36,36 @@ def test_each_method_is_its_function():
     ref = blend(lm, x.prefix, x.docs, x.doc_ids, x.link_embeds, x.question_ids, recompute_ratio=0.5,
                 new_tokens=1).last_logits
     assert torch.equal(got, ref)
+
+
+def test_a_registered_method_is_what_the_scheduler_runs(tmp_path, monkeypatch):
+    """The batching scheduler takes a linked request's prefill from its method's ``scheduled`` (a method that
+    adds nothing to the prefill answers as link tokens do)."""
+    import threading
+
+    from factories import tiny_text_engine
+    from kvlink_rag.reuse import methods
+    from kvlink_rag.runtime.gen_request import GenRequest
+    from kvlink_rag.runtime.limits import SchedulerLimits
+    from kvlink_rag.runtime.prefix_tree import PrefixTree
+    from kvlink_rag.runtime.scheduler import Scheduler
+    from kvlink_rag.types import Document
+
+    seen = []
+
+    class Counting(LinkTokens):
+        def scheduled(self, inputs):
+            seen.append((inputs.start, inputs.pending.num_tokens, len(inputs.docs)))
+            return super().scheduled(inputs)
+
+    monkeypatch.setitem(methods.METHODS, "link-tokens", lambda ratio: Counting())
+    engine = tiny_text_engine(tmp_path, max_new_tokens=4, kv_dtype="float32")
+    docs = [Document("The code word is kiwi.", "A"), Document("The number is seven.", "B")]
+    ids = engine.template.question_ids(engine.lm.tokenizer, "what is the code word?").tolist()
+    sched = Scheduler(engine.lm, PrefixTree(0), threading.Lock(), SchedulerLimits())
+    try:
+        h = sched.submit(GenRequest(lambda: engine, docs, ids, engine.sampling(), "linked"))
+        assert list(h.tokens()) == engine.answer("what is the code word?", docs).token_ids
+    finally:
+        sched.close()
+    assert len(seen) == 1 and seen[0][2] == 2 and seen[0][1] > 0
