@@ -324,3 +324,21 @@ def test_a_full_scheduler_queue_answers_503_with_retry_after(make_client, fixtur
                 r = c.post(path, json={**body, "stream": stream})
                 assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded", (path, stream, r.text)
                 assert int(r.headers["Retry-After"]) >= 1 and "retry in" in r.json()["error"]["message"]
+
+
+def test_a_query_larger_than_the_kv_pool_answers_503_and_the_pool_is_whole_after(make_client, fixture_docs, tiny_engine):
+    from kvlink_rag.runtime.block_pool import configure_pool
+
+    block = configure_pool(tiny_engine.lm, 0).block_bytes
+    try:
+        with make_client(kv_pool_bytes=2 * block) as c:  # two blocks: no linked query fits
+            c.post("/v1/documents", json=fixture_docs[1])
+            wait_ready(c, "paris")
+            for stream in (False, True):  # refused before a stream starts, as a full queue is
+                r = c.post("/v1/query", json={"question": "Capital?", "document_ids": ["paris"], "stream": stream})
+                assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded", r.text
+                assert "out of KV memory" in r.json()["error"]["message"] and "free blocks of 2" in r.json()["error"]["message"]
+            pool = c.app_state.runtime.scheduler.stats()["kv_pool"]
+            assert pool["free_blocks"] == pool["blocks"] == 2  # nothing held by the refused requests
+    finally:
+        configure_pool(tiny_engine.lm, 0)
