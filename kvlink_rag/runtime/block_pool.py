@@ -18,7 +18,9 @@ vLLM's copy-on-write makes of a shared last block is never needed here: a reques
 prefix starts its own block instead (vLLM copies because its tables have no per-block token counts).
 
 Arenas are created on first need (``torch.empty``: untouched pages cost nothing) up to ``max_blocks``; past
-it the ``reclaimers`` (the prefix trees' LRU eviction) are asked for room before :class:`PoolExhausted`.
+it the ``reclaimers`` (the prefix trees' LRU eviction) are asked for room before :class:`PoolExhausted`. An
+arena whose last block is freed goes back to the allocator (all but the first), so a burst of long requests
+does not keep its memory after it, as the per-request buffers this replaces did not.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ class BlockPool:
         self.dtype, self.device = dtype, torch.device(device)
         self.block_size, self.max_blocks = block_size, max_blocks
         self.arena_blocks = min(arena_blocks, max_blocks) if max_blocks else arena_blocks
-        self.arenas: list[Run] = []
+        self.arenas: list[Run | None] = []  # None: an arena given back to the allocator (its ids kept)
         self._free: list[bytearray] = []  # per arena, 1 = free
+        self._free_in: list[int] = []  # free blocks per arena
         self._refs: list[int] = []  # per block id
         self.free_blocks = 0
         self.reclaimers: list[weakref.WeakMethod | Callable[[int], int]] = []
@@ -76,7 +79,8 @@ class BlockPool:
 
     @property
     def num_blocks(self) -> int:
-        return len(self._refs)
+        """Blocks of the arenas allocated now."""
+        return sum(a is not None for a in self.arenas) * self.arena_blocks
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` tokens from a block's start."""
@@ -122,14 +126,31 @@ class BlockPool:
     def _can_grow(self) -> bool:
         return self.max_blocks == 0 or self.num_blocks + self.arena_blocks <= self.max_blocks
 
-    def _add_arena(self) -> None:
+    def _add_arena(self) -> int:
+        """A new arena (in the first slot an arena was given back from, else appended); returns its index."""
         layers, kv_heads, head_dim = self.shape
         slots = self.arena_blocks * self.block_size
         k = torch.empty(layers, kv_heads, slots, head_dim, dtype=self.dtype, device=self.device)
-        self.arenas.append((k, torch.empty_like(k)))
-        self._free.append(bytearray(b"\x01") * self.arena_blocks)
-        self._refs.extend([0] * self.arena_blocks)
+        a = next((i for i, x in enumerate(self.arenas) if x is None), len(self.arenas))
+        if a == len(self.arenas):
+            self.arenas.append(None)
+            self._free.append(bytearray(self.arena_blocks))
+            self._free_in.append(0)
+            self._refs.extend([0] * self.arena_blocks)
+        self.arenas[a] = (k, torch.empty_like(k))
+        self._free[a][:] = b"\x01" * self.arena_blocks
+        self._free_in[a] = self.arena_blocks
         self.free_blocks += self.arena_blocks
+        return a
+
+    def _give_back(self, a: int) -> None:
+        """Arena ``a`` holds no block in use: its memory goes (arena 0 stays, for the next request)."""
+        if a == 0 or self.arenas[a] is None:
+            return
+        self.arenas[a] = None
+        self._free[a][:] = bytes(self.arena_blocks)
+        self._free_in[a] = 0
+        self.free_blocks -= self.arena_blocks
 
     def _extend(self, after: int, n: int) -> list[int]:
         a, local = divmod(after, self.arena_blocks)
@@ -140,6 +161,7 @@ class BlockPool:
             out.append(a * self.arena_blocks + j)
             j += 1
         self.free_blocks -= len(out)
+        self._free_in[a] -= len(out)
         return out
 
     def _take(self, n: int) -> list[int]:
@@ -151,8 +173,7 @@ class BlockPool:
             if j >= 0:
                 return self._mark(a, j, len(want))
         if self._can_grow():
-            self._add_arena()
-            return self._mark(len(self.arenas) - 1, 0, len(want))
+            return self._mark(self._add_arena(), 0, len(want))
         for a, bm in enumerate(self._free):
             j = bm.find(b"\x01")
             if j >= 0:
@@ -163,6 +184,7 @@ class BlockPool:
     def _mark(self, a: int, j: int, n: int) -> list[int]:
         self._free[a][j: j + n] = bytes(n)
         self.free_blocks -= n
+        self._free_in[a] -= n
         return list(range(a * self.arena_blocks + j, a * self.arena_blocks + j + n))
 
     def incref(self, blocks: Iterable[int]) -> None:
@@ -184,6 +206,9 @@ class BlockPool:
                     a, local = divmod(b, self.arena_blocks)
                     self._free[a][local] = 1
                     self.free_blocks += 1
+                    self._free_in[a] += 1
+                    if self._free_in[a] == self.arena_blocks:
+                        self._give_back(a)
 
     def refs(self, block: int) -> int:
         return self._refs[block]

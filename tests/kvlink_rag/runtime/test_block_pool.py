@@ -81,3 +81,14 @@ def test_a_full_pool_asks_its_reclaimers_then_refuses_with_the_numbers():
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match="block_size"):
         BlockPool(1, 1, 1, torch.float32, block_size=0)
+
+
+def test_an_arena_without_a_block_in_use_is_given_back_but_the_first():
+    p = pool()
+    first, second = p.allocate(8), p.allocate(3)
+    assert p.num_blocks == 16 and second == [8, 9, 10]
+    p.decref(second)
+    assert p.num_blocks == 8 and p.arenas[1] is None and p.free_blocks == 0
+    p.decref(first)
+    assert p.num_blocks == 8 and p.free_blocks == 8  # the first arena stays
+    assert p.allocate(9) == list(range(9)) and p.num_blocks == 16  # the given-back slot is used again
