@@ -136,19 +136,16 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
     req.match = Match([], 0, 0, None) if cold else tree.match(req.context, lay.items[: lay.kinds.count("prefix") if own else -1])
     req.tree_tokens = req.match.tokens
     req.tree_docs = {it[1] for it in lay.items[: req.match.items] if isinstance(it, tuple) and it[0] == "doc"}
-    try:
-        req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
-    except BaseException:  # the pool is full: unpin the match, the scheduler retries later
-        tree.release(req.match)
-        raise
     doc_items = [j for j, kind in enumerate(lay.kinds) if kind == "doc"]
     todo_items = [j for j in doc_items if j >= req.match.items]
     todo = [d for d, j in zip(docs, doc_items) if j >= req.match.items]
-    try:
+    try:  # a full pool (the scheduler retries later) or a cancel while loading: unpin, give the blocks back
+        req.seq = new_sequence(eng.lm, req.match.chunks, lay.num_tokens - req.match.tokens + req.budget + 1)
         start, hits = _fill(req, todo, reuse.retention, source, found) if mode == "linked" else (req.match.items, [])
-    except BaseException:  # e.g. the request was cancelled while loading: unpin its prefix-tree path
+    except BaseException:
         tree.release(req.match)
-        req.seq.release()
+        if req.seq is not None:
+            req.seq.release()
         raise
     req.encoded_tokens = sum(lay.sizes[j] for j, hit in zip(todo_items, hits) if not hit)
     req.hit_sizes = {lay.items[j][1]: lay.sizes[j] for j, hit in zip(todo_items, hits) if hit}

@@ -25,6 +25,7 @@ does not keep its memory after it, as the per-request buffers this replaces did 
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -67,7 +68,6 @@ class BlockPool:
         self._free: list[bytearray] = []  # per arena, 1 = free
         self._free_in: list[int] = []  # free blocks per arena
         self._refs: list[int] = []  # per block id
-        self.free_blocks = 0
         self.reclaimers: list[weakref.WeakMethod | Callable[[int], int]] = []
         self._lock = threading.RLock()
 
@@ -76,6 +76,11 @@ class BlockPool:
         """Bytes of one block (keys and values, every layer)."""
         layers, kv_heads, head_dim = self.shape
         return 2 * layers * kv_heads * self.block_size * head_dim * torch.empty(0, dtype=self.dtype).element_size()
+
+    @property
+    def free_blocks(self) -> int:
+        """Free blocks of the arenas allocated now."""
+        return sum(self._free_in)
 
     @property
     def num_blocks(self) -> int:
@@ -89,7 +94,8 @@ class BlockPool:
     def add_reclaimer(self, reclaim: Callable[[int], int]) -> None:
         """``reclaim(bytes)`` frees blocks (by dropping references, e.g. a prefix tree's LRU leaves) when the pool
         is full; held weakly when it is a bound method."""
-        self.reclaimers.append(weakref.WeakMethod(reclaim) if hasattr(reclaim, "__self__") else reclaim)
+        self.reclaimers = [r for r in self.reclaimers if not (isinstance(r, weakref.WeakMethod) and r() is None)]
+        self.reclaimers.append(weakref.WeakMethod(reclaim) if inspect.ismethod(reclaim) else reclaim)
 
     # -- allocation ---------------------------------------------------------------------------------
     def allocate(self, n: int, after: int | None = None) -> list[int]:
@@ -140,7 +146,6 @@ class BlockPool:
         self.arenas[a] = (k, torch.empty_like(k))
         self._free[a][:] = b"\x01" * self.arena_blocks
         self._free_in[a] = self.arena_blocks
-        self.free_blocks += self.arena_blocks
         return a
 
     def _give_back(self, a: int) -> None:
@@ -150,7 +155,6 @@ class BlockPool:
         self.arenas[a] = None
         self._free[a][:] = bytes(self.arena_blocks)
         self._free_in[a] = 0
-        self.free_blocks -= self.arena_blocks
 
     def _extend(self, after: int, n: int) -> list[int]:
         a, local = divmod(after, self.arena_blocks)
@@ -160,7 +164,6 @@ class BlockPool:
             bm[j] = 0
             out.append(a * self.arena_blocks + j)
             j += 1
-        self.free_blocks -= len(out)
         self._free_in[a] -= len(out)
         return out
 
@@ -183,7 +186,6 @@ class BlockPool:
 
     def _mark(self, a: int, j: int, n: int) -> list[int]:
         self._free[a][j: j + n] = bytes(n)
-        self.free_blocks -= n
         self._free_in[a] -= n
         return list(range(a * self.arena_blocks + j, a * self.arena_blocks + j + n))
 
@@ -205,7 +207,6 @@ class BlockPool:
                 if self._refs[b] == 0:
                     a, local = divmod(b, self.arena_blocks)
                     self._free[a][local] = 1
-                    self.free_blocks += 1
                     self._free_in[a] += 1
                     if self._free_in[a] == self.arena_blocks:
                         self._give_back(a)
