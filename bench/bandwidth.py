@@ -57,3 +57,39 @@ def bytes_per_token(blobs: BlobStore, keys: list[str]) -> float:
     """Stored payload bytes per token over ``keys``."""
     metas = [blobs.meta(k) for k in keys]
     return sum(int(m["nbytes"]) for m in metas) / sum(int(m["num_tokens"]) for m in metas)
+
+
+def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> dict:
+    """Seconds to stream the keyed documents' layers (``prefetch_layers`` at retention 1, the query path's load,
+    no memory-tier fill) and write every layer's K and V into one request's KV blocks of the records' dtype,
+    against :func:`copy_floor` of the same KV bytes: the load path's figure (issue 24: >= 0.70 of the floor).
+
+    Returns:
+        ``{"kv_bytes", "tokens", "stream": Timing, "copy": Timing, "stream_gbps", "copy_gbps", "stream_vs_copy"}``.
+    """
+    from kvlink_rag.runtime.kv_sequence import SequenceKV
+    from store.records.codec import target_dtype
+    from store.tiers.prefetch import prefetch_layers
+
+    metas = [blobs.meta(k) for k in keys]
+    L, H, _, D = metas[0]["shape"]
+    dtype, tokens = target_dtype(metas[0], None), sum(m["shape"][2] for m in metas)
+    seq = SequenceKV([], L, H, D, dtype, capacity=tokens)  # its pool's arena is kept (and touched) across runs
+    pool = seq.pool
+
+    def run() -> None:
+        s = SequenceKV([], L, H, D, dtype, capacity=tokens, pool=pool)
+        docs = prefetch_layers(blobs, keys)
+        for i, (k, v) in enumerate(docs.layers):  # k, v: [kv_heads, tokens, head_dim] into the blocks
+            s.write(i, k, v)
+        s.commit(tokens)
+        s.release()
+
+    seq.release()
+    stream = measure(run, repeats)
+    kvs = [blobs.get(k) for k in keys]
+    floor = copy_floor([t for kv in kvs for t in (kv.keys, kv.values)], repeats)
+    nbytes = sum(kv.nbytes for kv in kvs)
+    return {"kv_bytes": nbytes, "tokens": tokens, "stream": stream.as_dict(), "copy": floor.as_dict(),
+            "stream_gbps": nbytes / stream.median / 1e9, "copy_gbps": nbytes / floor.median / 1e9,
+            "stream_vs_copy": floor.median / stream.median}

@@ -14,7 +14,7 @@ from evaluation.nq import load_nq
 from kvlink_rag.engine import Engine
 from store.factory import open_store
 
-from .bandwidth import bytes_per_token, load_bandwidth
+from .bandwidth import bytes_per_token, load_bandwidth, stream_into_blocks
 from .contexts import documents_for_budget
 from .prefill_throughput import precompute_throughput
 from .scaling import store_scaling, ttft_by_documents
@@ -133,7 +133,8 @@ def _ttft_rows(engine: Engine, st, examples, question: str, lengths: list[int], 
 
 
 def _bandwidth(engine: Engine, st, docs: list, repeats: int) -> dict:
-    """LMDB -> tensors load bandwidth and bytes per token, in the KV dtype and in int8."""
+    """LMDB -> tensors load bandwidth (whole documents, and streamed into a request's KV blocks) and bytes per
+    token, in the KV dtype and in int8."""
     bw = {}
     for int8 in (False, True):
         items = {}
@@ -144,5 +145,6 @@ def _bandwidth(engine: Engine, st, docs: list, repeats: int) -> dict:
             items[key] = kv
         bw["int8" if int8 else engine.settings.kv_dtype] = {
             **load_bandwidth(st.blobs, items, repeats=max(3, repeats)),
+            "blocks": stream_into_blocks(st.blobs, list(items), repeats=max(3, repeats)),
             "bytes_per_token": bytes_per_token(st.blobs, list(items))}
     return bw
