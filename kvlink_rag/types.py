@@ -157,8 +157,10 @@ class LayeredDocuments:
         layers: iterator over layers of ``(k_raw, v)``, each ``[kv_heads, sum(num_tokens), head_dim]``,
             documents concatenated in slot order; keys before RoPE.
         wait_s: seconds the consumer spent blocked waiting for layers (load time not hidden by compute).
-        positions: per document, ``[num_tokens[j]]`` int64 sorted offsets within the document of the tokens
-            streamed (retention below 1 keeps a subset); None: every token, offsets ``0..n-1``.
+        positions: per document, ``[num_tokens[j]]`` int64 offsets within the document of the tokens streamed,
+            in stream order (retention below 1 keeps a subset, sorted; a store streaming an importance-ordered
+            record as stored carries its order here instead of gathering it back); None: every token, offsets
+            ``0..n-1``. Consumers rotate and mask by these positions, so the order of a document's keys is free.
         doc_lengths: per document, its full length in tokens (the positions its slot spans in the layout);
             None: ``num_tokens``.
     """

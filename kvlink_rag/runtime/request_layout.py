@@ -91,8 +91,12 @@ class RequestLayout:
         segments: the KVLink layout (linked) or one question segment (full).
         anchored: documents were encoded after the prefix.
         linked: False for full prefill (every item computed causally).
-        offsets: per ``doc`` item kept only in part (retention below 1), ``[kept]`` int64 sorted offsets within
-            its slot of the tokens it holds (the others' positions stay empty).
+        offsets: per ``doc`` item not held as ``0..n-1``, ``[n]`` int64 offsets within its slot of the tokens it
+            holds, in storage order: kept only in part (retention below 1, sorted; the others' positions stay
+            empty), or streamed in its record's stored order (:attr:`LayeredDocuments.positions`). Every query row
+            sees a document's keys alike (link tokens, question and answer attend to whole documents before
+            them; document tokens are never query rows here), so the order of a document's keys is free and a
+            prefix-tree match may hold them in another order than this layout names.
     """
 
     items: list = field(default_factory=list)
@@ -198,6 +202,9 @@ def fill_cached(lm: LoadedModel, lay: RequestLayout, start: int, seq: SequenceKV
     while j < len(lay.items) and lay.kinds[j] == "doc":
         j += 1
     if j > i:
+        if isinstance(docs, LayeredDocuments) and docs.positions is not None:  # the order the KV arrives in
+            for n, item in enumerate(range(i, j)):
+                lay.offsets[item] = docs.offsets(n)
         _rotate_into(lm, seq, docs, lay.storage_positions(i, j))
     return j
 

@@ -66,6 +66,28 @@ class RecordSource(RecordSink, Protocol):
         not verified (the caller checks them against ``meta``'s checksums)."""
 
 
+class LayerFill(Protocol):
+    """Decodes one layer of a record into the caller's ``k_out``/``v_out`` ``[H, T, D]`` (views whose rows are
+    contiguous per head, such as a slice of a buffer joining several documents; any float dtype).
+
+    Raises:
+        KeyError: the record changed since it was opened. store.records.codec.CorruptRecordError: a bad layer.
+    """
+
+    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor) -> None: ...
+
+
+class _CopyFill:
+    """A :class:`LayerFill` over a layer already decoded (``k``, ``v`` ``[H, T, D]``)."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k, self.v = k, v
+
+    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+        k_out.copy_(self.k)
+        v_out.copy_(self.v)
+
+
 class BlobStore(ABC):
     """Document KV caches by cache key: whole or layer by layer, checksummed, evicting for space.
 
@@ -135,6 +157,20 @@ class BlobStore(ABC):
             raise KeyError(key)
         pos = retained_positions(meta, retention)
         return pos, ((k[:, pos], v[:, pos]) for k, v in self.iter_layers(key, dtype))
+
+    def iter_stored_layers(self, key: str) -> tuple[torch.Tensor | None, Iterator[LayerFill]]:
+        """The record's layers in its stored token order, for a reader that carries positions as data instead of
+        gathering them back: ``(offsets, fills)``, ``offsets`` the ``[T]`` int64 position within the document of
+        each stored row (an importance-ordered record's ``token_order``; None: position order) and one
+        :class:`LayerFill` per layer, in layer order, each called once before the next is drawn.
+
+        This default fills from :meth:`iter_layers` (position order, one extra copy); a backend that can decode a
+        record straight into the caller's buffers overrides it.
+
+        Raises:
+            KeyError, store.records.codec.CorruptRecordError: as :meth:`iter_layers` (from the fills).
+        """
+        return None, (_CopyFill(k, v) for k, v in self.iter_layers(key))
 
     @abstractmethod
     def get_ids(self, key: str) -> torch.Tensor | None:

@@ -20,7 +20,7 @@ import torch
 from kvlink_rag.types import DocumentKV
 from store.blobs import lmdb_records as records
 from store.blobs.access_stats import AccessStats
-from store.blobs.blob_store import BlobStore, RawRecord
+from store.blobs.blob_store import BlobStore, LayerFill, RawRecord
 from store.blobs.lmdb_records import BLOBS_DB, check_key, rkey
 from store.blobs.lmdb_streams import LayerStreams
 from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
@@ -151,6 +151,15 @@ class LmdbBlobStore(BlobStore):
                 like in :meth:`get`).
         """
         yield from self._streams.layers(key, dtype)
+
+    def iter_stored_layers(self, key: str) -> tuple[torch.Tensor | None, Iterator[LayerFill]]:
+        """:meth:`BlobStore.iter_stored_layers`, each layer decoded straight into the caller's buffers in its own
+        short transaction (:meth:`store.blobs.lmdb_streams.LayerStreams.stored`).
+
+        Raises:
+            KeyError: absent, or replaced while read. CorruptRecordError: a bad order or layer (deleted, reported).
+        """
+        return self._streams.stored(key)
 
     def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
                              ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:

@@ -26,7 +26,7 @@ from kvlink_rag.types import DocumentKV
 from store.blobs.blob_store import RawRecord
 from store.records import codec, ordered_layout
 from store.records.errors import CorruptRecordError
-from store.records.layer_decode import decode_document, decode_layer_into
+from store.records.layer_decode import decode_document, decode_layer_into, decode_layer_stored_into
 
 BLOBS_DB = b"blobs"
 MAX_KEY_BYTES = 400
@@ -127,6 +127,18 @@ def read_layer_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
     """
     _same_meta(txn, db, key, meta_bytes)
     decode_layer_into(txn.get(rkey(key, f"L{layer}"), db=db), meta, layer, k, v)
+
+
+def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, k: torch.Tensor,
+                           v: torch.Tensor) -> None:
+    """Decode layer ``layer`` of ``key`` into ``k``/``v`` ``[H, T, D]`` in its stored token order
+    (:func:`store.records.layer_decode.decode_layer_stored_into`).
+
+    Raises:
+        KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
+    """
+    _same_meta(txn, db, key, meta_bytes)
+    decode_layer_stored_into(txn.get(rkey(key, f"L{layer}"), db=db), meta, layer, k, v)
 
 
 def read_layer_prefix(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, retention: float,

@@ -7,11 +7,13 @@ prefix of each layer that holds the kept tokens.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import torch
 
 from store.blobs import lmdb_records as records
+from store.blobs.blob_store import LayerFill
 from store.blobs.lmdb_records import check_key, rkey
 from store.lmdb_env import LmdbEnv
 from store.records import codec, ordered_layout
@@ -67,6 +69,37 @@ class LayerStreams:
             return k, v
 
         yield from self._stream(key, L, read)
+
+    def stored(self, key: str) -> tuple[torch.Tensor | None, Iterator[LayerFill]]:
+        """:meth:`store.blobs.blob_store.BlobStore.iter_stored_layers` from LMDB: the stored rows' offsets (None
+        for a record in position order) and one fill per layer, each decoding in its own short read transaction
+        straight into the caller's buffers.
+
+        Raises:
+            KeyError: absent (here), or changed while read (from a fill). CorruptRecordError: a bad order (here)
+            or layer (from its fill); the record is deleted and reported.
+        """
+        meta_bytes, meta = self.stored_meta(key)
+        try:
+            order = ordered_layout.token_order(meta)
+        except CorruptRecordError as e:
+            self.corrupt(key, e)
+            raise
+        return order, self._fills(key, meta_bytes, meta)
+
+    def _fills(self, key: str, meta_bytes: bytes, meta: dict) -> Iterator[LayerFill]:
+        for i in range(meta["shape"][0]):
+            yield functools.partial(self._fill, key, meta_bytes, meta, i)
+        self.touch(key.encode())
+
+    def _fill(self, key: str, meta_bytes: bytes, meta: dict, layer: int, k_out: torch.Tensor,
+              v_out: torch.Tensor) -> None:
+        try:
+            with self.env.read() as txn:
+                records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out)
+        except CorruptRecordError as e:
+            self.corrupt(key, e)
+            raise
 
     def retained(self, key: str, retention: float, dtype: torch.dtype | str | None = None
                  ) -> tuple[torch.Tensor, Layers] | None:

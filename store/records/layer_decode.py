@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import warnings
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -19,6 +21,7 @@ from kvlink_rag.types import DocumentKV, parse_dtype
 from store.records import ordered_layout
 from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
+from store.records.one_thread import copy_into
 from store.records.quant import QuantizedTensor, dequantize
 
 _ST_DTYPES: dict[str, torch.dtype] = {
@@ -161,6 +164,59 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
         _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+
+
+def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    """Verify and decode layer ``layer`` into ``k_out``/``v_out`` ``[H, T, D]`` in the record's stored token order:
+    an importance-ordered record's rows as stored (row ``r`` is position ``token_order[r]``: the reader carries
+    the order as data, :func:`store.records.ordered_layout.token_order`), any other record in position order.
+    One pass over the bytes after the checksum: the token-major rows are copied transposed, no gather.
+
+    Args:
+        k_out, v_out: CPU outputs of any float dtype (converted on the copy); views allowed, e.g. a slice
+            ``[:, a:b]`` of a buffer joining several documents.
+    Raises:
+        CorruptRecordError: missing buffer, checksum mismatch or a payload that does not fit the outputs.
+    """
+    views = _verified_views(buf, meta, layer)
+    try:
+        if "token_order" not in meta:
+            if meta["dtype"] == "int8":
+                _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
+                return
+            for name, out in (("k", k_out), ("v", v_out)):
+                _copy_view(out, *views[name], transpose=False)
+            return
+        if meta["dtype"] == "int8":  # dequantised in stored order (float32 rows), then one transposed copy
+            k, v = ordered_layout.decode_ordered(buf, meta, layer)  # k, v: [T, H, D]
+            _fits(k_out, k.shape, transpose=True)
+            copy_into(k_out, k.transpose(0, 1))
+            copy_into(v_out, v.transpose(0, 1))
+            return
+        for name, out in (("k", k_out), ("v", v_out)):
+            _copy_view(out, *views[name], transpose=True)
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+
+
+def _fits(out: torch.Tensor, shape, transpose: bool) -> None:
+    """Raise :class:`CorruptRecordError` unless ``shape`` (``[T, H, D]`` token-major when ``transpose``, else
+    ``[H, T, D]``) is the shape of ``out`` ``[H, T, D]``."""
+    want = [out.shape[1], out.shape[0], out.shape[2]] if transpose else list(out.shape)
+    if list(shape) != want:
+        raise CorruptRecordError(f"stored tensor {list(shape)} does not fit the output {list(out.shape)}")
+
+
+def _copy_view(out: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarray, transpose: bool) -> None:
+    """Copy a stored tensor (a read-only byte view, token-major ``[T, H, D]`` when ``transpose``) into ``out``
+    ``[H, T, D]``, converting its dtype: one strided pass on this thread, no intermediate tensor."""
+    _fits(out, shape, transpose)
+    if raw.nbytes != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
+        raise CorruptRecordError("layer payload size does not match its shape")
+    with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
+        warnings.simplefilter("ignore", UserWarning)
+        src = torch.from_numpy(raw).view(dtype).view(shape)
+    copy_into(out, src.transpose(0, 1) if transpose else src)
 
 
 def decode_document(meta: dict, ids: bytes | memoryview | None, layers: Iterable,

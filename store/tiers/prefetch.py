@@ -7,6 +7,9 @@ A background thread reads each layer's records (page cache or disk), decodes the
 
 from __future__ import annotations
 
+import functools
+import itertools
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +19,8 @@ import torch
 from kvlink_rag.retention import check_retention, kept_positions
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore
+from store.records.codec import target_dtype
+from store.records.one_thread import copy_into, gather_into
 from store.records.ordered_layout import record_importance
 
 
@@ -40,54 +45,14 @@ def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
     return metas, fps.pop(), layers.pop(), num_tokens
 
 
-class _LayerReader:
-    """The background side: reads layer i of every keyed document, concatenates it with the in-memory
-    documents' layer i and queues ``(k_raw, v)``, each ``[kv_heads, total_tokens, head_dim]``.
+class _Reader:
+    """The queue between a background reader and the consumer: layers handed over ``depth`` ahead, an exception
+    handed over in their place, and the consumer's early close stopping the reader."""
 
-    With ``positions`` (retention below 1) only those tokens of each document are streamed: keyed documents
-    through ``iters`` made up front (prefix reads), in-memory ones gathered; no document is handed to
-    ``on_loaded`` then (a part of a document is not a cache entry), but each keyed part is handed to
-    ``on_retained`` (a tier that holds documents at a retention at most ``retention`` can keep it)."""
-
-    def __init__(self, blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int,
-                 depth: int, on_loaded: Callable[[str, DocumentKV], None] | None,
-                 positions: list[torch.Tensor] | None = None, iters: dict[int, Iterator] | None = None,
-                 on_retained: Callable[[str, RetainedKV, dict], None] | None = None, retention: float = 1.0):
-        self.blobs, self.items, self.metas, self.n_layers, self.on_loaded = blobs, items, metas, n_layers, on_loaded
-        self.positions, self.iters = positions, iters
-        self.on_retained, self.retention = on_retained, retention
+    def __init__(self, n_layers: int, depth: int):
+        self.n_layers = n_layers
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
-
-    def _memory_layer(self, j: int, kv: DocumentKV | RetainedKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.positions is None or isinstance(kv, RetainedKV):  # a retained part is streamed as it is
-            return kv.keys[i], kv.values[i]
-        pos = self.positions[j].to(kv.keys.device)
-        return kv.keys[i][:, pos], kv.values[i][:, pos]
-
-    def run(self) -> None:
-        try:
-            iters = self.iters if self.iters is not None else {
-                j: self.blobs.iter_layers(it) for j, it in enumerate(self.items) if isinstance(it, str)}
-            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
-                j: [] for j in iters} if self.positions is None or self.on_retained is not None else {}
-            for i in range(self.n_layers):
-                ks, vs = [], []
-                for j, it in enumerate(self.items):
-                    k, v = next(iters[j]) if isinstance(it, str) else self._memory_layer(j, it, i)
-                    if j in got:
-                        got[j].append((k, v))
-                    ks.append(k)
-                    vs.append(v)
-                if not self._hand_over((torch.cat(ks, dim=1), torch.cat(vs, dim=1))):
-                    return  # the consumer stopped early
-            for j, layer_list in got.items():
-                if self.positions is None and self.on_loaded is not None:
-                    self.on_loaded(self.items[j], self._whole(j, layer_list))
-                elif self.positions is not None:
-                    self.on_retained(self.items[j], self._part(j, layer_list), self.metas[j])
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            self.queue.put(e)
 
     def _hand_over(self, item) -> bool:
         """Queue ``item`` unless the consumer has stopped; False when it has."""
@@ -99,19 +64,6 @@ class _LayerReader:
                 continue
         return False
 
-    def _whole(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> DocumentKV:
-        """Keyed document ``j`` reassembled from the layers read (for the memory tiers)."""
-        meta = self.metas[j]
-        return DocumentKV(keys=torch.stack([k for k, _ in layer_list]), values=torch.stack([v for _, v in layer_list]),
-                          token_ids=self.blobs.get_ids(self.items[j]), fingerprint=meta["fingerprint"],
-                          encoding=meta["encoding"], importance=record_importance(meta))
-
-    def _part(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> RetainedKV:
-        """Keyed document ``j``'s retained tokens as read (``[layers, kv_heads, kept, head_dim]``)."""
-        meta = self.metas[j]
-        return RetainedKV(torch.stack([k for k, _ in layer_list]), torch.stack([v for _, v in layer_list]),
-                          self.positions[j], meta["shape"][2], meta["fingerprint"], meta["encoding"], self.retention)
-
     def consume(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The consumer side: the layers in order; closing it early stops the reader."""
         try:
@@ -122,6 +74,128 @@ class _LayerReader:
                 yield item
         finally:
             self.stop.set()
+
+
+class _StoredReader(_Reader):
+    """Retention 1: layer ``i`` of every document decoded straight into one joined buffer pair
+    ``[kv_heads, total_tokens, head_dim]``, keyed records in their stored token order (their offsets are carried as
+    data, :attr:`LayeredDocuments.positions`: no gather back to position order on the query path), in-memory
+    documents copied in position order. Once every layer is handed over, each keyed document is reassembled in
+    position order for ``on_loaded`` (the memory tiers) at the thread's lowest CPU priority, so the query's own
+    forward keeps the cores."""
+
+    def __init__(self, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int, depth: int,
+                 on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple], get_ids):
+        super().__init__(n_layers, depth)
+        self.items, self.metas, self.on_loaded, self.opened, self.get_ids = items, metas, on_loaded, opened, get_ids
+        self.lengths = [m["shape"][2] if m is not None else it.num_tokens for it, m in zip(items, metas)]
+        self.bounds = [0, *itertools.accumulate(self.lengths)]
+        dtypes = [target_dtype(m, None) if m is not None else it.keys.dtype for it, m in zip(items, metas)]
+        self.dtype = functools.reduce(torch.promote_types, dtypes)
+        m = next((m for m in metas if m is not None), None)
+        self.heads, self.head_dim = (m["shape"][1], m["shape"][3]) if m is not None else (
+            items[0].keys.shape[1], items[0].keys.shape[3])
+
+    def run(self) -> None:
+        try:
+            fills = {j: iter(f) for j, (_, f) in self.opened.items()}
+            kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for i in range(self.n_layers):
+                k = torch.empty(self.heads, self.bounds[-1], self.head_dim, dtype=self.dtype)
+                v = torch.empty_like(k)  # k, v: [kv_heads, total_tokens, head_dim], documents in slot order
+                for j, it in enumerate(self.items):
+                    a, b = self.bounds[j], self.bounds[j + 1]
+                    if j in fills:
+                        next(fills[j])(k[:, a:b], v[:, a:b])
+                    else:
+                        copy_into(k[:, a:b], it.keys[i])
+                        copy_into(v[:, a:b], it.values[i])
+                if self.on_loaded is not None:
+                    kept.append((k, v))
+                if not self._hand_over((k, v)):
+                    return  # the consumer stopped early
+            for f in fills.values():
+                next(f, None)  # past the last layer: the record's access is counted
+            if self.on_loaded is not None and fills:
+                _lowest_priority()
+                for j in fills:
+                    self.on_loaded(self.items[j], self._whole(j, kept))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self.queue.put(e)
+
+    def _whole(self, j: int, kept: list[tuple[torch.Tensor, torch.Tensor]]) -> DocumentKV:
+        """Keyed document ``j`` in position order and its stored dtype, from the joined layers read."""
+        meta, (order, _) = self.metas[j], self.opened[j]
+        a, b = self.bounds[j], self.bounds[j + 1]
+        inverse = None if order is None else torch.argsort(order)  # position -> stored row
+        keys = torch.empty(self.n_layers, self.heads, b - a, self.head_dim, dtype=target_dtype(meta, None))
+        values = torch.empty_like(keys)
+        for i, (k, v) in enumerate(kept):  # on this thread alone, beside the consumer's forward
+            for out, src in ((keys[i], k[:, a:b]), (values[i], v[:, a:b])):
+                copy_into(out, src) if inverse is None else gather_into(out, src, inverse, 1)
+        return DocumentKV(keys=keys, values=values, token_ids=self.get_ids(self.items[j]),
+                          fingerprint=meta["fingerprint"], encoding=meta["encoding"],
+                          importance=record_importance(meta))
+
+    def positions(self) -> list[torch.Tensor] | None:
+        """Per document the offsets of its streamed rows (None when every document streams in position order)."""
+        orders = [self.opened[j][0] if j in self.opened else None for j in range(len(self.items))]
+        if all(o is None for o in orders):
+            return None
+        return [torch.arange(n) if o is None else o for o, n in zip(orders, self.lengths)]
+
+
+def _lowest_priority() -> None:
+    """Lower the calling thread's CPU priority to nice 19 (Linux: a thread is a task); ignored where refused."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
+
+
+class _LayerReader(_Reader):
+    """Retention below 1: reads layer i of every document's kept tokens (keyed documents through ``iters`` made
+    up front, prefix reads; in-memory ones gathered at ``positions``), concatenates them and queues
+    ``(k_raw, v)``, each ``[kv_heads, total_kept, head_dim]``; each keyed part is handed to ``on_retained`` once
+    read (a tier that holds documents at a retention at most ``retention`` can keep it)."""
+
+    def __init__(self, items: list[DocumentKV | RetainedKV | str], metas: list[dict | None], n_layers: int,
+                 depth: int, positions: list[torch.Tensor], iters: dict[int, Iterator],
+                 on_retained: Callable[[str, RetainedKV, dict], None] | None, retention: float):
+        super().__init__(n_layers, depth)
+        self.items, self.metas, self.positions, self.iters = items, metas, positions, iters
+        self.on_retained, self.retention = on_retained, retention
+
+    def _memory_layer(self, j: int, kv: DocumentKV | RetainedKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(kv, RetainedKV):  # a retained part is streamed as it is
+            return kv.keys[i], kv.values[i]
+        pos = self.positions[j].to(kv.keys.device)
+        return kv.keys[i][:, pos], kv.values[i][:, pos]
+
+    def run(self) -> None:
+        try:
+            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
+                j: [] for j in self.iters} if self.on_retained is not None else {}
+            for i in range(self.n_layers):
+                ks, vs = [], []
+                for j, it in enumerate(self.items):
+                    k, v = next(self.iters[j]) if isinstance(it, str) else self._memory_layer(j, it, i)
+                    if j in got:
+                        got[j].append((k, v))
+                    ks.append(k)
+                    vs.append(v)
+                if not self._hand_over((torch.cat(ks, dim=1), torch.cat(vs, dim=1))):
+                    return  # the consumer stopped early
+            for j, layer_list in got.items():
+                self.on_retained(self.items[j], self._part(j, layer_list), self.metas[j])
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self.queue.put(e)
+
+    def _part(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> RetainedKV:
+        """Keyed document ``j``'s retained tokens as read (``[layers, kv_heads, kept, head_dim]``)."""
+        meta = self.metas[j]
+        return RetainedKV(torch.stack([k for k, _ in layer_list]), torch.stack([v for _, v in layer_list]),
+                          self.positions[j], meta["shape"][2], meta["fingerprint"], meta["encoding"], self.retention)
 
 
 def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], retention: float,
@@ -164,7 +238,9 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
             each keyed document once all its layers were read (to fill tiers that hold documents at a lower
             retention).
     Returns:
-        a :class:`LayeredDocuments` whose ``layers`` yield ``[kv_heads, total_tokens, head_dim]`` pairs.
+        a :class:`LayeredDocuments` whose ``layers`` yield ``[kv_heads, total_tokens, head_dim]`` pairs; at retention
+        1 an importance-ordered record streams its rows as stored, its ``positions`` carrying their offsets (the
+        consumers rotate and mask by position, so the order of a document's keys is free).
     Raises:
         KeyError: a keyed document is absent (checked up front) — the consumer falls back to encoding.
         ValueError: the documents' fingerprints or layer counts differ.
@@ -175,11 +251,14 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
     if check_retention(retention) == 1.0:
         if any(isinstance(it, RetainedKV) for it in items):
             raise ValueError("a partly retained document cannot be streamed at retention 1")
-        reader = _LayerReader(blobs, items, metas, n_layers, depth, on_loaded)
-        threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
-        return LayeredDocuments(num_tokens, fingerprint, reader.consume())
+        opened = {j: blobs.iter_stored_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
+        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get_ids)
+        threading.Thread(target=stored.run, name="kv-prefetch", daemon=True).start()
+        positions = stored.positions()
+        return LayeredDocuments(num_tokens, fingerprint, stored.consume(), positions=positions,
+                                doc_lengths=None if positions is None else num_tokens)
     positions, iters = _retained(blobs, items, metas, retention, method)
-    reader = _LayerReader(blobs, items, metas, n_layers, depth, None, positions, iters,
+    reader = _LayerReader(items, metas, n_layers, depth, positions, iters,
                           on_retained if method == "importance" else None, retention)
     threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
     return LayeredDocuments([int(p.numel()) for p in positions], fingerprint, reader.consume(), positions=positions,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from kvlink_rag.retention import kept_positions
+from kvlink_rag.retention import kept_positions, retention_order
 from kvlink_rag.types import LayeredDocuments
 from store.records import codec, ordered_layout
 from store.records.layer_decode import decode_layer_into, decode_layers_into
@@ -112,12 +112,16 @@ def test_lmdb_stream_at_partial_retention_equals_the_in_memory_selection(blobs, 
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
 
 
-def test_store_cache_stream_at_full_retention_is_unchanged(blobs, make_kv):
+def test_store_cache_stream_at_full_retention_streams_every_token_as_stored(blobs, make_kv):
     docs = [_scored(make_kv, seed=s) for s in (1, 2)]
     cache = StoreCache(TieredCache([CacheTier("host", 1 << 20)], blob_store=blobs))
     for i, kv in enumerate(docs):
         blobs.put(f"d{i}", kv)
     streamed = cache.stream(["d0", "d1"], retention=1.0)
-    assert streamed.positions is None
-    for (k1, v1), (k2, v2) in zip(streamed.layers, LayeredDocuments.from_documents(docs).layers):
-        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    # every token, in the records' stored (retention) order, the order carried as positions: no gather
+    orders = [retention_order(kv.importance, kv.num_tokens) for kv in docs]
+    assert [p.tolist() for p in streamed.positions] == [o.tolist() for o in orders]
+    assert streamed.num_tokens == streamed.layout_lengths == [kv.num_tokens for kv in docs]
+    for i, (k, v) in enumerate(streamed.layers):
+        assert torch.equal(k, torch.cat([kv.keys[i][:, o] for kv, o in zip(docs, orders)], dim=1))
+        assert torch.equal(v, torch.cat([kv.values[i][:, o] for kv, o in zip(docs, orders)], dim=1))

@@ -34,10 +34,38 @@ def test_streamed_from_lmdb_equals_in_memory_and_fills_the_tier(tmp_path):
     assert all(isinstance(it, str) for it in st.cache.resolve([engine.cache_key(d) for d in DOCS]))
     streamed, hits2 = engine.link_context(QUESTION, DOCS)
     assert (hits0, hits1, hits2) == (0, 3, 3)
-    assert torch.equal(streamed.last_logits, in_memory.last_logits)
+    # the records stream in their stored (importance) order with the positions as data: the same attention,
+    # summed in another order (float32 rounding apart)
+    assert torch.allclose(streamed.last_logits, in_memory.last_logits, atol=1e-5)
     assert torch.allclose(first.last_logits, streamed.last_logits, atol=1e-5)
-    time.sleep(0.2)  # the reader thread fills the tier after the last layer
-    assert all(not isinstance(it, str) and it is not None for it in st.cache.resolve([engine.cache_key(d) for d in DOCS]))
+    keys = [engine.cache_key(d) for d in DOCS]
+    deadline = time.monotonic() + 10  # the reader thread fills the tier after the last layer, at low priority
+    while any(isinstance(it, str) for it in st.cache.resolve(keys)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    held = st.cache.resolve(keys)
+    assert all(not isinstance(it, str) and it is not None for it in held)
+    for key, kv in zip(keys, held):  # the tier holds each document in position order, as stored
+        assert torch.equal(kv.keys, st.blobs.get(key).keys) and torch.equal(kv.values, st.blobs.get(key).values)
+
+
+def test_ordered_records_stream_as_stored_with_their_positions(tmp_path):
+    st, engine = _engine_with_store(tmp_path)
+    kvs = [engine.get_or_encode(d)[0] for d in DOCS]
+    keys = [engine.cache_key(d) for d in DOCS]
+    metas = [st.blobs.meta(k) for k in keys]
+    assert all("token_order" in m for m in metas)  # the default records are importance-ordered
+    src = prefetch_layers(st.blobs, keys)
+    assert src.positions is not None
+    for j, m in enumerate(metas):
+        assert src.offsets(j).tolist() == m["token_order"]
+    bounds = [0]
+    for kv in kvs:
+        bounds.append(bounds[-1] + kv.num_tokens)
+    for i, (k, v) in enumerate(src.layers):  # k, v: [kv_heads, tokens, head_dim], row r at offsets[r]
+        for j, kv in enumerate(kvs):
+            order = src.offsets(j)
+            assert torch.equal(k[:, bounds[j]:bounds[j + 1]], kv.keys[i][:, order])
+            assert torch.equal(v[:, bounds[j]:bounds[j + 1]], kv.values[i][:, order])
 
 
 def test_reader_runs_ahead_of_the_consumer(tmp_path):
@@ -46,14 +74,20 @@ def test_reader_runs_ahead_of_the_consumer(tmp_path):
         engine.get_or_encode(d)
     keys = [engine.cache_key(d) for d in DOCS]
     read_at: list[float] = []
-    orig = st.blobs.iter_layers
+    orig = st.blobs.iter_stored_layers
 
-    def timed(key, dtype=None):
-        for kv in orig(key, dtype):
-            read_at.append(time.perf_counter())
-            yield kv
+    def timed(key):
+        order, fills = orig(key)
 
-    st.blobs.iter_layers = timed
+        def stamped(fill):
+            def run(k_out, v_out):
+                fill(k_out, v_out)
+                read_at.append(time.perf_counter())
+            return run
+
+        return order, (stamped(f) for f in fills)
+
+    st.blobs.iter_stored_layers = timed
     src = prefetch_layers(st.blobs, keys, depth=2)
     consumed_at = []
     for _ in src.layers:
