@@ -6,24 +6,21 @@ the API); nothing imports it. Front ends (``api``, ``workers``) -> ``service`` -
 and ``store``; ``training`` uses the service, core and store, ``bench`` also the API, never the CLI or the
 workers; ``evaluation`` (NQ data, long-document builders) is beside ``training``: the CLI, training and
 bench use it, serving never does. Inside the core, its rooms are floors (:data:`CORE_FLOORS`): a room
-imports only the rooms below it (the runtime spans floors and is left out). Every ``import`` counts, including those inside functions (they run too) and those under
-``if TYPE_CHECKING:`` (a type a module names is a dependency too: a cycle there is a cycle). ``api`` reaches
-the core only through the service, but for the exceptions in ``API_CORE_IMPORTS``, each with its reason.
-``store`` imports from the core only the declared kernel (``STORE_KERNEL``), which imports nothing else of
-the core. Configuration is per layer: the core reads only ``EngineSettings``, the store only
-``StoreSettings``; every other package takes its settings from ``service.settings`` (``Settings``: the
-three layers' classes in one, which the service hands down).
+imports only the rooms below it (the runtime spans floors and is left out). Every ``import`` counts
+(:mod:`import_graph`), including those inside functions (they run too) and those under ``if TYPE_CHECKING:`` (a
+type a module names is a dependency too: a cycle there is a cycle). ``api`` reaches the core only through the
+service, but for the exceptions in ``API_CORE_IMPORTS``, each with its reason. ``store`` imports from the core
+only the declared kernel (``STORE_KERNEL``), which imports nothing else of the core. Configuration per layer
+is checked in test_settings_layers.py.
 """
 
 from __future__ import annotations
 
 import ast
-import os
-from pathlib import Path
 
-ROOT = Path(os.environ.get("ARCH_ROOT", Path(__file__).resolve().parent.parent))
+from import_graph import PACKAGES, ROOT, imported, module_graph
+
 MAX_FUNCTION_LINES = 60  # the project guide: functions under ~60 lines
-PACKAGES = ("cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "kvlink_rag", "store")
 FORBIDDEN = {
     "kvlink_rag": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation", "store"},
     "store": {"cli", "api", "workers", "router", "service", "training", "bench", "evaluation"},
@@ -73,52 +70,6 @@ STORE_KERNEL = {
     "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
     "kvlink_rag.home": "the home folder and the settings base every layer's class derives from",
 }
-# each layer's settings class, where it is defined, and the packages that read it
-SETTINGS_CLASSES = {
-    "kvlink_rag": ("kvlink_rag/settings.py", "EngineSettings"),
-    "store": ("store/settings.py", "StoreSettings"),
-    "service": ("service/settings.py", "Settings"),  # the three in one: the composition root hands them down
-}
-SETTINGS_NAMES = {"LayerSettings", "EngineSettings", "StoreSettings", "ServiceSettings", "Settings"}
-BASE_SETTINGS_METHODS = {"model_copy", "model_dump", "model_fields", "model_fields_set", "model_dump_json"}
-
-
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            mods[name] = path
-    return mods
-
-
-def _imported(name: str, path: Path) -> set[str]:
-    """Absolute module names imported by module ``name`` (relative imports resolved)."""
-    is_pkg = path.name == "__init__.py"
-    base = name.split(".") if is_pkg else name.split(".")[:-1]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:  # every import, ``if TYPE_CHECKING:`` blocks included
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            mod = ".".join((base[: len(base) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
-            found.add(mod)
-            found.update(f"{mod}.{a.name}" for a in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
-    return found
-
-
-def _graph() -> dict[str, set[str]]:
-    mods = _modules()
-    graph = {}
-    for name, path in mods.items():
-        graph[name] = {m for m in _imported(name, path) if m in mods and m != name}
-    return graph
 
 
 def _wrong_way(graph: dict[str, set[str]]) -> list[str]:
@@ -133,7 +84,7 @@ def _wrong_way(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_no_import_points_the_wrong_way():
-    assert _wrong_way(_graph()) == []
+    assert _wrong_way(module_graph()) == []
 
 
 def _api_core_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -143,7 +94,7 @@ def _api_core_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 
 def test_api_reaches_the_core_only_through_the_service():
-    edges = _api_core_edges(_graph())
+    edges = _api_core_edges(module_graph())
     assert sorted(edges - set(API_CORE_IMPORTS)) == []
     assert sorted(set(API_CORE_IMPORTS) - edges) == []  # an exception no longer needed leaves the list
 
@@ -177,7 +128,7 @@ def _core_floor_errors(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_cores_rooms_import_only_the_floors_below():
-    assert _core_floor_errors(_graph()) == []
+    assert _core_floor_errors(module_graph()) == []
 
 
 def test_the_floor_check_sees_an_edge_up_and_a_room_without_a_floor():
@@ -223,7 +174,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     # a package's __init__ re-exporting its submodules is not a cycle of modules
-    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in _graph().items()}
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in module_graph().items()}
     assert _cycles(graph) == []
 
 
@@ -231,7 +182,7 @@ def test_the_checker_sees_type_checking_imports_and_api_core_edges(tmp_path):
     path = tmp_path / "a.py"
     path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n"
                     "else:\n    import pkg.c\n")
-    assert {"pkg.b", "pkg.b.B", "pkg.c"} <= _imported("pkg.a", path)
+    assert {"pkg.b", "pkg.b.B", "pkg.c"} <= imported("pkg.a", path)
     graph = {"api.routes.openai": {"kvlink_rag.text.conversation", "service.chat"},
              "service.chat": {"kvlink_rag.text.conversation"}}
     assert _api_core_edges(graph) == {("api.routes.openai", "kvlink_rag.text.conversation")}
@@ -275,85 +226,12 @@ def _kernel_edges(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_store_imports_only_the_kernel_of_the_core():
-    graph = _graph()
+    graph = module_graph()
     assert _kernel_edges(graph) == []
     assert sorted(set(STORE_KERNEL) - set(graph)) == []  # every kernel module exists
 
 
-def _settings_fields(path: Path, cls: str) -> set[str]:
-    """Field and property names of settings class ``cls`` in ``path``, its bases' (found by name in the
-    settings modules) included."""
-    classes = {}
-    for p in ["kvlink_rag/home.py"] + [f for f, _ in SETTINGS_CLASSES.values()]:
-        for node in ast.parse((ROOT / p).read_text()).body:
-            if isinstance(node, ast.ClassDef):
-                classes[node.name] = node
-
-    def fields(name: str) -> set[str]:
-        node = classes.get(name)
-        if node is None:
-            return set()
-        own = {b.target.id for b in node.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)}
-        own |= {b.name for b in node.body if isinstance(b, ast.FunctionDef)}
-        return own.union(*(fields(b.id) for b in node.bases if isinstance(b, ast.Name)))
-
-    return fields(cls)
-
-
-def _settings_reads(path: Path) -> set[str]:
-    """Attribute names read off anything called ``settings`` (``settings.x``, ``self.settings.x``)."""
-    return {node.attr for node in ast.walk(ast.parse(path.read_text(), str(path)))
-            if isinstance(node, ast.Attribute) and (
-                (isinstance(node.value, ast.Name) and node.value.id == "settings")
-                or (isinstance(node.value, ast.Attribute) and node.value.attr == "settings"))}
-
-
-def _settings_imports(name: str, path: Path) -> set[tuple[str, str]]:
-    """``(absolute module, class)`` of every settings class module ``name`` imports."""
-    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            mod = ".".join((base[: len(base) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
-            found |= {(mod, a.name) for a in node.names if a.name in SETTINGS_NAMES}
-    return found
-
-
-def _wrong_settings(name: str, path: Path, shown: str) -> list[str]:
-    """What module ``name`` (at ``path``, named ``shown`` in messages) does wrong with settings: a settings
-    class imported that is not its layer's, or (core and store) a field read that its class does not have."""
-    pkg = name.split(".")[0]
-    own_file, own_class = SETTINGS_CLASSES.get(pkg, SETTINGS_CLASSES["service"])
-    allowed = {(own_file[:-3].replace("/", "."), own_class), ("kvlink_rag.home", "LayerSettings")}
-    if pkg == "service":  # the composition root builds Settings from the three
-        allowed |= {(f[:-3].replace("/", "."), c) for f, c in SETTINGS_CLASSES.values()}
-        allowed |= {("service.settings", "ServiceSettings"), ("store.settings", "StoreSettings"),
-                    ("kvlink_rag.settings", "EngineSettings")}
-    bad = [f"{shown} imports {m}.{c}" for m, c in sorted(_settings_imports(name, path)) if (m, c) not in allowed]
-    if pkg in ("kvlink_rag", "store"):
-        fields = _settings_fields(ROOT / own_file, own_class) | BASE_SETTINGS_METHODS
-        bad += [f"{shown} reads settings.{f}" for f in sorted(_settings_reads(path) - fields)]
-    return bad
-
-
-def test_each_package_reads_only_its_own_settings():
-    settings_files = {ROOT / f for f, _ in SETTINGS_CLASSES.values()} | {ROOT / "kvlink_rag/home.py"}
-    bad = []
-    for name, path in sorted(_modules().items()):
-        if path not in settings_files:
-            bad += _wrong_settings(name, path, str(path.relative_to(ROOT)))
-    assert bad == []
-
-
-def test_the_checker_sees_a_store_edge_past_the_kernel_and_a_foreign_setting(tmp_path):
+def test_the_checker_sees_a_store_edge_past_the_kernel():
     graph = {"store.keys": {"kvlink_rag.encodable", "kvlink_rag.text.prompt"}, "kvlink_rag.cache": {"kvlink_rag.engine"},
              "service.documents": {"kvlink_rag.text.prompt"}}
     assert _kernel_edges(graph) == ["kvlink_rag.cache -> kvlink_rag.engine", "store.keys -> kvlink_rag.text.prompt"]
-    path = tmp_path / "probe.py"
-    path.write_text("from ..settings import EngineSettings\nfrom service.settings import Settings\n\n"
-                    "def f(settings, self):\n    return settings.store_dir, self.settings.api_keys\n")
-    assert _wrong_settings("store.tiers.probe", path, "probe") == [
-        "probe imports service.settings.Settings", "probe imports store.settings.EngineSettings",
-        "probe reads settings.api_keys"]
-    assert _wrong_settings("kvlink_rag.x.probe", path, "probe") == [
-        "probe imports service.settings.Settings", "probe reads settings.api_keys", "probe reads settings.store_dir"]

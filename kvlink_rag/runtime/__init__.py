@@ -4,8 +4,8 @@ Split as nano-vllm splits its engine:
 
 - engine loop: :mod:`.scheduler` (the thread: admit, allot the step's tokens, one packed forward per
   adapter, sample, finish);
-- scheduling: :mod:`.admission` (the admission policy), :mod:`.step_budget` (chunked prefill mixed with
-  decode);
+- scheduling: :mod:`.waiting` (the waiting queue: which requests a step admits), :mod:`.admission` (the
+  admission policy), :mod:`.step_budget` (chunked prefill mixed with decode);
 - requests: :mod:`.gen_request` (request, handle, result), :mod:`.running` (a running request's state),
   :mod:`.request_layout` (its items, positions and KV), :mod:`.cancel` (cancellation);
 - KV: :mod:`.ragged` (a request's KV sequence, packed batches, attention), :mod:`.prefix_tree` (the radix

@@ -4,10 +4,10 @@ One thread owns the model's forwards. Each step (Orca's iteration-level scheduli
 2022; as in vLLM, SGLang and nano-vllm) it admits waiting requests (their prefill: link tokens and
 question, or a chat turn's new message), and runs one packed forward per adapter over every running
 request's new tokens: a decode token for requests already generating, the prefill of those just admitted
-(:mod:`kvlink_rag.runtime.ragged`: no padding; each request attends only to its own KV). Waiting requests are
-grouped by prefill length into short / medium / long buckets, so a step's prefills are of similar cost;
-the oldest request's bucket goes first, and any request that waited longer than ``max_wait_s`` is
-admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
+(:mod:`kvlink_rag.runtime.ragged`: no padding; each request attends only to its own KV). Waiting requests
+(:mod:`kvlink_rag.runtime.waiting`) are grouped by prefill length into short / medium / long buckets, so a
+step's prefills are of similar cost; the oldest request's bucket goes first, and any request that waited
+longer than ``max_wait_s`` is admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
 documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.runtime.prefix_tree.PrefixTree`.
 
 The model lock is taken per step, so other model work (embedded precompute, in chunks) runs between
@@ -19,25 +19,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, defaultdict
-from dataclasses import dataclass
+from collections import defaultdict
 
-from .admission import AdmissionPolicy, BucketPolicy, WaitingView
+from .admission import AdmissionPolicy, BucketPolicy
 from .block_pool import PoolExhausted, kv_pool
 from ..model.loader import LoadedModel
 from .gen_request import GenRequest, GenResult, RequestHandle
-from .limits import QueueFull, SchedulerLimits
+from .limits import SchedulerLimits
 from .step_budget import allot
+from .waiting import Waiting, WaitingQueue
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class _Waiting:
-    handle: RequestHandle
-    since: float
-    tokens: int
-    bucket: str
-
 
 class Scheduler:
     """Runs submitted :class:`GenRequest` s in continuous batches on one background thread.
@@ -60,8 +52,7 @@ class Scheduler:
         self.limits = limits or SchedulerLimits()
         self.policy = policy or BucketPolicy()
         self.observe = observe
-        self.waiting: list[_Waiting] = []
-        self._computed: OrderedDict = OrderedDict()  # document sets admitted in earlier steps
+        self.waiting = WaitingQueue(self.limits, self.policy)  # the admission choice of each step
         self.running: list[tuple[RequestHandle, object]] = []
         self._cond = threading.Condition()
         self._stop = False
@@ -78,9 +69,7 @@ class Scheduler:
         handle = RequestHandle(request)
         tokens = request.estimated_new_tokens(link_k)
         with self._cond:
-            if len(self.waiting) >= self.limits.max_waiting:
-                raise QueueFull(len(self.waiting), max(1.0, self.limits.max_wait_s))
-            self.waiting.append(_Waiting(handle, time.perf_counter(), tokens, self.limits.bucket(tokens)))
+            self.waiting.add(handle, tokens)
             if not self._thread.is_alive() and not self._stop:
                 self._thread.start()
             self._cond.notify()
@@ -97,7 +86,7 @@ class Scheduler:
             own = sum(rr.seq.own_bytes for _, rr in self.running if rr.seq is not None)
             pool = kv_pool(self.lm).stats() if isinstance(self.lm, LoadedModel) else {}
             return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps,
-                    "queued_prefill_tokens": sum(w.tokens for w in self.waiting),
+                    "queued_prefill_tokens": self.waiting.queued_tokens(),
                     "tree": self.tree.stats(), "running_own_bytes": own, "kv_pool": pool}
 
     def close(self) -> None:
@@ -116,51 +105,14 @@ class Scheduler:
                     self._cond.wait(timeout=1.0)
                 if self._stop:
                     break
-                chosen = self._choose()
+                chosen = self.waiting.choose(self.running)
             try:
                 self._step(chosen)
             except Exception:  # noqa: BLE001 - the loop must survive; the step failed its own requests
                 log.exception("scheduler step failed")
         self._fail_all(RuntimeError("the scheduler stopped"))
 
-    def _choose(self) -> list[_Waiting]:
-        """Requests to admit now (caller holds the condition): cancelled ones dropped, then in the policy's
-        order (by default starved ones first, then the oldest request's bucket, then the others), within the
-        step's token and slot budget. Of
-        requests over the same documents only the first is admitted in a step (SGLang's in-batch prefix
-        sharing): the others take that prefill from the prefix tree a step later instead of repeating it."""
-        self.waiting = [w for w in self.waiting if not w.handle.cancelled]
-        slots = self.limits.max_running - len(self.running)
-        if slots <= 0 or not self.waiting:
-            return []
-        now = time.perf_counter()
-        views = [WaitingView(w.handle.request, w.tokens, w.bucket, now - w.since, now - w.since > self.limits.max_wait_s)
-                 for w in self.waiting]
-        order = [self.waiting[i] for i in self.policy.order(views, [h.request for h, _ in self.running])]
-        chosen, tokens, prefixes = [], 0, set()
-        adapters = {h.request.adapter for h, _ in self.running}
-        for w in order:
-            if len(chosen) == slots or (chosen and tokens + w.tokens > self.limits.max_prefill_tokens):
-                break
-            if w.handle.request.adapter not in adapters and len(adapters) >= self.limits.max_adapters:
-                continue  # its adapter would unload one that running requests use
-            key = w.handle.request.shared_prefix_key()
-            if key in prefixes and key not in self._computed and now - w.since <= self.limits.max_wait_s:
-                continue  # next step it finds this step's prefill of the same documents in the prefix tree
-            prefixes.add(key)
-            adapters.add(w.handle.request.adapter)
-            chosen.append(w)
-            tokens += w.tokens
-        picked = {id(w) for w in chosen}
-        self.waiting = [w for w in self.waiting if id(w) not in picked]
-        for key in prefixes - {None}:  # computed from now on (a bounded memory of recent document sets)
-            self._computed[key] = None
-            self._computed.move_to_end(key)
-            if len(self._computed) > 4096:
-                self._computed.popitem(last=False)
-        return chosen
-
-    def _step(self, chosen: list[_Waiting]) -> None:
+    def _step(self, chosen: list[Waiting]) -> None:
         from kvlink_rag.runtime.admit import Reuse, admit
 
         waits = []
@@ -180,7 +132,7 @@ class Scheduler:
                         w.handle.fail(e)
                         continue
                     with self._cond:
-                        self.waiting[:0] = [x for x in chosen[chosen.index(w):] if not x.handle.cancelled]
+                        self.waiting.put_back(chosen[chosen.index(w):])
                     break
                 except Exception as e:  # noqa: BLE001 - the request fails, the others go on
                     w.handle.fail(e)
@@ -282,7 +234,7 @@ class Scheduler:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
-            waiting, self.waiting = self.waiting, []
+            waiting = self.waiting.drain()
             running = list(self.running)
         for w in waiting:
             w.handle.fail(error)

@@ -5,7 +5,7 @@ Records keep the LMDB layout and checksums (:mod:`store.records.codec`): meta, t
 into values of at most ``chunk_bytes`` under the document's hash tag (one Cluster slot per document), written as a
 new generation and committed by swapping the meta (:mod:`store.blobs.redis_layout`). A chunk that is missing (evicted
 under ``maxmemory``, expired) or a payload that fails its checksum makes the record a miss: it is deleted and
-counted (``missing``, ``checksum_failures``). Every Redis error is raised as
+counted (``missing``, ``checksum_failures``; :mod:`store.blobs.redis_reads`). Every Redis error is raised as
 :class:`~store.blobs.blob_store.BlobStoreUnavailable` naming the store.
 
 Connections have short socket timeouts and no retry on a timeout (:func:`store.redis_conn.tier_options`), and
@@ -16,8 +16,6 @@ fail at once until a background probe finds it answering again.
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,9 +29,9 @@ from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.redis_conn import connect, is_cluster_url, redact, server_info, split_url, tier_options
 from store.blobs.redis_health import TierClient, guarded as _unavailable
-from store.blobs.redis_layout import ChunkedLayout, MissingChunk
+from store.blobs.redis_layout import ChunkedLayout
+from store.blobs.redis_reads import RecordReads
 
-log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "kvlink:"
 _MAX_KEY_BYTES = 400
 
@@ -54,7 +52,8 @@ class RedisBlobStore(BlobStore):
         probe_interval_s: seconds between background probes of a target whose breaker is open.
     Attributes:
         client: the client and its breakers (:class:`store.blobs.redis_health.TierClient`; ``r`` is its client).
-        counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format``.
+        reads: the record reads and what makes them a miss (:class:`store.blobs.redis_reads.RecordReads`).
+        counters: ``missing`` (a chunk was gone: evicted or expired), ``corrupt``, ``newer_format`` (the reads').
         health: the circuit breakers (:class:`store.blobs.breakers.TierHealth`); ``events()`` adds their
             ``skipped``, ``opened`` and ``closed`` as ``breaker_*``.
     """
@@ -66,9 +65,14 @@ class RedisBlobStore(BlobStore):
         self.name, self.prefix = name, prefix
         self.client = TierClient(make_client, name, cluster, probe_interval_s)
         self.health = self.client.health
-        self.counters: Counter[str] = Counter()
-        self.checksum_failures = 0
+        self.reads = RecordReads(self.client, self.layout, self.delete)
+        self.counters = self.reads.counters
         self.evictions = 0
+
+    @property
+    def checksum_failures(self) -> int:
+        """Records that failed their checksum (and were deleted) since opening."""
+        return self.reads.checksum_failures
 
     @property
     def r(self):
@@ -131,63 +135,13 @@ class RedisBlobStore(BlobStore):
         return self.layout.drop(self.r, key, self.r.getdel(self.layout.key(key, "meta")))
 
     # -- reading -----------------------------------------------------------------------------------
-    def _meta(self, key: str) -> dict | None:
-        """The parsed meta of ``key``; None when absent or written by a newer format or layout.
-
-        Raises:
-            CorruptRecordError: unparsable meta.
-        """
-        raw = self.r.get(self.layout.key(key, "meta"))
-        if raw is None:
-            return None
-        meta = codec.parse_meta(raw)
-        if not self.layout.readable(meta, codec.FORMAT_VERSION):
-            self.counters["newer_format"] += 1
-            return None  # written by a newer release: a miss here, left alone
-        return meta
-
-    def _fetch(self, key: str, meta: dict, parts: list[tuple[str, int]]) -> list[bytes]:
-        """:meth:`ChunkedLayout.fetch`; a missing chunk deletes the record (unless it was replaced meanwhile).
-
-        Raises:
-            KeyError: a chunk is gone.
-        """
-        try:
-            return self.layout.fetch(self.r, key, meta, parts)
-        except MissingChunk:
-            self._gone(key, meta["redis"]["gen"])
-            raise
-
-    def _gone(self, key: str, gen: str) -> None:
-        """A chunk of generation ``gen`` is missing: delete the record if it is still that generation."""
-        if self.layout.generation(self.r.get(self.layout.key(key, "meta"))) in (gen, ""):
-            self.counters["missing"] += 1
-            log.warning("shared KV record %s lost a chunk (evicted or expired); deleting it", key[:24])
-            self.delete(key)
-
-    def _layer_bytes(self, key: str, meta: dict) -> Iterator[bytes]:
-        counts = meta["redis"]["chunks"]
-        for batch in self.layout.batches(meta):
-            yield from self._fetch(key, meta, [(f"L{i}", counts[i + 1]) for i in batch])
-
     @_unavailable()
     def open_record(self, key: str) -> tuple[dict, bytes, Iterator[bytes]] | None:
-        """``(meta, ids bytes, layer payloads as they arrive)`` or None when absent, unreadable or newer. The
-        payloads are not verified here; the iterator raises KeyError when a chunk is gone and
-        :class:`BlobStoreUnavailable` when Redis fails mid-way."""
+        """``(meta, ids bytes, layer payloads as they arrive)`` or None when absent, unreadable or newer
+        (:meth:`store.blobs.redis_reads.RecordReads.open`). The payloads are not verified here; the iterator
+        raises KeyError when a chunk is gone and :class:`BlobStoreUnavailable` when Redis fails mid-way."""
         self._check_key(key)
-        try:
-            meta = self._meta(key)
-        except CorruptRecordError as e:
-            self._corrupt(key, e)
-            return None
-        if meta is None:
-            return None
-        try:
-            ids = self._fetch(key, meta, [("ids", meta["redis"]["chunks"][0])])[0]
-        except KeyError:
-            return None
-        return meta, ids, self.client.guarded_stream(self._layer_bytes(key, meta), self.layout.key(key, "meta"))
+        return self.reads.open(key)
 
     def get(self, key: str, dtype: torch.dtype | str | None = None) -> DocumentKV | None:
         """The stored document on CPU, or None when absent, incomplete or corrupt (deleted and counted)."""
@@ -200,7 +154,7 @@ class RedisBlobStore(BlobStore):
         except KeyError:
             return None
         except CorruptRecordError as e:
-            self._corrupt(key, e)
+            self.reads.corrupt(key, e)
             return None
 
     def iter_layers(self, key: str, dtype: torch.dtype | str | None = None
@@ -218,7 +172,7 @@ class RedisBlobStore(BlobStore):
         try:
             yield from decode_layer_stream(meta, layers, dtype)
         except CorruptRecordError as e:
-            self._corrupt(key, e)
+            self.reads.corrupt(key, e)
             raise
 
     @_unavailable()
@@ -234,7 +188,7 @@ class RedisBlobStore(BlobStore):
         try:
             return codec.decode_ids(opened[1], opened[0])
         except CorruptRecordError as e:
-            self._corrupt(key, e)
+            self.reads.corrupt(key, e)
             raise
 
     @_unavailable()
@@ -242,7 +196,7 @@ class RedisBlobStore(BlobStore):
         """The parsed meta of ``key`` (payload not verified), or None when absent, unreadable or newer."""
         self._check_key(key)
         try:
-            return self._meta(key)
+            return self.reads.meta(key)
         except CorruptRecordError:
             return None
 
@@ -250,12 +204,6 @@ class RedisBlobStore(BlobStore):
     def contains(self, key: str) -> bool:
         """Whether a meta record for ``key`` exists (payload not verified)."""
         return bool(self.r.exists(self.layout.key(key, "meta")))
-
-    def _corrupt(self, key: str, err: Exception) -> None:
-        log.warning("corrupt shared KV record %s (%s); deleting it", key[:24], err)
-        self.checksum_failures += 1
-        self.counters["corrupt"] += 1
-        self.delete(key)
 
     # -- listing, space, health --------------------------------------------------------------------
     @_unavailable(keyed=False)

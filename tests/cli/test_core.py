@@ -1,50 +1,37 @@
-"""The kvlink-rag CLI: clear errors and the machine-readable answer."""
+"""The kvlink-rag CLI's core commands (ask, demo, model fetch) and its start-up: clear errors and the
+machine-readable answer. eval, eval-report and train-links are in test_quality.py."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from factories import NQ_PATH, default_model_path
 from cli.main import app
-
-runner = CliRunner()
-
-
-def _run(args, monkeypatch=None, **env):
-    result = runner.invoke(app, args, env=env or None)
-    return result.exit_code, result.output
-
-
-def _run_json(args, **env):
-    """Exit code, stdout parsed as JSON (it must be nothing else) and the whole output."""
-    result = runner.invoke(app, args, env=env or None)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout), result.output
+from cli_helpers import run_cli, run_cli_json, runner
+from factories import NQ_PATH, default_model_path
 
 
 def test_question_alone_without_documents_is_an_error():
-    code, output = _run(["ask", "what is it?"])
+    code, output = run_cli(["ask", "what is it?"])
     assert code == 2 and "at least one --doc" in output
 
 
 def test_missing_and_empty_document_files(tmp_path):
-    code, output = _run(["ask", "--doc", str(tmp_path / "nope.txt"), "q?"])
+    code, output = run_cli(["ask", "--doc", str(tmp_path / "nope.txt"), "q?"])
     assert code == 2 and "does not exist" in output
     (tmp_path / "empty.txt").write_text("  \n")
-    code, output = _run(["ask", "--doc", str(tmp_path / "empty.txt"), "q?"])
+    code, output = run_cli(["ask", "--doc", str(tmp_path / "empty.txt"), "q?"])
     assert code == 2 and "is empty" in output
 
 
 def test_unknown_dtype_and_bad_mode(tmp_path):
     (tmp_path / "d.txt").write_text("some text")
-    code, output = _run(["ask", "--doc", str(tmp_path / "d.txt"), "--kv-dtype", "int4", "q?"])
+    code, output = run_cli(["ask", "--doc", str(tmp_path / "d.txt"), "--kv-dtype", "int4", "q?"])
     assert code == 2 and "unknown kv_dtype 'int4'" in output
-    code, output = _run(["eval", "--modes", "full,bogus"])
+    code, output = run_cli(["eval", "--modes", "full,bogus"])
     assert code == 2 and "unknown mode" in output
-    code, output = _run(["ask", "--nq", str(tmp_path / "none.jsonl"), "--json"])
+    code, output = run_cli(["ask", "--nq", str(tmp_path / "none.jsonl"), "--json"])
     assert code == 2 and "does not exist" in output
 
 
@@ -54,7 +41,7 @@ def test_ask_nq_json_has_the_documented_keys(tmp_path):
         pytest.skip(f"{NQ_PATH} not present")
     env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path()),
            "KVLINK_RAG_MAX_NEW_TOKENS": "12"}
-    res, _ = _run_json(["ask", "--nq", str(NQ_PATH), "--index", "1", "--docs", "3", "--json"], **env)
+    res, _ = run_cli_json(["ask", "--nq", str(NQ_PATH), "--index", "1", "--docs", "3", "--json"], **env)
     for key in ("answer", "gold_answers", "match", "ttft_full_s", "ttft_linked_s", "cache_hits"):
         assert key in res
     assert res["gold_answers"] and res["match"] in (0.0, 1.0) and res["documents"] == 3
@@ -66,7 +53,7 @@ def test_ask_over_document_files(tmp_path):
     (tmp_path / "paris.txt").write_text("Paris is the capital and largest city of France.")
     (tmp_path / "rome.txt").write_text("Rome is the capital city of Italy.")
     env = {"KVLINK_RAG_HOME": str(tmp_path), "KVLINK_RAG_MODEL": str(default_model_path())}
-    res, _ = _run_json(["ask", "--doc", str(tmp_path / "paris.txt"), "--doc", str(tmp_path / "rome.txt"),
+    res, _ = run_cli_json(["ask", "--doc", str(tmp_path / "paris.txt"), "--doc", str(tmp_path / "rome.txt"),
                         "--k", "0", "--json", "What is the capital of France?"], **env)
     assert "paris" in res["answer"].lower() and "paris" in res["answer_full"].lower()
     assert res["documents"] == 2 and res["link_k"] == 0 and res["cache_hits"] == 0
@@ -101,42 +88,11 @@ def test_second_process_answers_from_caches_on_disk(tmp_path):
     assert check.returncode == 0 and report["problems"] == 0 and len(report["untracked_caches"]) == 2
 
 
-def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
-    rows = [{"index": i, "gold_position": p, "mode": m, "em": em, "nll": 2.0, "ttft_s": 0.5}
-            for i, p, m, em in [(0, "first", "full", 1.0), (1, "middle", "full", 0.0), (0, "first", "naive", 0.0)]]
-    (tmp_path / "a.rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:2]))
-    (tmp_path / "b.rows.jsonl").write_text(json.dumps(rows[2]))
-    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
-                         "--json", str(tmp_path / "m.json")])
-    assert code == 0, output
-    merged = json.loads((tmp_path / "m.json").read_text())
-    assert merged["modes"]["full"]["accuracy"] == 0.5 and merged["modes"]["naive"]["n"] == 1
-    assert merged["by_position"]["first"]["full"]["accuracy"] == 1.0 and "middle" in output
-    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
-                         "--against", "full"])
-    assert code == 0 and "naive - 1 x full: -1.000 [-1.000, -1.000]" in output  # only question 0 is paired
-    assert "naive - full, answer NLL: +0.000 [+0.000, +0.000] nats/token" in output
-    code, output = _run(["eval-report", str(tmp_path / "a.rows.jsonl"), "--against", "bogus"])
-    assert code == 2 and "--against 'bogus': no rows of that mode" in output
-    (tmp_path / "bad.jsonl").write_text("not json\n")
-    code, output = _run(["eval-report", str(tmp_path / "bad.jsonl")])
-    assert code == 2 and "bad.jsonl:1: not JSON" in output
-    code, output = _run(["eval", "--gold-position", "rotate,sideways"])
-    assert code == 2 and "'sideways'" in output
-
-
-def test_bad_adapter_names_are_clear_errors(tmp_path):
-    code, output = _run(["train-links", "--name", "../evil"], KVLINK_RAG_HOME=str(tmp_path))
-    assert code == 2 and "invalid adapter name '../evil'" in output
-    code, output = _run(["train-links", "--name", "none"], KVLINK_RAG_HOME=str(tmp_path))
-    assert code == 2 and "'none' is reserved" in output
-
-
 @pytest.mark.e2e
 def test_ask_with_an_unknown_adapter_lists_the_available_ones(tmp_path):
     (tmp_path / "d.txt").write_text("The lamp at Skerry Point was kept by Ada Quill.")
     env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
-    code, output = _run(["ask", "--doc", str(tmp_path / "d.txt"), "--adapter", "nope", "Who kept the lamp?"], **env)
+    code, output = run_cli(["ask", "--doc", str(tmp_path / "d.txt"), "--adapter", "nope", "Who kept the lamp?"], **env)
     assert code == 2 and "unknown adapter 'nope'; available: default, none" in output
 
 
@@ -230,7 +186,7 @@ def test_ask_json_on_a_fresh_home_prints_only_json_and_conversion_goes_to_stderr
 @pytest.mark.parametrize("command", ["ask", "demo", "eval", "train-links"])
 @pytest.mark.parametrize("flag", ["--nq", "--data"])
 def test_the_nq_file_is_taken_as_nq_or_data_by_every_command(tmp_path, command, flag):
-    code, output = _run([command, flag, str(tmp_path / "none.jsonl")], KVLINK_RAG_HOME=str(tmp_path / "home"))
+    code, output = run_cli([command, flag, str(tmp_path / "none.jsonl")], KVLINK_RAG_HOME=str(tmp_path / "home"))
     assert code == 2 and "none.jsonl does not exist" in output, output
 
 
@@ -265,7 +221,7 @@ def test_model_fetch_draws_the_conversion_with_the_cli_bar_and_prints_only_the_p
 
 
 def test_demo_without_questions_is_refused_before_the_model_loads():
-    code, output = _run(["demo", "--questions", "0"])
+    code, output = run_cli(["demo", "--questions", "0"])
     assert code == 2 and "--questions must be >= 1" in output
 
 
@@ -289,75 +245,11 @@ def test_ask_json_counts_chunk_hits_and_takes_a_recompute_ratio(tmp_path):
            "KVLINK_RAG_MAX_NEW_TOKENS": "4", "KVLINK_RAG_CHUNK_TOKENS": "128"}
     args = ["ask", "--doc", str(tmp_path / "guide.txt"), "--doc", str(tmp_path / "short.txt"), "--no-full", "--json",
             "Where does heron number 3 nest?"]
-    first, _ = _run_json(args, **env)
+    first, _ = run_cli_json(args, **env)
     assert first["documents"] == 2 and first["chunks"] > 3 and first["chunk_cache_hits"] == 0
     assert first["cache_hits"] == 0 and first["recompute_ratio"] == 0
-    again, _ = _run_json(args + ["--recompute-ratio", "0.3"], **env)
+    again, _ = run_cli_json(args + ["--recompute-ratio", "0.3"], **env)
     assert again["cache_hits"] == 2 and again["chunk_cache_hits"] == again["chunks"] == first["chunks"]
     assert again["recompute_ratio"] == 0.3 and again["context_tokens"] == first["context_tokens"]
-    code, output = _run(args + ["--recompute-ratio", "0.3", "--explain"], **env)
+    code, output = run_cli(args + ["--recompute-ratio", "0.3", "--explain"], **env)
     assert code == 2 and "do not combine" in output
-
-
-def test_eval_start_outside_the_questions_is_a_one_line_error():
-    if not NQ_PATH.exists():
-        pytest.skip(f"{NQ_PATH} not present")
-    code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "5", "--start", "5"])
-    assert code == 2 and "--start 5: must be at least 0 and below --n (5)" in output
-
-
-@pytest.mark.e2e
-def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
-    if not NQ_PATH.exists():
-        pytest.skip(f"{NQ_PATH} not present")
-    from service.settings import Settings
-    from store.factory import open_store
-
-    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
-    tiny = ["train-links", "--nq", str(NQ_PATH), "--steps", "1", "--accumulate", "1", "--docs", "2", "--val-n", "1",
-            "--val-every", "0", "--doc-cache", "store"]
-    stored = []
-    for name in ("a", "b"):  # a second run (another variant: rank 8) reads the first run's encodings
-        code, output = _run(tiny + ["--out", str(tmp_path / f"{name}.safetensors")]
-                            + (["--rank", "8"] if name == "b" else []), **env)
-        assert code == 0, output
-        st = open_store(Settings(home=tmp_path / "home", model="unused"))
-        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
-        st.blobs.close()
-    assert len(stored[0]) >= 2 and stored[1] == stored[0]  # the same example's documents, never written again
-    code, output = _run(tiny[:-1] + ["disk"], **env)
-    assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
-
-
-@pytest.mark.parametrize("extra", [["--task", "kv-retrieval"], ["--int8"], ["--retention", "0.5"], []])
-def test_eval_doc_cache_store_refuses_what_it_cannot_hold(extra):
-    if not NQ_PATH.exists():
-        pytest.skip(f"{NQ_PATH} not present")
-    flag = ["--doc-cache", "store"] if extra else ["--doc-cache", "disk"]
-    code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "2"] + flag + extra)
-    assert code == 2
-    assert ("not with --task kv-retrieval, --int8 or --retention" if extra else "choose memory or store") in output
-
-
-@pytest.mark.e2e
-def test_eval_with_stored_documents_shares_them_across_runs_and_tags_rows(tmp_path):
-    if not NQ_PATH.exists():
-        pytest.skip(f"{NQ_PATH} not present")
-    from service.settings import Settings
-    from store.factory import open_store
-
-    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
-           "KVLINK_RAG_MAX_NEW_TOKENS": "4"}
-    stored = []
-    for tag in ("a", "b"):
-        code, output = _run(["eval", "--nq", str(NQ_PATH), "--n", "3", "--start", "2", "--docs", "2", "--modes", "naive",
-                             "--max-new-tokens", "4", "--doc-cache", "store", "--tag", tag,
-                             "--json", str(tmp_path / f"{tag}.json")], **env)
-        assert code == 0, output
-        st = open_store(Settings(home=tmp_path / "home", model="unused"))
-        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
-        st.blobs.close()
-    assert len(stored[0]) == 2 and stored[1] == stored[0]  # the second run read the first run's caches
-    rows = [json.loads(line) for line in (tmp_path / "b.rows.jsonl").read_text().splitlines()]
-    assert [(r["index"], r["mode"]) for r in rows] == [(2, "naive@b")]
-    assert json.loads((tmp_path / "b.json").read_text())["modes"].keys() == {"naive@b"}

@@ -1,16 +1,16 @@
-"""``kvlink-rag eval --task kv-retrieval`` on the tiny saved checkpoint: rows, summary JSON, clear errors."""
+"""The quality commands: ``kvlink-rag eval`` (``--task kv-retrieval`` on the tiny saved checkpoint: rows, summary
+JSON, clear errors; ``--doc-cache store`` over the real model), ``eval-report`` and ``train-links``."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from cli.main import app
+from cli_helpers import run_cli, runner
+from factories import NQ_PATH, default_model_path
 from training.kv_retrieval import make_examples
-
-runner = CliRunner()
 
 
 def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tmp_path, env):
@@ -65,3 +65,98 @@ def test_kv_retrieval_drops_the_in_memory_document_caches_after_each_question_an
     assert shared == {"doc": 1} and steps == [1]
     _step(bar, engines, "kv-retrieval")()
     assert shared == {} and steps == [1, 1]
+
+
+def test_eval_report_merges_row_files_and_rejects_bad_ones(tmp_path):
+    rows = [{"index": i, "gold_position": p, "mode": m, "em": em, "nll": 2.0, "ttft_s": 0.5}
+            for i, p, m, em in [(0, "first", "full", 1.0), (1, "middle", "full", 0.0), (0, "first", "naive", 0.0)]]
+    (tmp_path / "a.rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:2]))
+    (tmp_path / "b.rows.jsonl").write_text(json.dumps(rows[2]))
+    code, output = run_cli(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
+                         "--json", str(tmp_path / "m.json")])
+    assert code == 0, output
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert merged["modes"]["full"]["accuracy"] == 0.5 and merged["modes"]["naive"]["n"] == 1
+    assert merged["by_position"]["first"]["full"]["accuracy"] == 1.0 and "middle" in output
+    code, output = run_cli(["eval-report", str(tmp_path / "a.rows.jsonl"), str(tmp_path / "b.rows.jsonl"),
+                         "--against", "full"])
+    assert code == 0 and "naive - 1 x full: -1.000 [-1.000, -1.000]" in output  # only question 0 is paired
+    assert "naive - full, answer NLL: +0.000 [+0.000, +0.000] nats/token" in output
+    code, output = run_cli(["eval-report", str(tmp_path / "a.rows.jsonl"), "--against", "bogus"])
+    assert code == 2 and "--against 'bogus': no rows of that mode" in output
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    code, output = run_cli(["eval-report", str(tmp_path / "bad.jsonl")])
+    assert code == 2 and "bad.jsonl:1: not JSON" in output
+    code, output = run_cli(["eval", "--gold-position", "rotate,sideways"])
+    assert code == 2 and "'sideways'" in output
+
+
+def test_bad_adapter_names_are_clear_errors(tmp_path):
+    code, output = run_cli(["train-links", "--name", "../evil"], KVLINK_RAG_HOME=str(tmp_path))
+    assert code == 2 and "invalid adapter name '../evil'" in output
+    code, output = run_cli(["train-links", "--name", "none"], KVLINK_RAG_HOME=str(tmp_path))
+    assert code == 2 and "'none' is reserved" in output
+
+
+def test_eval_start_outside_the_questions_is_a_one_line_error():
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    code, output = run_cli(["eval", "--nq", str(NQ_PATH), "--n", "5", "--start", "5"])
+    assert code == 2 and "--start 5: must be at least 0 and below --n (5)" in output
+
+
+@pytest.mark.e2e
+def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from service.settings import Settings
+    from store.factory import open_store
+
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path())}
+    tiny = ["train-links", "--nq", str(NQ_PATH), "--steps", "1", "--accumulate", "1", "--docs", "2", "--val-n", "1",
+            "--val-every", "0", "--doc-cache", "store"]
+    stored = []
+    for name in ("a", "b"):  # a second run (another variant: rank 8) reads the first run's encodings
+        code, output = run_cli(tiny + ["--out", str(tmp_path / f"{name}.safetensors")]
+                            + (["--rank", "8"] if name == "b" else []), **env)
+        assert code == 0, output
+        st = open_store(Settings(home=tmp_path / "home", model="unused"))
+        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
+        st.blobs.close()
+    assert len(stored[0]) >= 2 and stored[1] == stored[0]  # the same example's documents, never written again
+    code, output = run_cli(tiny[:-1] + ["disk"], **env)
+    assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
+
+
+@pytest.mark.parametrize("extra", [["--task", "kv-retrieval"], ["--int8"], ["--retention", "0.5"], []])
+def test_eval_doc_cache_store_refuses_what_it_cannot_hold(extra):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    flag = ["--doc-cache", "store"] if extra else ["--doc-cache", "disk"]
+    code, output = run_cli(["eval", "--nq", str(NQ_PATH), "--n", "2"] + flag + extra)
+    assert code == 2
+    assert ("not with --task kv-retrieval, --int8 or --retention" if extra else "choose memory or store") in output
+
+
+@pytest.mark.e2e
+def test_eval_with_stored_documents_shares_them_across_runs_and_tags_rows(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    from service.settings import Settings
+    from store.factory import open_store
+
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_MAX_NEW_TOKENS": "4"}
+    stored = []
+    for tag in ("a", "b"):
+        code, output = run_cli(["eval", "--nq", str(NQ_PATH), "--n", "3", "--start", "2", "--docs", "2", "--modes", "naive",
+                             "--max-new-tokens", "4", "--doc-cache", "store", "--tag", tag,
+                             "--json", str(tmp_path / f"{tag}.json")], **env)
+        assert code == 0, output
+        st = open_store(Settings(home=tmp_path / "home", model="unused"))
+        stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
+        st.blobs.close()
+    assert len(stored[0]) == 2 and stored[1] == stored[0]  # the second run read the first run's caches
+    rows = [json.loads(line) for line in (tmp_path / "b.rows.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["mode"]) for r in rows] == [(2, "naive@b")]
+    assert json.loads((tmp_path / "b.json").read_text())["modes"].keys() == {"naive@b"}

@@ -158,7 +158,7 @@ def test_a_cluster_node_stopped_gives_a_recompute_or_a_503_never_a_wrong_answer(
 
 def _stop_on_first_layer(shared: RedisBlobStore, node) -> None:
     """Stop ``node`` right after the shared tier returned its first layer payload to this host."""
-    fetch = shared._fetch
+    fetch = shared.reads.fetch
 
     def fetch_then_stop(key, meta, parts):
         got = fetch(key, meta, parts)
@@ -166,4 +166,4 @@ def _stop_on_first_layer(shared: RedisBlobStore, node) -> None:
             node.stop()
         return got
 
-    shared._fetch = fetch_then_stop
+    shared.reads.fetch = fetch_then_stop
