@@ -61,7 +61,8 @@ def bytes_per_token(blobs: BlobStore, keys: list[str]) -> float:
 
 def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> dict:
     """Seconds to stream the keyed documents' layers (``prefetch_layers`` at retention 1, the query path's load,
-    no memory-tier fill) and write every layer's K and V into one request's KV blocks of the records' dtype,
+    no memory-tier fill) into one request's KV blocks of the records' dtype (decoded straight into them where the
+    source can, as the scheduler does; else each layer written after it arrives),
     against :func:`copy_floor` of the same KV bytes: the load path's figure (issue 24: >= 0.70 of the floor).
 
     Returns:
@@ -77,11 +78,16 @@ def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> d
     seq = SequenceKV([], L, H, D, dtype, capacity=tokens)  # its pool's arena is kept (and touched) across runs
     pool = seq.pool
 
-    def run() -> None:
+    def run() -> None:  # as the scheduler's _rotate_into, less RoPE
         s = SequenceKV([], L, H, D, dtype, capacity=tokens, pool=pool)
         docs = prefetch_layers(blobs, keys)
-        for i, (k, v) in enumerate(docs.layers):  # k, v: [kv_heads, tokens, head_dim] into the blocks
-            s.write(i, k, v)
+        runs = s.own_runs(0, tokens)
+        if docs.fill is not None and len(runs) == 1:
+            for i in range(L):  # straight into the blocks: [kv_heads, tokens, head_dim] views
+                docs.fill(i, runs[0][0][i], runs[0][1][i])
+        else:
+            for i, (k, v) in enumerate(docs.layers):  # k, v: [kv_heads, tokens, head_dim] into the blocks
+                s.write(i, k, v)
         s.commit(tokens)
         s.release()
 

@@ -7,7 +7,7 @@ need torch import it when called.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -163,6 +163,10 @@ class LayeredDocuments:
             ``0..n-1``. Consumers rotate and mask by these positions, so the order of a document's keys is free.
         doc_lengths: per document, its full length in tokens (the positions its slot spans in the layout);
             None: ``num_tokens``.
+        fill: where the source can decode straight into the consumer's buffers: ``fill(i, k_out, v_out)`` writes
+            layer ``i`` (keys before RoPE) into ``[kv_heads, sum(num_tokens), head_dim]`` views with contiguous
+            rows, any float dtype, CPU. A consumer calls it for every layer in order instead of iterating
+            ``layers`` (never both); None: iterate ``layers``.
     """
 
     num_tokens: list[int]
@@ -171,6 +175,7 @@ class LayeredDocuments:
     wait_s: float = 0.0
     positions: list[torch.Tensor] | None = None
     doc_lengths: list[int] | None = None
+    fill: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
 
     @property
     def layout_lengths(self) -> list[int]:

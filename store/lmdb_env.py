@@ -239,12 +239,15 @@ class LmdbEnv:
             self.env.set_mapsize(0)
 
     def close(self) -> None:
-        """Close the environment and forget it in the process registry."""
+        """Close the environment and forget it in the process registry, once no read is in progress: a buffer a
+        reading thread still copies from (a layer stream, the memory-tier fill after one) lives in the map that
+        closing unmaps. A read begun after the close raises ``lmdb.Error``."""
         with _registry_lock:
             for k, v in list(_registry.items()):
                 if v is self:
                     del _registry[k]
-        self.env.close()
+        with self._lock.exclusive():
+            self.env.close()
 
 
 _registry: dict[tuple[int, str], LmdbEnv] = {}

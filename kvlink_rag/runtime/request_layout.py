@@ -173,13 +173,22 @@ def full_layout(prompt_ids: list[int]) -> RequestLayout:
 def _rotate_into(lm: LoadedModel, seq: SequenceKV, docs: list[DocumentKV] | LayeredDocuments,
                  positions: torch.Tensor) -> None:
     """Append stored documents' KV to ``seq``, keys rotated at ``positions`` (``[tokens]``), written layer by
-    layer straight into its buffers (no intermediate copy of all layers)."""
+    layer straight into its blocks: a source that can decode into them (:attr:`LayeredDocuments.fill`, the store
+    read on this thread) writes each layer's raw keys and values there and the keys are rotated in place (one
+    pass over the stored bytes); otherwise each layer arrives as tensors and is rotated into the blocks."""
     src = docs if isinstance(docs, LayeredDocuments) else LayeredDocuments.from_documents(docs)
     cos, sin = rope_cos_sin(lm.rotary_emb, positions.to(lm.device), torch.float32)
     n = int(positions.numel())
     seq.reserve(n)
-    for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim], into the blocks
-        seq.write(i, apply_rope(k_raw.to(lm.device).float(), cos, sin), v)
+    runs = seq.own_runs(seq.length, n)
+    if src.fill is not None and len(runs) == 1 and seq.device.type == "cpu":
+        run_k, run_v = runs[0]  # [layers, kv_heads, n, head_dim] views of the blocks
+        for i in range(lm.num_layers):
+            src.fill(i, run_k[i], run_v[i])  # keys before RoPE, values, as stored
+            run_k[i].copy_(apply_rope(run_k[i].float(), cos, sin))
+    else:
+        for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim], into the blocks
+            seq.write(i, apply_rope(k_raw.to(lm.device).float(), cos, sin), v)
     seq.commit(n)
 
 

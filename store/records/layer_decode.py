@@ -21,7 +21,7 @@ from kvlink_rag.types import DocumentKV, parse_dtype
 from store.records import ordered_layout
 from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
-from store.records.one_thread import copy_into
+from store.records.one_thread import copy_bytes_into, copy_into
 from store.records.quant import QuantizedTensor, dequantize
 
 _ST_DTYPES: dict[str, torch.dtype] = {
@@ -211,8 +211,11 @@ def _copy_view(out: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.
     """Copy a stored tensor (a read-only byte view, token-major ``[T, H, D]`` when ``transpose``) into ``out``
     ``[H, T, D]``, converting its dtype: one strided pass on this thread, no intermediate tensor."""
     _fits(out, shape, transpose)
-    if raw.nbytes != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
+    if raw.nbytes != math.prod(shape) * dtype.itemsize:
         raise CorruptRecordError("layer payload size does not match its shape")
+    if out.dtype == dtype and out.device.type == "cpu":
+        copy_bytes_into(out, raw, tuple(shape), transpose)  # whole rows, straight from the buffer
+        return
     with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
         warnings.simplefilter("ignore", UserWarning)
         src = torch.from_numpy(raw).view(dtype).view(shape)

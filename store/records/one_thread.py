@@ -10,6 +10,9 @@ and fall back to torch only to convert a dtype.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 import torch
 
@@ -20,6 +23,40 @@ def as_numpy(t: torch.Tensor) -> np.ndarray:
     """A numpy view (no copy, same strides) of CPU tensor ``t``'s elements as integers of the same width, so
     that bfloat16 (which numpy lacks) is viewed too."""
     return t.view(_SAME_SIZE_INT[t.element_size()]).numpy()
+
+
+def rows_view(t: torch.Tensor) -> np.ndarray:
+    """A numpy view (no copy) of CPU tensor ``t`` ``[..., D]`` (last dimension contiguous) with each last-dimension
+    row as one opaque element of ``D * itemsize`` bytes: shape ``t.shape[:-1]``. numpy then moves whole rows in
+    a strided copy (a transposing copy of 128-byte rows ran at ~0.8 of a memcpy against ~0.4 element by element).
+
+    Raises:
+        ValueError: the last dimension is not contiguous.
+    """
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError("rows_view needs a contiguous last dimension")
+    return t.view(torch.uint8).numpy().view(_row(t.shape[-1] * t.element_size()))[..., 0]
+
+
+@functools.lru_cache(maxsize=64)
+def _row(nbytes: int) -> np.dtype:
+    """The opaque numpy element of ``nbytes`` bytes (one row)."""
+    return np.dtype((np.void, nbytes))
+
+
+def copy_bytes_into(out: torch.Tensor, raw: np.ndarray, shape: tuple[int, ...], transpose: bool) -> None:
+    """``out`` ``[A, B, D]`` (any strides, contiguous rows) = the C-contiguous tensor held in the bytes ``raw``
+    (``shape`` ``[A, B, D]``, or ``[B, A, D]`` copied transposed when ``transpose``) of ``out``'s dtype, on this
+    thread alone.
+
+    Raises:
+        ValueError: ``raw`` does not hold ``shape`` in ``out``'s dtype.
+    """
+    row = _row(shape[-1] * out.element_size())
+    if raw.nbytes != math.prod(shape[:-1]) * row.itemsize:
+        raise ValueError(f"{raw.nbytes} bytes do not hold {list(shape)} of {out.dtype}")
+    src = raw.view(row).reshape(shape[:-1])
+    np.copyto(rows_view(out), src.T if transpose else src)
 
 
 def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
@@ -33,6 +70,9 @@ def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
         raise ValueError(f"cannot copy {list(src.shape)} into {list(out.shape)}")
     if out.dtype != src.dtype or out.device.type != "cpu" or src.device.type != "cpu":
         out.copy_(src)
+        return
+    if out.dim() and (out.shape[-1] == 1 or out.stride(-1) == 1) and (src.shape[-1] == 1 or src.stride(-1) == 1):
+        np.copyto(rows_view(out), rows_view(src))
         return
     np.copyto(as_numpy(out), as_numpy(src))
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import warnings
 
 import numpy as np
 import safetensors.torch
@@ -33,6 +32,7 @@ from kvlink_rag.retention import check_retention, kept_count
 from kvlink_rag.types import parse_dtype
 from store.records.quant import QuantizedTensor, dequantize, quantize_int8
 from store.records.errors import CorruptRecordError
+from store.records.one_thread import rows_view
 
 CHUNKS = 10
 TOKEN_MAJOR = ("k", "v", "v_scale", "v_zero")
@@ -212,10 +212,10 @@ def decode_ordered_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out:
 
 
 def gather_layer_into(buf, inverse: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-    """A whole verified float layer of an ordered record straight into positional order: per head,
-    ``out[h, p] = stored row inverse[p]`` (``index_select`` from a view of the buffer into the output: one pass
-    over the bytes, no temporary and no second strided copy; measured ~4x faster than the gather + copy it
-    replaces, ``index_copy_`` was slower still).
+    """A whole verified float layer of an ordered record straight into positional order:
+    ``out[h, p] = stored row inverse[p]`` (numpy over whole rows of ``D`` elements: a gather into a temporary,
+    then one transposed copy, on the calling thread alone; a torch ``index_select`` here opened a second OpenMP
+    team beside the consumer's torch work when a reader thread called it).
 
     Args:
         inverse: ``[T]`` int64 ``argsort(token_order)``: position -> stored row (made once per document).
@@ -225,17 +225,15 @@ def gather_layer_into(buf, inverse: torch.Tensor, k_out: torch.Tensor, v_out: to
     """
     data, tensors = _tensors(buf)
     views = {spec[0]: spec for spec in tensors}
+    inv = inverse.numpy()
     try:
         for name, out in (("k", k_out), ("v", v_out)):
             _, dtype, shape, start, end = views[name]
             if dtype != out.dtype or list(shape) != [out.shape[1], out.shape[0], out.shape[2]]:
                 raise CorruptRecordError(f"ordered tensor {name} {list(shape)} does not fit {list(out.shape)}")
             raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=data + start)
-            with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
-                warnings.simplefilter("ignore", UserWarning)
-                rows = torch.from_numpy(raw).view(dtype).view(shape)  # rows: [T, H, D] in stored order
-            for h in range(out.shape[0]):
-                torch.index_select(rows[:, h], 0, inverse, out=out[h])
+            rows = raw.view(np.dtype((np.void, shape[2] * out.element_size()))).reshape(shape[0], shape[1])
+            np.copyto(rows_view(out), rows[inv].T)  # rows: [T, H] whole rows in stored order -> [H, T]
     except KeyError as e:
         raise CorruptRecordError(f"ordered layer has no tensor {e}") from None
 

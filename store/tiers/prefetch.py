@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import os
 import queue
 import threading
@@ -20,7 +21,7 @@ from kvlink_rag.retention import check_retention, kept_positions
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore
 from store.records.codec import target_dtype
-from store.records.one_thread import copy_into, gather_into
+from store.records.one_thread import copy_into
 from store.records.ordered_layout import record_importance
 
 
@@ -43,6 +44,8 @@ def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
     num_tokens = [m["shape"][2] if isinstance(it, str) else it.doc_tokens if isinstance(it, RetainedKV)
                   else it.num_tokens for it, m in zip(items, metas)]
     return metas, fps.pop(), layers.pop(), num_tokens
+
+logger = logging.getLogger(__name__)
 
 
 class _Reader:
@@ -77,17 +80,19 @@ class _Reader:
 
 
 class _StoredReader(_Reader):
-    """Retention 1: layer ``i`` of every document decoded straight into one joined buffer pair
-    ``[kv_heads, total_tokens, head_dim]``, keyed records in their stored token order (their offsets are carried as
+    """Retention 1: layer ``i`` of every document decoded straight into the consumer's buffers
+    ``[kv_heads, total_tokens, head_dim]`` (:meth:`fill`: a request's KV blocks) or one joined buffer pair per
+    layer (:meth:`run`, :meth:`inline`): keyed records in their stored token order (their offsets are carried as
     data, :attr:`LayeredDocuments.positions`: no gather back to position order on the query path), in-memory
-    documents copied in position order. Once every layer is handed over, each keyed document is reassembled in
-    position order for ``on_loaded`` (the memory tiers) at the thread's lowest CPU priority, so the query's own
-    forward keeps the cores."""
+    documents in position order. After the last layer a thread fills the memory tiers (``on_loaded``) with the
+    keyed documents read again in position order, at a lowered CPU priority, so the query's own forward keeps
+    the cores."""
 
     def __init__(self, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int, depth: int,
-                 on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple], get_ids):
+                 on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple],
+                 get: Callable[[str], DocumentKV | None]):
         super().__init__(n_layers, depth)
-        self.items, self.metas, self.on_loaded, self.opened, self.get_ids = items, metas, on_loaded, opened, get_ids
+        self.items, self.metas, self.on_loaded, self.opened, self.get = items, metas, on_loaded, opened, get
         self.lengths = [m["shape"][2] if m is not None else it.num_tokens for it, m in zip(items, metas)]
         self.bounds = [0, *itertools.accumulate(self.lengths)]
         dtypes = [target_dtype(m, None) if m is not None else it.keys.dtype for it, m in zip(items, metas)]
@@ -95,47 +100,57 @@ class _StoredReader(_Reader):
         m = next((m for m in metas if m is not None), None)
         self.heads, self.head_dim = (m["shape"][1], m["shape"][3]) if m is not None else (
             items[0].keys.shape[1], items[0].keys.shape[3])
+        self.fills = {j: iter(f) for j, (_, f) in opened.items()}
+
+    def fill(self, i: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+        """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
+        with contiguous rows, any float dtype), in order from layer 0, on the calling thread; the last layer
+        starts the memory-tier fill."""
+        for j, it in enumerate(self.items):
+            a, b = self.bounds[j], self.bounds[j + 1]
+            if j in self.fills:
+                next(self.fills[j])(k_out[:, a:b], v_out[:, a:b])
+            else:
+                copy_into(k_out[:, a:b], it.keys[i])
+                copy_into(v_out[:, a:b], it.values[i])
+        if i == self.n_layers - 1:
+            threading.Thread(target=self._finish, name="kv-tier-fill", daemon=True).start()
+
+    def _layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k = torch.empty(self.heads, self.bounds[-1], self.head_dim, dtype=self.dtype)
+        v = torch.empty_like(k)  # k, v: [kv_heads, total_tokens, head_dim], documents in slot order
+        self.fill(i, k, v)
+        return k, v
+
+    def _finish(self) -> None:
+        """Past the last layer: the memory tiers get the keyed documents read in position order (a read counts
+        the record's access; without tiers to fill, the streams count it)."""
+        try:
+            if self.on_loaded is None:
+                for f in self.fills.values():
+                    next(f, None)
+                return
+            _lower_priority()
+            for j in self.fills:
+                kv = self.get(self.items[j])
+                if kv is not None:
+                    self.on_loaded(self.items[j], kv)
+        except Exception:  # noqa: BLE001 - the query has its layers; a tier left unfilled is read again next time
+            logger.exception("filling the memory tiers after a layer stream failed")
 
     def run(self) -> None:
+        """The background reader: layers decoded ``depth`` ahead of the consumer."""
         try:
-            fills = {j: iter(f) for j, (_, f) in self.opened.items()}
-            kept: list[tuple[torch.Tensor, torch.Tensor]] = []
             for i in range(self.n_layers):
-                k = torch.empty(self.heads, self.bounds[-1], self.head_dim, dtype=self.dtype)
-                v = torch.empty_like(k)  # k, v: [kv_heads, total_tokens, head_dim], documents in slot order
-                for j, it in enumerate(self.items):
-                    a, b = self.bounds[j], self.bounds[j + 1]
-                    if j in fills:
-                        next(fills[j])(k[:, a:b], v[:, a:b])
-                    else:
-                        copy_into(k[:, a:b], it.keys[i])
-                        copy_into(v[:, a:b], it.values[i])
-                if self.on_loaded is not None:
-                    kept.append((k, v))
-                if not self._hand_over((k, v)):
+                if not self._hand_over(self._layer(i)):
                     return  # the consumer stopped early
-            for f in fills.values():
-                next(f, None)  # past the last layer: the record's access is counted
-            if self.on_loaded is not None and fills:
-                _lowest_priority()
-                for j in fills:
-                    self.on_loaded(self.items[j], self._whole(j, kept))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             self.queue.put(e)
 
-    def _whole(self, j: int, kept: list[tuple[torch.Tensor, torch.Tensor]]) -> DocumentKV:
-        """Keyed document ``j`` in position order and its stored dtype, from the joined layers read."""
-        meta, (order, _) = self.metas[j], self.opened[j]
-        a, b = self.bounds[j], self.bounds[j + 1]
-        inverse = None if order is None else torch.argsort(order)  # position -> stored row
-        keys = torch.empty(self.n_layers, self.heads, b - a, self.head_dim, dtype=target_dtype(meta, None))
-        values = torch.empty_like(keys)
-        for i, (k, v) in enumerate(kept):  # on this thread alone, beside the consumer's forward
-            for out, src in ((keys[i], k[:, a:b]), (values[i], v[:, a:b])):
-                copy_into(out, src) if inverse is None else gather_into(out, src, inverse, 1)
-        return DocumentKV(keys=keys, values=values, token_ids=self.get_ids(self.items[j]),
-                          fingerprint=meta["fingerprint"], encoding=meta["encoding"],
-                          importance=record_importance(meta))
+    def inline(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The layers decoded on the consumer's own thread as it asks for them (no thread beside its torch work)."""
+        for i in range(self.n_layers):
+            yield self._layer(i)
 
     def positions(self) -> list[torch.Tensor] | None:
         """Per document the offsets of its streamed rows (None when every document streams in position order)."""
@@ -145,10 +160,17 @@ class _StoredReader(_Reader):
         return [torch.arange(n) if o is None else o for o, n in zip(orders, self.lengths)]
 
 
-def _lowest_priority() -> None:
-    """Lower the calling thread's CPU priority to nice 19 (Linux: a thread is a task); ignored where refused."""
+TIER_FILL_NICE = 10
+"""Nice value of the thread that fills the memory tiers after a stream: below the serving threads' (a tenth of
+their CPU share while they run), yet not starved under sustained load, so a document read from LMDB is not read
+again for every query while the engine stays busy."""
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's CPU priority to :data:`TIER_FILL_NICE` (Linux: a thread is a task); ignored
+    where refused."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TIER_FILL_NICE)
     except (OSError, AttributeError):
         pass
 
@@ -220,7 +242,23 @@ def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict 
     return positions, iters
 
 
-def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int = 2,
+def reader_depth() -> int:
+    """Layers a background reader may run ahead of the consumer: 0 (read on the consumer's own thread) when the
+    consumer's torch threads already take every core this process may run on, else 2.
+
+    A reader thread beside a torch team that fills the cores takes one of them from it, and the team then waits
+    at every barrier for its descheduled thread: on the 2-core development machine, linked TTFT from LMDB
+    (10 documents, ~4k tokens) spent 194-339 ms loading and rotating with a reader 2 layers ahead against
+    126-200 ms reading on the consumer's thread (4 runs each, alternating, scratch script).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return 0 if torch.get_num_threads() >= cores else 2
+
+
+def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int | None = None,
                     on_loaded: Callable[[str, DocumentKV], None] | None = None, retention: float = 1.0,
                     method: str = "importance",
                     on_retained: Callable[[str, RetainedKV, dict], None] | None = None) -> LayeredDocuments:
@@ -229,7 +267,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
     Args:
         blobs: the blob store holding the keyed documents.
         items: documents in slot order (in memory: whole, or below retention 1 a tier's :class:`RetainedKV`).
-        depth: layers the reader may run ahead.
+        depth: layers a background reader may run ahead; 0 reads each layer on the consumer's thread as it is
+            asked for (retention 1; below 1 a reader always runs); None: :func:`reader_depth`.
         on_loaded: called with ``(key, DocumentKV)`` for each keyed document once all its layers were read
             (to fill the memory tiers; not for a retention below 1).
         retention, method: fraction of each document's tokens streamed and which (``kvlink_rag.retention``);
@@ -248,17 +287,20 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
             is deleted by the blob store).
     """
     metas, fingerprint, n_layers, num_tokens = _describe(blobs, items)
+    depth = reader_depth() if depth is None else depth
     if check_retention(retention) == 1.0:
         if any(isinstance(it, RetainedKV) for it in items):
             raise ValueError("a partly retained document cannot be streamed at retention 1")
         opened = {j: blobs.iter_stored_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
-        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get_ids)
-        threading.Thread(target=stored.run, name="kv-prefetch", daemon=True).start()
+        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get)
+        if depth > 0:
+            threading.Thread(target=stored.run, name="kv-prefetch", daemon=True).start()
         positions = stored.positions()
-        return LayeredDocuments(num_tokens, fingerprint, stored.consume(), positions=positions,
+        return LayeredDocuments(num_tokens, fingerprint, stored.consume() if depth > 0 else stored.inline(),
+                                positions=positions, fill=None if depth > 0 else stored.fill,
                                 doc_lengths=None if positions is None else num_tokens)
     positions, iters = _retained(blobs, items, metas, retention, method)
-    reader = _LayerReader(items, metas, n_layers, depth, positions, iters,
+    reader = _LayerReader(items, metas, n_layers, max(1, depth), positions, iters,
                           on_retained if method == "importance" else None, retention)
     threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
     return LayeredDocuments([int(p.numel()) for p in positions], fingerprint, reader.consume(), positions=positions,
