@@ -11,10 +11,10 @@ FMA + F16C: llama.cpp's vpmaddubsw / vpmaddwd route), the same packed layouts an
 
 :func:`torch.utils.cpp_extension.load` compiles them with g++ on first use (~30-60 s; cached under
 ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, under a name carrying the instruction set and
-a hash of ``csrc/``, so an edited header rebuilds), for the best of the two sets the CPU has; on a CPU with
-neither, or without a compiler, :func:`kernels` is None (the reason logged once) and every caller keeps
-torch's kernels. ``KVLINK_RAG_CPU_KERNELS=0`` turns them off; ``KVLINK_RAG_CPU_KERNELS=avx2`` forces the AVX2
-build on an AVX512 CPU (to compare the two).
+a hash of ``csrc/`` and the compiler flags, so an edited header rebuilds), for the best of the two sets the
+CPU has; on a CPU with neither, or without a compiler, :func:`kernels` is None (the reason logged once) and
+every caller keeps torch's kernels. ``KVLINK_RAG_CPU_KERNELS=0`` turns them off; ``KVLINK_RAG_CPU_KERNELS=avx2``
+forces the AVX2 build on an AVX512 CPU (to compare the two).
 """
 
 from __future__ import annotations
@@ -56,8 +56,15 @@ def isa() -> str | None:
     return None
 
 
-def _source_hash() -> str:
-    digest = hashlib.sha256()
+# -ffp-contract=off: g++ would fuse the scalar code's a * b + c into one FMA under -mfma (its default is
+# -ffp-contract=fast), rounding once where torch's elementwise operations round twice; the fused decode halves must
+# round as the general path does (csrc/decode_layer.cpp). The vector code's FMAs are intrinsics, unaffected.
+CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+
+
+def _source_hash(flags: list[str]) -> str:
+    """Of ``csrc/`` and the compiler flags: an edited source or a changed flag builds a new module."""
+    digest = hashlib.sha256(" ".join(flags).encode())
     for path in sorted(CSRC.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:10]
@@ -74,8 +81,9 @@ def kernels():
     from torch.utils.cpp_extension import load
 
     try:
-        return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash()}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
-                    extra_cflags=["-O3", "-fopenmp", *ISAS[name][1]], extra_ldflags=["-fopenmp"], verbose=False)
+        flags = [*CFLAGS, *ISAS[name][1]]
+        return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash(flags)}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
+                    extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler / ninja: callers keep torch's kernels
         log.warning("the runner's CPU kernels could not be built (%s); torch's kernels are used", str(e)[:200])
         return None

@@ -14,6 +14,12 @@ general path). The step's residual stream is float32 (``q4q8-bf16``'s bfloat16 e
 stays bfloat16, written and read as before): on this AVX512-BF16 EPYC the bfloat16 general path decoded 106
 tok/s and the float32 halves 133 (2 threads, side by side), while bfloat16 keeps its 1.6x faster prefill. LoRA terms (:class:`~kvlink_rag.runtime.lora.FusedLowRank`) ride along as their stacked
 ``A`` and ``B^T``.
+
+The halves' logits are the general path's bit for bit, not only to float32 rounding: every Q4 x Q8 product
+quantises its input to int8, and an input one ulp apart can round to another integer, moving a logit by a
+bfloat16 step. So a decode row's LoRA terms are one kernel on both paths (``lowrank_add``; the general path's
+GEMMs summed in another order, which one depending on the thread count) and the extension is built without
+FMA contraction (:mod:`.cpu_kernels`), so RoPE rounds as torch's multiplies and add do.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from ..model.families import family_of
+from .cpu_kernels import kernels
+from .linear import MAX_SMALL_TOKENS, TokenSplit
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,12 @@ class FusedLowRank:
 
     The stacks are copies, rebuilt when any source tensor changed in place (its ``_version``, e.g. an
     optimizer step of training), so the runner never reads a stale adapter.
+
+    Decode rows in float32 on the CPU take the runner's kernel instead (``lowrank_add``, the loops the fused
+    decode halves run, ``csrc/decode_layer.cpp``), on the general path too: a decode row's terms then round the
+    same on either path at any thread count. The Q4 x Q8 product after them quantises its input to int8, so
+    two summation orders (a GEMM's, which depends on the thread count, and the loops') one ulp apart could
+    round an input to different integers and the row's logits apart by a bfloat16 step.
     """
 
     def __init__(self, terms: list[LowRank]):
@@ -63,15 +71,45 @@ class FusedLowRank:
             self._versions = versions
         return self.a, self.b_t
 
-    def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
-        """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``)."""
-        self.stacks()
+    def add_to(self, y: torch.Tensor, x: torch.Tensor, split: TokenSplit | None = None) -> None:
+        """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``).
+
+        The tokens of decode rows (``split.small``; without a split, a call of at most
+        :data:`~.linear.MAX_SMALL_TOKENS` tokens) take the kernel where it fits (see the class docstring), the
+        others two torch GEMMs, as a :class:`~.linear.SplitLinear` splits its formats."""
+        a, b_t = self.stacks()
+        rows = self._kernel_rows(y, x, split)
+        if rows is None:
+            self._gemm(y, x)
+        elif rows is _ALL:
+            kernels().lowrank_add(y, x.contiguous(), a, b_t, self.start)
+        else:  # a mixed call: every row by GEMM (the others' arithmetic whatever the mix), decode rows redone
+            small = y[rows]
+            self._gemm(y, x)
+            kernels().lowrank_add(small, x[rows].contiguous(), a, b_t, self.start)
+            y[rows] = small
+
+    def _kernel_rows(self, y: torch.Tensor, x: torch.Tensor, split: TokenSplit | None):
+        """The rows of ``y`` that take ``lowrank_add``: None (no row), ``_ALL`` or an index tensor."""
+        if (y.device.type != "cpu" or y.dim() != 2 or y.stride(1) != 1
+                or not y.dtype == x.dtype == self.a.dtype == torch.float32 or kernels() is None):
+            return None
+        if split is None:
+            return _ALL if x.shape[0] <= MAX_SMALL_TOKENS else None
+        if split.small is None:
+            return None
+        return _ALL if split.large is None else split.small
+
+    def _gemm(self, y: torch.Tensor, x: torch.Tensor) -> None:
         h = torch.mm(x.to(self.a.dtype), self.a.t())  # [tokens, sum rank]
         span = y[:, self.start: self.end]
         if span.dtype == h.dtype:
             span.addmm_(h, self.b_t)
         else:
             span.add_(torch.mm(h, self.b_t).to(span.dtype))
+
+
+_ALL = slice(None)  # FusedLowRank._kernel_rows: every row
 
 
 def _version(t: torch.Tensor) -> int:

@@ -133,7 +133,7 @@ class ModelRunner:
         x = rms_norm(h, layer.input_norm, w.eps)
         qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
         if lora is not None and lora.qkv is not None:
-            lora.qkv.add_to(qkv, x)
+            lora.qkv.add_to(qkv, x, split)
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
@@ -175,16 +175,16 @@ class ModelRunner:
         w = self.weights
         o = layer.o(attn, split)
         if lora is not None and lora.o is not None:
-            lora.o.add_to(o, attn)
+            lora.o.add_to(o, attn, split)
         h = h + o
         x = rms_norm(h, layer.post_norm, w.eps)
         gu = layer.gate_up(x, split)  # [T, 2 * intermediate]
         if lora is not None and lora.gate_up is not None:
-            lora.gate_up.add_to(gu, x)
+            lora.gate_up.add_to(gu, x, split)
         a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
         d = layer.down(a, split)
         if lora is not None and lora.down is not None:
-            lora.down.add_to(d, a)
+            lora.down.add_to(d, a, split)
         return h + d
 
 

@@ -170,6 +170,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention, "one-token GQA attention over bfloat16 or float32 KV pieces, head_dim 64");
   m.def("rms_norm", &rms_norm, "RMSNorm of float32 rows");
   m.def("decode_pre", &decode_pre, "a decoder layer up to attention for decode rows (decode_layer.cpp)");
+  m.def("lowrank_add", &lowrank_add, "y[:, start:start + span] += (x A^T) B_t in place, per row (decode_layer.cpp)");
   m.def("decode_post", &decode_post, "a decoder layer after attention for decode rows (decode_layer.cpp)");
   m.def("decode_rows", &decode_rows, "decode rows' K/V writes and attention of one layer in one call (decode_rows.cpp)");
   m.def("isa", [] { return std::string(kIsa); }, "the instruction set the kernels were compiled for");

@@ -4,7 +4,15 @@
 // runner's own (model_runner.py `_layer`), in the same order and dtype:
 //   pre:  x = RMSNorm(h); qkv = x W_qkv^T (+ b) (+ LoRA); q|k = q|k * cos + rotate_half(q|k) * sin
 //   post: h += attn W_o^T (+ b) (+ LoRA); x = RMSNorm(h); gu = x W_gu^T (...); h += (silu(g) * u) W_d^T (...)
-// LoRA terms: y[:, start : start + span] += (x A^T) B_t with A [rank, in], B_t [rank, span] (scale folded in).
+// LoRA terms: y[:, start : start + span] += (x A^T) B_t with A [rank, in], B_t [rank, span] (scale folded in), by
+// lowrank_add below, which the general path's decode rows call too (lora.py `FusedLowRank.add_to`).
+// Same order means bit for bit: each Q4 x Q8 product quantises its input to int8 per block of 32, so a one-ulp
+// difference upstream can move a value across a rounding midpoint (x / dx = -59.5000038 against -59.4999886)
+// and the output by a whole quantisation step, 1e-4 there and 0.0078 in a logit three layers later. Hence one
+// implementation of the LoRA terms for both paths (they were torch GEMMs on the general path: another summation
+// order, which one depending on the thread count), and the extension built with -ffp-contract=off
+// (cpu_kernels.py), so the scalar code here rounds each multiply and add as torch's elementwise operations do
+// (RoPE's x * cos + x' * sin compiled to one FMA with -mfma).
 #include "kernels.h"
 #include <cstring>
 #include <vector>
@@ -15,20 +23,25 @@ float dot(const float* a, const float* b, int64_t n) {
   float acc[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];  // 16 lanes: the compiler's vector FMAs
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];  // 16 lanes: the compiler's vector multiply-adds
   float s = 0.f;
   for (int l = 0; l < 16; ++l) s += acc[l];
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
-// y[:, start : start + span] += (x A^T) B_t in plain loops: x [T, in], A [rank, in], B_t [rank, span] float32.
-// A decode step's LoRA terms are a few thousand multiply-adds a row; as two torch GEMMs each they cost ~15 us of
-// dispatch apiece, 240 of them a step (~4 ms at one row, BENCHMARKS.md).
-void lowrank_add(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& bt, int64_t start) {
+}  // namespace
+
+// y[:, start : start + span] += (x A^T) B_t in place, in plain loops, each row on its own (its result depends on
+// neither the other rows nor the thread count): y [T, *] float32 (unit column stride), x [T, in], A [rank, in],
+// B_t [rank, span] float32 contiguous. A decode step's LoRA terms are a few thousand multiply-adds a row; as two
+// torch GEMMs each they cost ~15 us of dispatch apiece, 240 of them a step (~4 ms at one row, BENCHMARKS.md).
+void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tensor bt, int64_t start) {
   TORCH_CHECK(a.scalar_type() == torch::kFloat32 && bt.scalar_type() == torch::kFloat32 && a.is_contiguous() &&
-              bt.is_contiguous() && a.size(1) == x.size(1) && bt.size(0) == a.size(0) &&
-              start + bt.size(1) <= y.size(1), "LoRA terms must be float32 A [rank, in] and B_t [rank, span] inside y");
+              bt.is_contiguous() && a.dim() == 2 && bt.dim() == 2 && a.size(1) == x.size(1) && bt.size(0) == a.size(0) &&
+              start >= 0 && start + bt.size(1) <= y.size(1), "LoRA terms must be float32 A [rank, in] and B_t [rank, span] inside y");
+  TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kFloat32 &&
+              x.is_contiguous() && y.stride(1) == 1 && x.size(0) == y.size(0), "x [T, in] and y [T, *] must be float32 rows");
   const int64_t t = x.size(0), in = x.size(1), r = a.size(0), span = bt.size(1);
   const float* xs = x.data_ptr<float>();
   const float* as = a.data_ptr<float>();
@@ -42,6 +55,8 @@ void lowrank_add(torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& 
       for (int64_t c = 0; c < span; ++c) yr[c] += h[j] * bs[j * span + c];
   }
 }
+
+namespace {
 
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& packed, const std::optional<torch::Tensor>& bias,
                       const std::optional<torch::Tensor>& a, const std::optional<torch::Tensor>& bt, int64_t start) {

@@ -5,6 +5,7 @@
 
 torch::Tensor q4q8_mm(torch::Tensor x, torch::Tensor packed);
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
+void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tensor bt, int64_t start);
 torch::Tensor decode_pre(torch::Tensor h, torch::Tensor norm, double eps, torch::Tensor qkv,
                          std::optional<torch::Tensor> bias, std::optional<torch::Tensor> lora_a,
                          std::optional<torch::Tensor> lora_bt, int64_t lora_start, torch::Tensor cos,

@@ -54,6 +54,61 @@ def test_fused_halves_decode_as_the_general_path(family, adapter, monkeypatch):
 
 
 @needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_halves_with_lora_equal_the_general_path_bit_for_bit(threads):
+    """With a LoRA adapter, at one thread (and two) explicitly: the fused halves' logits are the general path's
+    exactly. Equal to float32 rounding is not enough: each Q4 x Q8 product quantises its input to int8, so an
+    input one ulp apart can round to another integer (x / dx = -59.5000038 against -59.4999886 here) and the
+    logits apart by a bfloat16 step. At one thread the general path's LoRA GEMMs (another summation order than
+    the fused loops) and g++'s FMA in the fused RoPE did that: 0.0078 apart where the suite's 2 threads passed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lm = tiny_model("llama", head_dim=64)
+        with torch.inference_mode(False):
+            add_lora(lm, "a", rank=4, alpha=8)
+            randomise_lora(lm, "a", seed=3)
+        general = ModelRunner(lm.model, "q4q8-f32")
+        general.fused = False
+        want = _decode_two_rows(lm, general, "a")
+        got = _decode_two_rows(lm, ModelRunner(lm.model, "q4q8-f32"), "a")
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(got, want)
+
+
+@needs_kernel
+def test_lora_terms_of_decode_rows_take_the_kernel_whatever_the_batch():
+    """FusedLowRank.add_to: a decode row's terms are the fused halves' kernel's (lowrank_add) alone, in a
+    batch of decode rows or beside a prefill row; a prefill row's the two GEMMs', as before."""
+    from kvlink_rag.runtime.cpu_kernels import kernels
+    from kvlink_rag.runtime.linear import TokenSplit
+    from kvlink_rag.runtime.lora import FusedLowRank, LowRank
+
+    g = torch.Generator().manual_seed(7)
+    a1, b1, a2, b2 = (torch.randn(*shape, generator=g) for shape in ((4, 64), (32, 4), (2, 64), (16, 2)))
+    term = FusedLowRank([LowRank(8, 40, a1, b1, 2.0), LowRank(48, 64, a2, b2, 0.5)])
+    x, y0 = torch.randn(5, 64, generator=g), torch.randn(5, 80, generator=g)
+    a, b_t = term.stacks()
+    alone = []
+    for i in range(5):
+        yi = y0[i:i + 1].clone()
+        kernels().lowrank_add(yi, x[i:i + 1].contiguous(), a, b_t, 8)
+        alone.append(yi)
+    decode = y0.clone()
+    term.add_to(decode, x, TokenSplit.of_rows([1] * 5, x.device))
+    assert torch.equal(decode, torch.cat(alone))
+    mixed = y0.clone()
+    term.add_to(mixed, x, TokenSplit.of_rows([1, 3, 1], x.device))  # rows 0 and 4 decode, 1-3 a prefill
+    gemm = y0.clone()
+    gemm[:, 8:64].addmm_(x @ a.t(), b_t)
+    assert torch.equal(mixed[[0, 4]], decode[[0, 4]]) and torch.equal(mixed[1:4], gemm[1:4])
+    ref = y0.double()
+    ref[:, 8:64] += (x.double() @ a.double().t()) @ b_t.double()
+    assert torch.allclose(decode.double(), ref, atol=1e-5) and torch.allclose(mixed.double(), ref, atol=1e-5)
+
+
+@needs_kernel
 def test_fused_halves_only_where_they_fit():
     """Decode rows of q4q8-f32 fit; float32 weights, a Qwen3 q/k norm or float16 embeddings do not."""
     lm = tiny_model("llama", head_dim=64)
