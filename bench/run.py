@@ -13,6 +13,7 @@ import torch
 from evaluation.nq import load_nq
 from kvlink_rag.engine import Engine
 from store.factory import open_store
+from store.tiers.tier_fill import TIER_FILLER
 
 from .bandwidth import bytes_per_token, load_bandwidth, stream_into_blocks
 from .contexts import documents_for_budget
@@ -116,10 +117,14 @@ def _ttft_rows(engine: Engine, st, examples, question: str, lengths: list[int], 
         log(f"TTFT at ~{total} tokens")
         full = ttft_full(engine, question, docs, repeats)
         host = ttft_linked(engine, question, docs, repeats)
-        warm = ttft_linked(engine, question, docs, repeats, before=lambda: [st.tiered.invalidate(k) for k in keys])
+        # before each repeat: the last repeat's memory-tier fill done (it belongs to that query, not this one),
+        # then the documents out of the memory tiers
+        warm = ttft_linked(engine, question, docs, repeats,
+                           before=lambda: (TIER_FILLER.join(), [st.tiered.invalidate(k) for k in keys]))
         cold_ok = drop_page_cache()
         cold = ttft_linked(engine, question, docs, repeats,
-                           before=lambda: ([st.tiered.invalidate(k) for k in keys], drop_page_cache())) if cold_ok else None
+                           before=lambda: (TIER_FILLER.join(), [st.tiered.invalidate(k) for k in keys],
+                                           drop_page_cache())) if cold_ok else None
         floor = physical_floor(engine, question, docs, repeats)
         step = first_decode_step(engine, question, docs, repeats)
         ctx_tokens = int(engine.prompt_ids(question, docs).numel())

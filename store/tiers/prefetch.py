@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import os
 import queue
 import threading
@@ -22,7 +21,7 @@ from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore
 from store.records.codec import target_dtype
 from store.records.one_thread import copy_into
-from store.records.ordered_layout import record_importance
+from store.tiers.tier_fill import TIER_FILLER
 
 
 def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
@@ -45,7 +44,6 @@ def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
                   else it.num_tokens for it, m in zip(items, metas)]
     return metas, fps.pop(), layers.pop(), num_tokens
 
-logger = logging.getLogger(__name__)
 
 
 class _Reader:
@@ -85,8 +83,8 @@ class _StoredReader(_Reader):
     layer (:meth:`run`, :meth:`inline`): keyed records in their stored token order (their offsets are carried as
     data, :attr:`LayeredDocuments.positions`: no gather back to position order on the query path), in-memory
     documents in position order. After the last layer a thread fills the memory tiers (``on_loaded``) with the
-    keyed documents read again in position order, at a lowered CPU priority, so the query's own forward keeps
-    the cores."""
+    keyed documents read again in position order, by the process's low-priority :data:`TIER_FILLER`, so the
+    query's own forward keeps the cores."""
 
     def __init__(self, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int, depth: int,
                  on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple],
@@ -114,7 +112,7 @@ class _StoredReader(_Reader):
                 copy_into(k_out[:, a:b], it.keys[i])
                 copy_into(v_out[:, a:b], it.values[i])
         if i == self.n_layers - 1:
-            threading.Thread(target=self._finish, name="kv-tier-fill", daemon=True).start()
+            self._finish()
 
     def _layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         k = torch.empty(self.heads, self.bounds[-1], self.head_dim, dtype=self.dtype)
@@ -123,20 +121,14 @@ class _StoredReader(_Reader):
         return k, v
 
     def _finish(self) -> None:
-        """Past the last layer: the memory tiers get the keyed documents read in position order (a read counts
-        the record's access; without tiers to fill, the streams count it)."""
-        try:
-            if self.on_loaded is None:
-                for f in self.fills.values():
-                    next(f, None)
-                return
-            _lower_priority()
-            for j in self.fills:
-                kv = self.get(self.items[j])
-                if kv is not None:
-                    self.on_loaded(self.items[j], kv)
-        except Exception:  # noqa: BLE001 - the query has its layers; a tier left unfilled is read again next time
-            logger.exception("filling the memory tiers after a layer stream failed")
+        """Past the last layer: the memory tiers get the keyed documents read again in position order (a read
+        counts the record's access; without tiers to fill, the streams count it)."""
+        if self.on_loaded is None:
+            for f in self.fills.values():
+                next(f, None)
+            return
+        for j in self.fills:
+            TIER_FILLER.submit(self.items[j], self.get, self.on_loaded)
 
     def run(self) -> None:
         """The background reader: layers decoded ``depth`` ahead of the consumer."""
@@ -158,21 +150,6 @@ class _StoredReader(_Reader):
         if all(o is None for o in orders):
             return None
         return [torch.arange(n) if o is None else o for o, n in zip(orders, self.lengths)]
-
-
-TIER_FILL_NICE = 10
-"""Nice value of the thread that fills the memory tiers after a stream: below the serving threads' (a tenth of
-their CPU share while they run), yet not starved under sustained load, so a document read from LMDB is not read
-again for every query while the engine stays busy."""
-
-
-def _lower_priority() -> None:
-    """Lower the calling thread's CPU priority to :data:`TIER_FILL_NICE` (Linux: a thread is a task); ignored
-    where refused."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TIER_FILL_NICE)
-    except (OSError, AttributeError):
-        pass
 
 
 class _LayerReader(_Reader):

@@ -11,6 +11,7 @@ from store.settings import StoreSettings
 from kvlink_rag.types import Document
 from store.factory import open_store
 from store.tiers.prefetch import prefetch_layers
+from store.tiers.tier_fill import TIER_FILLER
 
 DOCS = [Document("Ada Lovelace wrote the first published algorithm for Babbage's engine.", "Ada"),
         Document("The Analytical Engine was designed by Charles Babbage in 1837.", "Engine"),
@@ -39,9 +40,7 @@ def test_streamed_from_lmdb_equals_in_memory_and_fills_the_tier(tmp_path):
     assert torch.allclose(streamed.last_logits, in_memory.last_logits, atol=1e-5)
     assert torch.allclose(first.last_logits, streamed.last_logits, atol=1e-5)
     keys = [engine.cache_key(d) for d in DOCS]
-    deadline = time.monotonic() + 10  # the reader thread fills the tier after the last layer, at low priority
-    while any(isinstance(it, str) for it in st.cache.resolve(keys)) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    TIER_FILLER.join()  # the tiers are filled after the last layer, by a low-priority thread
     held = st.cache.resolve(keys)
     assert all(not isinstance(it, str) and it is not None for it in held)
     for key, kv in zip(keys, held):  # the tier holds each document in position order, as stored

@@ -1,0 +1,45 @@
+"""The memory-tier filler: fills in order on one low-priority thread, queues a key once while it waits, and
+logs (never raises) a failed read."""
+
+from __future__ import annotations
+
+import threading
+
+from store.tiers.tier_fill import _TierFiller
+
+
+def test_fills_each_key_once_while_it_waits_and_skips_what_is_gone():
+    filler = _TierFiller()
+    gate = threading.Event()
+    got: list[tuple[str, object]] = []
+
+    def get(key):
+        gate.wait(5)
+        return None if key == "gone" else f"kv-{key}"
+
+    def on_loaded(key, kv):
+        got.append((key, kv))
+
+    for key in ("a", "b", "a", "gone", "b"):
+        filler.submit(key, get, on_loaded)
+    gate.set()
+    filler.join()
+    assert got == [("a", "kv-a"), ("b", "kv-b")]
+    filler.submit("a", get, on_loaded)  # done before: queued again
+    filler.join()
+    assert got[-1] == ("a", "kv-a")
+
+
+def test_a_failed_read_is_logged_and_the_next_fill_still_runs(caplog):
+    filler = _TierFiller()
+    got = []
+
+    def get(key):
+        if key == "bad":
+            raise OSError("disk gone")
+        return key
+
+    filler.submit("bad", get, lambda k, kv: got.append(k))
+    filler.submit("ok", get, lambda k, kv: got.append(k))
+    filler.join()
+    assert got == ["ok"] and "filling the memory tiers with bad failed" in caplog.text
