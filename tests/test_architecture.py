@@ -214,6 +214,13 @@ def test_no_function_is_longer_than_60_lines():
     assert long == [], "split these functions (at most 60 lines each):\n" + "\n".join(long)
 
 
+def test_no_source_file_is_longer_than_300_lines():
+    """One concept per module: the source files (tests apart) stay under ~300 lines."""
+    long = [f"{path.relative_to(ROOT)} ({n} lines)" for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > 300]
+    assert long == [], "split these modules along a concept (at most 300 lines each):\n" + "\n".join(long)
+
+
 def _kernel_edges(graph: dict[str, set[str]]) -> list[str]:
     """``"module -> core module"`` of every store edge into the core outside the kernel, and of every
     kernel edge into the rest of the core."""
