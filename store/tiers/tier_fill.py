@@ -3,6 +3,7 @@ reads each streamed document again in position order and hands it to the tiers."
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -32,12 +33,13 @@ class _TierFiller:
         self.waiting: set[tuple[int, str]] = set()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.closed = False
 
     def submit(self, key: str, get: Callable[[str], DocumentKV | None],
                on_loaded: Callable[[str, DocumentKV], None]) -> None:
         """Queue ``on_loaded(key, get(key))`` (skipped when ``get`` finds nothing)."""
         with self.lock:
-            if (id(on_loaded), key) in self.waiting:
+            if self.closed or (id(on_loaded), key) in self.waiting:
                 return
             self.waiting.add((id(on_loaded), key))
             if self.thread is None or not self.thread.is_alive():
@@ -48,11 +50,15 @@ class _TierFiller:
     def _run(self) -> None:
         _lower_priority()
         while True:
-            key, get, on_loaded = self.queue.get()
+            item = self.queue.get()
+            if item is None:  # closed
+                self.queue.task_done()
+                return
+            key, get, on_loaded = item
             with self.lock:
                 self.waiting.discard((id(on_loaded), key))
             try:
-                kv = get(key)
+                kv = None if self.closed else get(key)
                 if kv is not None:
                     on_loaded(key, kv)
             except Exception:  # noqa: BLE001 - the query had its layers; an unfilled tier is read again next time
@@ -64,9 +70,21 @@ class _TierFiller:
         """Wait until every queued fill is done (tests, benchmarks)."""
         self.queue.join()
 
+    def close(self, timeout_s: float = 30.0) -> None:
+        """At exit: drop the fills not begun (the memory tiers die with the process) and wait up to ``timeout_s``
+        for the one in progress, so no thread is inside torch or LMDB while the interpreter finalises (a daemon
+        thread still filling then aborted CLI commands with "terminate called without an active exception")."""
+        with self.lock:
+            self.closed = True
+            thread = self.thread
+        if thread is not None and thread.is_alive():
+            self.queue.put(None)
+            thread.join(timeout_s)
+
 
 TIER_FILLER = _TierFiller()
-"""The process's :class:`_TierFiller`."""
+"""The process's :class:`_TierFiller` (closed at exit)."""
+atexit.register(TIER_FILLER.close)
 
 
 def _lower_priority() -> None:

@@ -79,7 +79,10 @@ def test_chat_logprobs_and_top_logprobs_streamed_not_and_with_n(server):
     assert b"".join(bytes(e.bytes) for e in content).decode("utf-8", "replace").strip() == done.choices[0].message.content
     chunks = list(server.client.chat.completions.create(stream=True, **kw))
     streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
-    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    # the same tokens; the logprobs to float32 rounding (the first request read its document from LMDB in its
+    # stored order, the second reuses what the first left in the prefix tree and memory tiers)
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-5)
     two = server.client.chat.completions.create(n=2, **{**kw, "temperature": 1.0, "seed": 3})
     for c in two.choices:
         assert len(c.logprobs.content) == 5 and all(len(e.top_logprobs) == 4 for e in c.logprobs.content)

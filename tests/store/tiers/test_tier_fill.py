@@ -43,3 +43,26 @@ def test_a_failed_read_is_logged_and_the_next_fill_still_runs(caplog):
     filler.submit("ok", get, lambda k, kv: got.append(k))
     filler.join()
     assert got == ["ok"] and "filling the memory tiers with bad failed" in caplog.text
+
+
+def test_close_drops_the_fills_not_begun_and_ends_the_thread():
+    filler = _TierFiller()
+    started, gate = threading.Event(), threading.Event()
+    got = []
+
+    def get(key):
+        started.set()
+        gate.wait(5)
+        return key
+
+    filler.submit("first", get, lambda k, kv: got.append(k))
+    filler.submit("second", get, lambda k, kv: got.append(k))
+    assert started.wait(5)
+    closer = threading.Thread(target=filler.close)
+    closer.start()
+    gate.set()
+    closer.join(10)
+    assert not closer.is_alive() and not filler.thread.is_alive()
+    assert got == ["first"]  # the fill in progress finished, the one waiting was dropped
+    filler.submit("third", get, lambda k, kv: got.append(k))  # closed: nothing more is queued
+    assert got == ["first"] and filler.queue.unfinished_tasks == 0
