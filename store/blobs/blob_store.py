@@ -77,8 +77,9 @@ class LayerFill(Protocol):
     def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor) -> None: ...
 
 
-class _CopyFill:
-    """A :class:`LayerFill` over a layer already decoded (``k``, ``v`` ``[H, T, D]``)."""
+class DecodedLayer:
+    """A :class:`LayerFill` over a layer already decoded (``k``, ``v`` ``[H, T, D]``, position order): what a
+    backend without its own stored-order reader streams; a reader may keep ``k``/``v`` (no second read)."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k, self.v = k, v
@@ -170,7 +171,7 @@ class BlobStore(ABC):
         Raises:
             KeyError, store.records.codec.CorruptRecordError: as :meth:`iter_layers` (from the fills).
         """
-        return None, (_CopyFill(k, v) for k, v in self.iter_layers(key))
+        return None, (DecodedLayer(k, v) for k, v in self.iter_layers(key))
 
     @abstractmethod
     def get_ids(self, key: str) -> torch.Tensor | None:

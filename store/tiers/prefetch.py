@@ -18,7 +18,8 @@ import torch
 
 from kvlink_rag.retention import check_retention, kept_positions
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
-from store.blobs.blob_store import BlobStore
+from store.blobs.blob_store import BlobStore, DecodedLayer
+from store.records.ordered_layout import record_importance
 from store.records.codec import target_dtype
 from store.records.one_thread import copy_into
 from store.tiers.tier_fill import TIER_FILLER
@@ -88,9 +89,10 @@ class _StoredReader(_Reader):
 
     def __init__(self, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int, depth: int,
                  on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple],
-                 get: Callable[[str], DocumentKV | None]):
+                 get: Callable[[str], DocumentKV | None], get_ids: Callable[[str], torch.Tensor | None]):
         super().__init__(n_layers, depth)
         self.items, self.metas, self.on_loaded, self.opened, self.get = items, metas, on_loaded, opened, get
+        self.get_ids = get_ids
         self.lengths = [m["shape"][2] if m is not None else it.num_tokens for it, m in zip(items, metas)]
         self.bounds = [0, *itertools.accumulate(self.lengths)]
         dtypes = [target_dtype(m, None) if m is not None else it.keys.dtype for it, m in zip(items, metas)]
@@ -99,6 +101,7 @@ class _StoredReader(_Reader):
         self.heads, self.head_dim = (m["shape"][1], m["shape"][3]) if m is not None else (
             items[0].keys.shape[1], items[0].keys.shape[3])
         self.fills = {j: iter(f) for j, (_, f) in opened.items()}
+        self.decoded: dict[int, list[DecodedLayer]] = {}
 
     def fill(self, i: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
         """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
@@ -107,7 +110,10 @@ class _StoredReader(_Reader):
         for j, it in enumerate(self.items):
             a, b = self.bounds[j], self.bounds[j + 1]
             if j in self.fills:
-                next(self.fills[j])(k_out[:, a:b], v_out[:, a:b])
+                f = next(self.fills[j])
+                f(k_out[:, a:b], v_out[:, a:b])
+                if isinstance(f, DecodedLayer) and self.on_loaded is not None:
+                    self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
             else:
                 copy_into(k_out[:, a:b], it.keys[i])
                 copy_into(v_out[:, a:b], it.values[i])
@@ -121,14 +127,24 @@ class _StoredReader(_Reader):
         return k, v
 
     def _finish(self) -> None:
-        """Past the last layer: the memory tiers get the keyed documents read again in position order (a read
-        counts the record's access; without tiers to fill, the streams count it)."""
+        """Past the last layer: the memory tiers get the keyed documents, read again in position order (a read
+        counts the record's access) or, where the backend streamed them decoded, as streamed (no second fetch
+        from a shared tier); without tiers to fill, the streams count the access."""
         if self.on_loaded is None:
             for f in self.fills.values():
                 next(f, None)
             return
         for j in self.fills:
-            TIER_FILLER.submit(self.items[j], self.get, self.on_loaded)
+            layers = self.decoded.get(j)
+            get = self.get if layers is None else functools.partial(self._whole, j, layers)
+            TIER_FILLER.submit(self.items[j], get, self.on_loaded)
+
+    def _whole(self, j: int, layers: list[DecodedLayer], key: str) -> DocumentKV:
+        """Keyed document ``j`` from the layers a backend streamed decoded (no second read of its record)."""
+        meta = self.metas[j]
+        return DocumentKV(keys=torch.stack([f.k for f in layers]), values=torch.stack([f.v for f in layers]),
+                          token_ids=self.get_ids(key), fingerprint=meta["fingerprint"], encoding=meta["encoding"],
+                          importance=record_importance(meta))
 
     def run(self) -> None:
         """The background reader: layers decoded ``depth`` ahead of the consumer."""
@@ -269,7 +285,7 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
         if any(isinstance(it, RetainedKV) for it in items):
             raise ValueError("a partly retained document cannot be streamed at retention 1")
         opened = {j: blobs.iter_stored_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
-        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get)
+        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get, blobs.get_ids)
         if depth > 0:
             threading.Thread(target=stored.run, name="kv-prefetch", daemon=True).start()
         positions = stored.positions()
