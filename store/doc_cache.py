@@ -108,10 +108,6 @@ class StoreCache(DocumentCache):
         Raises:
             KeyError: a keyed document disappeared.
         """
-        def loaded(key: str, kv: DocumentKV) -> None:
-            self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
-            self.tiered.put(key, kv, self.tenant)
-
         def retained(key: str, part: RetainedKV, meta: dict) -> None:
             self.tiered.counters["load"] += 1  # an LMDB hit at retention < 1 too (a prefix read of the record)
             lossy = [t for t in self.tiered.tiers if not t.format.lossless and key not in t]
@@ -121,8 +117,14 @@ class StoreCache(DocumentCache):
                 if held is not None:
                     tier.put(key, held, self.tenant)
 
-        return prefetch_layers(self.blobs, items, on_loaded=loaded, retention=retention, method=method,
+        return prefetch_layers(self.blobs, items, on_loaded=self._loaded, retention=retention, method=method,
                                on_retained=retained)
+
+    def _loaded(self, key: str, kv: DocumentKV) -> None:
+        """A document read whole from the store enters the memory tiers (a bound method: equal across streams, so
+        the tier filler queues a key once for this cache)."""
+        self.tiered.counters["load"] += 1  # an LMDB hit, as TieredCache.get counts one (shown in /metrics)
+        self.tiered.put(key, kv, self.tenant)
 
     def write(self, key: str, kv: DocumentKV, fill_tiers: bool = True) -> int:
         """The one write path of a document's cache: the blob store (atomic), then the memory tiers.

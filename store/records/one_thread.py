@@ -44,6 +44,19 @@ def _row(nbytes: int) -> np.dtype:
     return np.dtype((np.void, nbytes))
 
 
+def bytes_rows(raw: np.ndarray, shape: tuple[int, ...], itemsize: int) -> np.ndarray:
+    """The C-contiguous tensor of ``shape`` ``[..., D]`` held in the bytes ``raw`` (elements of ``itemsize``
+    bytes) as a numpy view of shape ``shape[:-1]`` whose elements are whole rows (:func:`rows_view`).
+
+    Raises:
+        ValueError: ``raw`` does not hold ``shape``.
+    """
+    row = _row(shape[-1] * itemsize)
+    if raw.nbytes != math.prod(shape[:-1]) * row.itemsize:
+        raise ValueError(f"{raw.nbytes} bytes do not hold {list(shape)} of {itemsize}-byte elements")
+    return raw.view(row).reshape(shape[:-1])
+
+
 def copy_bytes_into(out: torch.Tensor, raw: np.ndarray, shape: tuple[int, ...], transpose: bool) -> None:
     """``out`` ``[A, B, D]`` (any strides, contiguous rows) = the C-contiguous tensor held in the bytes ``raw``
     (``shape`` ``[A, B, D]``, or ``[B, A, D]`` copied transposed when ``transpose``) of ``out``'s dtype, on this
@@ -52,10 +65,7 @@ def copy_bytes_into(out: torch.Tensor, raw: np.ndarray, shape: tuple[int, ...], 
     Raises:
         ValueError: ``raw`` does not hold ``shape`` in ``out``'s dtype.
     """
-    row = _row(shape[-1] * out.element_size())
-    if raw.nbytes != math.prod(shape[:-1]) * row.itemsize:
-        raise ValueError(f"{raw.nbytes} bytes do not hold {list(shape)} of {out.dtype}")
-    src = raw.view(row).reshape(shape[:-1])
+    src = bytes_rows(raw, shape, out.element_size())
     np.copyto(rows_view(out), src.T if transpose else src)
 
 
@@ -75,16 +85,3 @@ def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
         np.copyto(rows_view(out), rows_view(src))
         return
     np.copyto(as_numpy(out), as_numpy(src))
-
-
-def gather_into(out: torch.Tensor, src: torch.Tensor, index: torch.Tensor, dim: int) -> None:
-    """``out[...] = src.index_select(dim, index)`` on this thread alone (numpy fancy indexing, one copy into a
-    temporary), torch for a dtype conversion.
-
-    Args:
-        index: ``[out.shape[dim]]`` int64 on the CPU.
-    """
-    if out.dtype != src.dtype or out.device.type != "cpu" or src.device.type != "cpu":
-        out.copy_(src.index_select(dim, index.to(src.device)))
-        return
-    np.copyto(as_numpy(out), np.take(as_numpy(src), index.numpy(), axis=dim))

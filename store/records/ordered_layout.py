@@ -32,7 +32,7 @@ from kvlink_rag.retention import check_retention, kept_count
 from kvlink_rag.types import parse_dtype
 from store.records.quant import QuantizedTensor, dequantize, quantize_int8
 from store.records.errors import CorruptRecordError
-from store.records.one_thread import rows_view
+from store.records.one_thread import bytes_rows, rows_view
 
 CHUNKS = 10
 TOKEN_MAJOR = ("k", "v", "v_scale", "v_zero")
@@ -232,10 +232,12 @@ def gather_layer_into(buf, inverse: torch.Tensor, k_out: torch.Tensor, v_out: to
             if dtype != out.dtype or list(shape) != [out.shape[1], out.shape[0], out.shape[2]]:
                 raise CorruptRecordError(f"ordered tensor {name} {list(shape)} does not fit {list(out.shape)}")
             raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=data + start)
-            rows = raw.view(np.dtype((np.void, shape[2] * out.element_size()))).reshape(shape[0], shape[1])
-            np.copyto(rows_view(out), rows[inv].T)  # rows: [T, H] whole rows in stored order -> [H, T]
+            rows = bytes_rows(raw, tuple(shape), out.element_size())  # rows: [T, H] whole rows, stored order
+            np.copyto(rows_view(out), rows[inv].T)  # -> [H, T] in position order
     except KeyError as e:
         raise CorruptRecordError(f"ordered layer has no tensor {e}") from None
+    except ValueError as e:  # the payload does not hold its header's shape
+        raise CorruptRecordError(f"ordered layer could not be parsed: {e}") from None
 
 
 def _gathered(buf, data: int, spec: tuple, rows: np.ndarray) -> torch.Tensor:

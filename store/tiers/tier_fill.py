@@ -26,11 +26,12 @@ class _TierFiller:
     """One thread per process that fills the memory tiers with documents streamed from a store: each key read
     again in position order (``get``) and handed to ``on_loaded``, in the order asked, at :data:`TIER_FILL_NICE`.
     One thread and one document at a time bound the memory a burst of streams can hold; a key already waiting
-    is not queued twice."""
+    for the same ``on_loaded`` (equal callables: pass a bound method, not a closure made per stream) is not
+    queued twice."""
 
     def __init__(self) -> None:
         self.queue: queue.Queue = queue.Queue()
-        self.waiting: set[tuple[int, str]] = set()
+        self.waiting: set[tuple[Callable, str]] = set()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.closed = False
@@ -39,9 +40,9 @@ class _TierFiller:
                on_loaded: Callable[[str, DocumentKV], None]) -> None:
         """Queue ``on_loaded(key, get(key))`` (skipped when ``get`` finds nothing)."""
         with self.lock:
-            if self.closed or (id(on_loaded), key) in self.waiting:
+            if self.closed or (on_loaded, key) in self.waiting:
                 return
-            self.waiting.add((id(on_loaded), key))
+            self.waiting.add((on_loaded, key))
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="kv-tier-fill", daemon=True)
                 self.thread.start()
@@ -56,7 +57,7 @@ class _TierFiller:
                 return
             key, get, on_loaded = item
             with self.lock:
-                self.waiting.discard((id(on_loaded), key))
+                self.waiting.discard((on_loaded, key))
             try:
                 kv = None if self.closed else get(key)
                 if kv is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from store.records.one_thread import copy_into, gather_into
+from store.records.one_thread import copy_into
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int8])
@@ -27,15 +27,3 @@ def test_copy_into_converts_a_dtype():
 def test_copy_into_refuses_another_shape():
     with pytest.raises(ValueError, match="cannot copy"):
         copy_into(torch.empty(2, 3), torch.empty(3, 2))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gather_into(dtype):
-    src = torch.randn(3, 8, 4).to(dtype)
-    idx = torch.randperm(8)
-    out = torch.empty(3, 8, 4, dtype=dtype)
-    gather_into(out, src, idx, 1)
-    assert torch.equal(out, src.index_select(1, idx))
-    out32 = torch.empty(3, 8, 4)
-    gather_into(out32, src, idx, 1)
-    assert torch.equal(out32, src.index_select(1, idx).float())

@@ -66,3 +66,29 @@ def test_close_drops_the_fills_not_begun_and_ends_the_thread():
     assert got == ["first"]  # the fill in progress finished, the one waiting was dropped
     filler.submit("third", get, lambda k, kv: got.append(k))  # closed: nothing more is queued
     assert got == ["first"] and filler.queue.unfinished_tasks == 0
+
+
+def test_a_key_waits_once_per_store_cache_across_streams(tmp_path):
+    """The store cache hands its bound method to every stream: equal, so a key queued by one stream and asked
+    again by the next is filled once."""
+    from store.blobs.lmdb import LmdbBlobStore
+    from store.doc_cache import StoreCache
+    from store.tiers.tier import CacheTier
+    from store.tiers.tiered import TieredCache
+
+    cache = StoreCache(TieredCache([CacheTier("host", 1 << 20)], blob_store=LmdbBlobStore(str(tmp_path))))
+    assert cache._loaded == cache._loaded and cache._loaded is not cache._loaded
+    filler, gate, reads = _TierFiller(), threading.Event(), []
+
+    def get(key):
+        gate.wait(5)
+        reads.append(key)
+        return None
+
+    filler.submit("busy", get, cache._loaded)  # the thread waits on this one
+    filler.submit("k", get, cache._loaded)
+    filler.submit("k", get, cache._loaded)
+    gate.set()
+    filler.join()
+    assert reads == ["busy", "k"]
+
