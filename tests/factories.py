@@ -14,6 +14,8 @@ from kvlink_rag.model.loader import LoadedModel, load_model, wrap_model
 from service.settings import Settings, get_settings
 from kvlink_rag.types import DocumentKV
 
+# the tiny text engine's device: cpu here; the GPU script (scripts/device_check.sh) sets cuda
+TEST_DEVICE = os.environ.get("KVLINK_RAG_TEST_ENGINE_DEVICE", "cpu")
 VOCAB = 256
 
 
@@ -96,14 +98,15 @@ def real_tokenizer():
 
 def tiny_text_engine(home: Path, seed: int = 0, max_positions: int = 2048, layers: int = 2, **overrides) -> Engine:
     """An engine over a tiny random Llama (head_dim 16, ``max_positions`` context, ``layers`` layers) with
-    the real tokenizer: fast training tests."""
+    the real tokenizer: fast training tests. On ``KVLINK_RAG_TEST_ENGINE_DEVICE`` (default ``cpu``; the GPU
+    script runs the scheduler tests with ``cuda``)."""
     tok = real_tokenizer()
     torch.manual_seed(seed)
     config = tiny_config("llama", head_dim=16, vocab_size=len(tok), num_hidden_layers=layers,
                          max_position_embeddings=max_positions)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(TEST_DEVICE)
     lm = wrap_model(model, tokenizer=tok, fingerprint=f"tiny-text-{seed}")
-    return Engine(Settings(home=home, model="unused", device="cpu", **overrides), lm=lm)
+    return Engine(Settings(home=home, model="unused", device=TEST_DEVICE, **overrides), lm=lm)
 
 
 def save_adapter(engine: Engine, links_dir: Path, name: str, k: int = 3, seed: int = 0,
