@@ -69,7 +69,8 @@ def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
         probs = torch.softmax(scores, dim=-1).to(v.dtype)
         return torch.bmm(probs, v).view(heads, 1, d)
     m = None if mask is None else mask.to(q.dtype)[None, None]  # [1, 1, 1, tokens]: the same for every row
-    return F.scaled_dot_product_attention(qg[None], k[None], v[None], attn_mask=m, scale=scale).view(heads, 1, d)
+    # reshape, not view: CUDA's kernels may return a permuted layout (seen on an H200)
+    return F.scaled_dot_product_attention(qg[None], k[None], v[None], attn_mask=m, scale=scale).reshape(heads, 1, d)
 
 
 def _attend_pieces_merged(q: torch.Tensor, pieces: Pieces, scale: float) -> torch.Tensor:
