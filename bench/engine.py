@@ -43,22 +43,29 @@ def _transformers_session(lm: LoadedModel) -> Step:
     return step
 
 
+def _clock(device: torch.device) -> float:
+    """Seconds, after the device's queued kernels have finished (CUDA launches return before they run)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 @torch.inference_mode()
-def _measure(make: Callable[[], Step], context: int, new: int, vocab: int) -> dict:
+def _measure(make: Callable[[], Step], context: int, new: int, vocab: int, device: torch.device) -> dict:
     """Seconds of a ``context``-token prefill and ``new`` decode steps after it, and of ``new`` decode steps
-    after a 1-token prompt, each in a fresh session (tokens per second)."""
-    ids = torch.randint(3, min(20000, vocab), (context,), generator=torch.Generator().manual_seed(0))
+    after a 1-token prompt, each in a fresh session (tokens per second); ids and positions on ``device``."""
+    ids = torch.randint(3, min(20000, vocab), (context,), generator=torch.Generator().manual_seed(0)).to(device)
     rows = {}
     for label, prompt in (("empty", ids[:1]), ("context", ids)):
         step = make()
-        t0 = time.perf_counter()
-        logits = step(prompt, torch.arange(len(prompt)))
-        prefill_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0 = _clock(device)
+        logits = step(prompt, torch.arange(len(prompt), device=device))
+        prefill_s = _clock(device) - t0
+        t0 = _clock(device)
         for j in range(new):
             tok = torch.argmax(logits).reshape(1)
-            logits = step(tok, torch.tensor([len(prompt) + j]))
-        decode_s = time.perf_counter() - t0
+            logits = step(tok, torch.tensor([len(prompt) + j], device=device))
+        decode_s = _clock(device) - t0
         rows[label] = (prefill_s, decode_s)
     return {"prefill_tok_s": context / rows["context"][0], "decode_tok_s": new / rows["empty"][1],
             "decode_after_context_tok_s": new / rows["context"][1]}
@@ -74,7 +81,7 @@ def engine_rows(lm: LoadedModel, formats: list[str], context: int = 1300, new: i
     out = []
     for name, make in makers:
         log(f"engine: {name}")
-        runs = [_measure(make, context, new, int(lm.config.vocab_size)) for _ in range(repeats)]
+        runs = [_measure(make, context, new, int(lm.config.vocab_size), lm.device) for _ in range(repeats)]
         out.append({"engine": name, **{k: max(r[k] for r in runs) for k in runs[0]}})
     return out
 
