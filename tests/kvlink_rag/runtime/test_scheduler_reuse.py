@@ -75,7 +75,10 @@ def test_explain_in_the_scheduler_equals_the_captured_attribution(engine, sched)
     assert got.prefix == pytest.approx(ref.prefix, abs=1e-4)
     for a, b in zip(got.documents, ref.documents, strict=True):
         assert a.share == pytest.approx(b.share, abs=1e-4)
-        assert torch.allclose(a.token_mass, b.token_mass, atol=1e-3) and a.passages == b.passages
+        assert torch.allclose(a.token_mass, b.token_mass, atol=1e-3)
+        # the same spans; their weights to float32 rounding (on CUDA the sums differ in the 8th digit)
+        assert [p[:2] for p in a.passages] == [p[:2] for p in b.passages]
+        assert [p[2] for p in a.passages] == pytest.approx([p[2] for p in b.passages], abs=1e-6)
 
 
 def test_reuse_requests_share_steps_with_a_plain_query(engine, sched, monkeypatch):
