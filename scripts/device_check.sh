@@ -26,11 +26,20 @@ KV="python3 -m cli"
 case "${1:-}" in
 pack)  # here: wheels for the device's Python 3.12 (see the device README) and the GGUF in three parts
   src=$SRC_GGUF
-  mkdir -p .dev1 .dev2 .dev3
+  mkdir -p .whl .dev1 .dev2 .dev3
+  # what the device's image lacks (seen on 2026-12-04: torch 2.11+cu130, Python 3.12); versions as in .venv
+  for p in transformers huggingface_hub httpx2 httpcore2 truststore kernels tomlkit gguf lmdb pydantic \
+           pydantic_core pydantic-settings python-dotenv annotated-types typing-inspection simhash fastapi \
+           starlette sse-starlette opentelemetry-api redis uvicorn; do
+    v=$(.venv/bin/pip show "$p" 2>/dev/null | sed -n 's/^Version: //p')
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d .whl "$p${v:+==$v}" 2>&1 | grep -v WARNING
+  done
   cp "$SRC_NQ" .dev1/nq.jsonl.gz
-  head -c 28500000 "$src" > .dev1/gguf.a
-  tail -c +28500001 "$src" | head -c 49500000 > .dev2/gguf.b
-  tail -c +78000001 "$src" > .dev3/gguf.c
+  head -c 25500000 "$src" > .dev1/gguf.a
+  tail -c +25500001 "$src" | head -c 49500000 > .dev2/gguf.b
+  tail -c +75000001 "$src" > .dev3/gguf.c
   sha256sum "$src" | cut -d' ' -f1 > .dev3/gguf.sha256
   du -sh .whl .dev1 .dev2 .dev3
   ;;
@@ -53,22 +62,22 @@ main)
   mkdir -p "$KVLINK_RAG_HOME/models/downloads"
   cat "$STASH/gguf.a" "$STASH/gguf.b" "$STASH/gguf.c" > "$KVLINK_RAG_HOME/models/downloads/$GGUF"
   echo "$(cat "$STASH/gguf.sha256")  $KVLINK_RAG_HOME/models/downloads/$GGUF" | sha256sum -c - || exit 1
-  timeout 150 $KV model fetch 2>&1 | tail -3
+  timeout 110 $KV model fetch 2>&1 | tail -3
   step "scheduler, block pool and reuse tests with the tiny engine on CUDA (batched = one at a time)"
-  KVLINK_RAG_TEST_ENGINE_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider \
+  KVLINK_RAG_TEST_ENGINE_DEVICE=cuda timeout 90 python3 -m pytest -q -p no:cacheprovider \
     tests/kvlink_rag/runtime/test_scheduler.py tests/kvlink_rag/runtime/test_scheduler_reuse.py \
     tests/kvlink_rag/runtime/test_scheduler_pool.py 2>&1 | tail -15 | tee "$OUT/scheduler.txt"
   step "verify on CUDA (float32)"
-  KVLINK_RAG_DEVICE=cuda KVLINK_RAG_COMPUTE_DTYPE=float32 timeout 120 $KV verify --questions 8 --docs 10 \
+  KVLINK_RAG_DEVICE=cuda KVLINK_RAG_COMPUTE_DTYPE=float32 timeout 80 $KV verify --questions 8 --docs 10 \
     --json "$OUT/verify.json" 2>&1 | tail -8 | tee "$OUT/verify.txt"
   step "engine bench on CUDA (bfloat16; the runner against transformers eager)"
-  KVLINK_RAG_DEVICE=cuda timeout 100 $KV bench-engine --formats native --repeats 2 \
+  KVLINK_RAG_DEVICE=cuda timeout 70 $KV bench-engine --formats native --repeats 2 \
     --json "$OUT/engine.json" 2>&1 | tail -20 | tee "$OUT/engine.md"
   step "bench --device cuda: TTFT at 1k-8k contexts"
-  KVLINK_RAG_DEVICE=cuda timeout 120 $KV bench --device cuda --suites ttft --lengths 1000,2000,4000,8000 \
+  KVLINK_RAG_DEVICE=cuda timeout 90 $KV bench --device cuda --suites ttft --lengths 1000,2000,4000,8000 \
     --clients '' --repeats 2 --json "$OUT/ttft.json" 2>&1 | tail -30 | tee "$OUT/ttft.md"
   step "bench --device cuda: 1 and 16 clients (the serving suite)"
-  KVLINK_RAG_DEVICE=cuda timeout 150 $KV bench --device cuda --suites serving --clients 1,16 \
+  KVLINK_RAG_DEVICE=cuda timeout 240 $KV bench --device cuda --suites serving --clients 1,16 \
     --json "$OUT/serving.json" 2>&1 | tail -40 | tee "$OUT/serving.md"
   ;;
 *) echo "usage: scripts/device_check.sh pack|exact|stash|main" >&2; exit 2 ;;
