@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from kvlink_rag.home import LayerSettings
+from kvlink_rag.home import LayerSettings, registered
 from kvlink_rag.runtime.policies import POLICIES
 from kvlink_rag.settings import EngineSettings
 from store.settings import StoreSettings
@@ -106,9 +106,7 @@ class ServiceSettings(LayerSettings):
     @classmethod
     def _registered_policy(cls, name: str) -> str:
         """Refuse an admission policy that is not registered in :data:`kvlink_rag.runtime.policies.POLICIES`."""
-        if name not in POLICIES:
-            raise ValueError(f"unknown admission policy {name!r}; choose one of {', '.join(sorted(POLICIES))}")
-        return name
+        return registered("admission policy", name, sorted(POLICIES))
 
     @property
     def distributed(self) -> bool:

@@ -57,7 +57,8 @@ STORE_KERNEL = {
     "kvlink_rag.cache": "the DocumentCache contract the store implements",
     "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
     "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
-    "kvlink_rag.home": "the home folder and the settings base every layer's class derives from",
+    "kvlink_rag.home": "the home folder, the settings base every layer's class derives from, the check of a name "
+                       "against a registry",
 }
 
 

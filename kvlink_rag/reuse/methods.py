@@ -18,6 +18,7 @@ from typing import Protocol
 
 import torch
 
+from ..home import registered
 from ..linking.context import LinkedContext, PrefixKV
 from ..model.loader import LoadedModel
 from ..runtime.kv_sequence import SequenceKV
@@ -146,6 +147,4 @@ def reuse_method(recompute_ratio: float, name: str | None = None) -> ReuseMethod
         ValueError: ``name`` is not registered.
     """
     name = default_method(recompute_ratio) if name is None else name
-    if name not in METHODS:
-        raise ValueError(f"unknown reuse method {name!r}; choose one of {', '.join(sorted(METHODS))}")
-    return METHODS[name](recompute_ratio)
+    return METHODS[registered("reuse method", name, sorted(METHODS))](recompute_ratio)
