@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from api.request_body import RequestBody
-from kvlink_rag.decoding.stop_strings import MAX_STOP_CHARS, MAX_STOP_STRINGS, normalize_stop
+from service.text_rules import MAX_STOP_CHARS, MAX_STOP_STRINGS, normalize_stop
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvlink_rag.decoding.logprobs import TokenLogprob, token_bytes
+from service.core_types import TokenLogprob, token_bytes
 
 
 class LogprobsFormat:

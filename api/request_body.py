@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from kvlink_rag.encodable import find_unencodable
+from service.text_rules import find_unencodable
 
 INVALID_UNICODE = "invalid_unicode"  # the pydantic error type of a value no encoder accepts
 

@@ -26,7 +26,7 @@ from service.runtime import Runtime, build_runtime
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvlink_rag.engine import Engine
+    from service.core_types import Engine
     from store.factory import Store
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
-from .home import LayerSettings
+from .home import LayerSettings, registered
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 KV_DTYPES = ("float32", "bfloat16", "float16")
@@ -91,9 +91,7 @@ class EngineSettings(LayerSettings):
     @field_validator("kv_dtype")
     @classmethod
     def _check_kv_dtype(cls, v: str) -> str:
-        if v not in KV_DTYPES:
-            raise ValueError(f"unknown kv_dtype {v!r}; choose one of {', '.join(KV_DTYPES)}")
-        return v
+        return registered("kv_dtype", v, KV_DTYPES)
 
     @property
     def models_dir(self) -> Path:

@@ -4,11 +4,10 @@ the store's and the service's classes in one, read from the same ``KVLINK_RAG_*`
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field, field_validator
 
-from pydantic import Field
-
-from kvlink_rag.home import LayerSettings
+from kvlink_rag.home import LayerSettings, registered
+from kvlink_rag.runtime.policies import POLICIES
 from kvlink_rag.settings import EngineSettings
 from store.settings import StoreSettings
 
@@ -73,11 +72,12 @@ class ServiceSettings(LayerSettings):
     max_running_requests: int = Field(16, ge=1, le=1024, description="Requests generating at once (batch size).")
     max_waiting_requests: int = Field(256, ge=0, description="Requests queued for the model before new ones get 503.")
     max_prefill_tokens: int = Field(2048, ge=1, description="Prefill tokens admitted into one scheduler step.")
-    admission_policy: Literal["buckets", "cache-aware", "fair", "fifo"] = Field(
+    admission_policy: str = Field(
         "buckets", description="Order of admission: 'buckets' (starved first, then the oldest request's S/M/L "
         "length bucket), 'cache-aware' (starved first, then most documents in common with running requests), "
         "'fair' (per-tenant virtual token counters: the least served tenant first, then its starved requests, "
-        "bucket and warm documents) or 'fifo' (arrival order).")
+        "bucket and warm documents) or 'fifo' (arrival order); any name registered in "
+        "kvlink_rag/runtime/policies.py POLICIES.")
     max_step_tokens: int = Field(128, ge=16, description="Tokens one scheduler step computes: every decode token, "
                                  "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
@@ -101,6 +101,12 @@ class ServiceSettings(LayerSettings):
         "default) or 'tenant/doc_id' (JSON list).")
     pin_budget_bytes: int = Field(256 << 20, ge=0, description="Host-tier bytes one tenant may pin "
                                   "(PUT /v1/documents/{id} with pinned: true); over it: 409.")
+
+    @field_validator("admission_policy")
+    @classmethod
+    def _registered_policy(cls, name: str) -> str:
+        """Refuse an admission policy that is not registered in :data:`kvlink_rag.runtime.policies.POLICIES`."""
+        return registered("admission policy", name, sorted(POLICIES))
 
     @property
     def distributed(self) -> bool:

@@ -1,8 +1,9 @@
 """The one backend registry: what each URL scheme opens, for each kind of stored thing (blobs, the
-document index, texts), the local LMDB store included.
+document index, texts, this host's local store).
 
 :data:`BACKENDS` maps a URL scheme to a :class:`Backend` (one opener per kind, None where the scheme
-does not hold that kind); :func:`open_blob_store`, :func:`open_index` and :func:`open_texts` look the
+does not hold that kind); :func:`open_blob_store`, :func:`open_index`, :func:`open_texts` and
+:func:`open_local_store` (``KVLINK_RAG_LOCAL_STORE_URL``, default ``lmdb://<store_dir>``) look the
 scheme up there. This is the only module that names the backends: the interfaces
 (:mod:`store.blobs.blob_store`, :mod:`store.index.document_index`, :mod:`store.texts`) import none of them,
 and :mod:`store.factory` opens everything through here, so adding a backend is one module and one entry
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Backend:
-    """The openers of one URL scheme: ``blobs(url, **kwargs)``, ``index(url, env, **kwargs)`` and
-    ``texts(url, env, mirror)``; None where the scheme does not hold that kind."""
+    """The openers of one URL scheme: ``blobs(url, **kwargs)``, ``index(url, env, **kwargs)``,
+    ``texts(url, env, mirror)`` and ``local(url, max_bytes, on_corrupt)`` (this host's bounded store, which
+    also holds the texts and index unless they are elsewhere); None where the scheme does not hold that kind."""
 
     blobs: Callable[..., BlobStore] | None
     index: Callable[..., DocumentIndex] | None = None
     texts: Callable[..., Texts] | None = None
+    local: Callable[..., BlobStore] | None = None
 
 
 def _lmdb_path(url: str) -> str:
@@ -64,6 +67,11 @@ def _lmdb_texts(url: str, env: LmdbEnv | None = None, mirror: Texts | None = Non
     return TextStore(_lmdb_env(url, env))
 
 
+def _lmdb_local(url: str, max_bytes: int, on_corrupt: Callable[[str], None] | None = None) -> BlobStore:
+    """This host's LMDB store, its map never past ``max_bytes``."""
+    return _lmdb_blobs(url, max_map_size=max_bytes, on_corrupt=on_corrupt)
+
+
 def _redis_blobs(url: str, **kwargs: Any) -> BlobStore:
     from store.blobs.redis import RedisBlobStore
 
@@ -86,7 +94,7 @@ def _redis_texts(url: str, env: LmdbEnv | None = None, mirror: Texts | None = No
     return texts
 
 
-_LMDB = Backend(_lmdb_blobs, _lmdb_index, _lmdb_texts)
+_LMDB = Backend(_lmdb_blobs, _lmdb_index, _lmdb_texts, _lmdb_local)
 _REDIS = Backend(_redis_blobs, _redis_index, _redis_texts)
 _REDIS_CLUSTER = Backend(_redis_blobs)  # the shared KV tier only: no index or texts on a cluster
 BACKENDS: dict[str, Backend] = {
@@ -98,7 +106,11 @@ _SUPPORTED = {  # what a refusal names, per kind
     "blobs": "lmdb://PATH, redis://host:port/db, redis+cluster://host:port[,host:port]",
     "index": "lmdb://PATH or redis://host:port/db",
     "texts": "lmdb://PATH or redis://host:port/db",
+    "local": "lmdb://PATH",
 }
+
+
+_KIND_NAMES = {"local": "local store"}
 
 
 def _opener(url: str, kind: str) -> Callable[..., Any]:
@@ -111,8 +123,14 @@ def _opener(url: str, kind: str) -> Callable[..., Any]:
     backend = BACKENDS.get(scheme)
     opener = getattr(backend, kind) if backend is not None else None
     if opener is None:
-        raise ValueError(f"unknown {kind} URL {url!r}; supported: {_SUPPORTED[kind]}")
+        raise ValueError(f"unknown {_KIND_NAMES.get(kind, kind)} URL {url!r}; supported: {_SUPPORTED[kind]}")
     return opener
+
+
+def _names_a_folder(url: str, what: str, kind: str) -> None:
+    """Refuse an ``lmdb://`` URL without a folder, naming the supported URLs of ``kind``."""
+    if url.lower().startswith("lmdb://") and not url[len("lmdb://"):]:
+        raise ValueError(f"{what} URL {url!r} names no folder; supported: {_SUPPORTED[kind]}")
 
 
 def open_blob_store(url: str, **kwargs: Any) -> BlobStore:
@@ -129,8 +147,7 @@ def open_blob_store(url: str, **kwargs: Any) -> BlobStore:
     Raises:
         ValueError: unknown scheme or no path (the message names the supported schemes).
     """
-    if url.lower().startswith("lmdb://") and not url[len("lmdb://"):]:
-        raise ValueError(f"blob store URL {url!r} names no folder; supported: {_SUPPORTED['blobs']}")
+    _names_a_folder(url, "blob store", "blobs")
     return _opener(url, "blobs")(url, **kwargs)
 
 
@@ -160,3 +177,19 @@ def open_texts(url: str, env: LmdbEnv | None = None, mirror: Texts | None = None
         ValueError: unknown scheme.
     """
     return _opener(url, "texts")(url, env, mirror)
+
+
+def open_local_store(url: str, max_bytes: int, on_corrupt: Callable[[str], None] | None = None) -> BlobStore:
+    """Open this host's local store named by ``url`` (:attr:`store.settings.StoreSettings.local_store`).
+
+    Args:
+        url: ``lmdb://PATH`` (an LMDB environment in the folder PATH, created if needed; the embedded index
+            and the texts share it).
+        max_bytes: the store's size limit (LMDB: its map never grows past it; least valuable caches are evicted).
+        on_corrupt: called with a cache key whose record failed its checksum.
+    Raises:
+        ValueError: unknown scheme, one that cannot be the local store, or no path (the message names the
+            supported ones).
+    """
+    _names_a_folder(url, "local store", "local")
+    return _opener(url, "local")(url, max_bytes, on_corrupt)

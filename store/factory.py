@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from store.settings import StoreSettings
-from store.backends import open_blob_store, open_index, open_texts
+from store.backends import open_blob_store, open_index, open_local_store, open_texts
 from store.blobs.blob_store import BlobStore
 from store.catalog import Catalog, Enqueue
 from store.doc_cache import StoreCache
@@ -49,17 +49,17 @@ def memory_tiers(settings: StoreSettings) -> list[CacheTier]:
 
 
 def open_store(settings: StoreSettings, enqueue: Enqueue | None = None, on_corrupt=None) -> Store:
-    """Open (creating) the store under ``settings.home``.
+    """Open (creating) the store: the local one at ``settings.local_store`` (``lmdb://<home>/store`` by default).
 
     Args:
         enqueue: schedules precompute of ``(tenant, doc_id, version)``; without one, ingest only records.
         on_corrupt: called with a cache key whose record failed its checksum (re-queue it).
     Raises:
-        ValueError: bad index URL; redis errors when a Redis index is unreachable.
+        ValueError: bad local store or index URL; redis errors when a Redis index is unreachable.
     """
     settings.store_dir.mkdir(parents=True, exist_ok=True)
-    local = f"lmdb://{settings.store_dir}"  # this host's store: blobs, and texts and index unless in Redis
-    blobs = open_blob_store(local, max_map_size=settings.store_max_bytes, on_corrupt=on_corrupt)
+    local = settings.local_store  # this host's store: blobs, and texts and index unless in Redis
+    blobs = open_local_store(local, settings.store_max_bytes, on_corrupt)
     shared = None
     if settings.shared_store_url:  # no connection yet: an unreachable shared tier shows in /readyz
         from store.tiers.shared import TieredBlobStore

@@ -14,6 +14,10 @@ class StoreSettings(LayerSettings):
     """Store settings: every field can be set with ``KVLINK_RAG_<FIELD>`` (or in ``$KVLINK_RAG_HOME/settings.env``
     through :func:`service.settings.get_settings`)."""
 
+    local_store_url: str | None = Field(
+        None, description="This host's local store (KV caches, and the texts and embedded index unless "
+        "index_url is set), opened by URL scheme (store/backends.py BACKENDS): lmdb://PATH; None = "
+        "lmdb://<home>/store.")
     index_url: str = Field("", description="Document index: '' = embedded in the LMDB store, or redis://host:port/db.")
     shared_store_url: str = Field(
         "", description="Shared KV cache tier every host reads: redis://host:port/db or "
@@ -53,3 +57,8 @@ class StoreSettings(LayerSettings):
     def store_dir(self) -> Path:
         """Document KV store (LMDB) lives here."""
         return self.home / "store"
+
+    @property
+    def local_store(self) -> str:
+        """URL of this host's local store: ``local_store_url``, or ``lmdb://<store_dir>`` when it is None."""
+        return self.local_store_url or f"lmdb://{self.store_dir}"

@@ -26,7 +26,7 @@ from api.logprobs_format import LogprobsFormat
 from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, n_usage, stream_response
 from api.output_fields import CompletionOutputFields
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
-from kvlink_rag.decoding.stop_strings import cut
+from service.text_rules import cut
 from service.query_plan import choice_plans
 from service.structured import add_outputs
 

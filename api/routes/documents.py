@@ -18,7 +18,7 @@ from api.errors import ApiError, error_responses
 from api.document_schemas import (MAX_LIST_OFFSET, Deleted, DocumentBatch, DocumentOut, DocumentPage,
                                   DocumentUpdate, IngestBatchOut, IngestIn, IngestOut, NearDuplicate, PinOut)
 from api.state import ServiceState
-from kvlink_rag.encodable import find_unencodable, sanitised
+from service.text_rules import find_unencodable, sanitised
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/documents", tags=["documents"], responses=error_responses(401, 503))

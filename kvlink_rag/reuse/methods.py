@@ -18,6 +18,7 @@ from typing import Protocol
 
 import torch
 
+from ..home import registered
 from ..linking.context import LinkedContext, PrefixKV
 from ..model.loader import LoadedModel
 from ..runtime.kv_sequence import SequenceKV
@@ -132,7 +133,18 @@ METHODS = {"link-tokens": lambda ratio: LinkTokens(), "cacheblend": lambda ratio
 """Reuse methods by name; each maker takes the request's recompute ratio."""
 
 
-def reuse_method(recompute_ratio: float) -> ReuseMethod:
-    """The method a request's settings ask for: CacheBlend when some document tokens are recomputed
-    (``recompute_ratio`` > 0), else link tokens."""
-    return METHODS["cacheblend" if recompute_ratio > 0 else "link-tokens"](recompute_ratio)
+def default_method(recompute_ratio: float) -> str:
+    """The name of the method a request gets when it names none: ``'cacheblend'`` when some document tokens are
+    recomputed (``recompute_ratio`` > 0), else ``'link-tokens'``."""
+    return "cacheblend" if recompute_ratio > 0 else "link-tokens"
+
+
+def reuse_method(recompute_ratio: float, name: str | None = None) -> ReuseMethod:
+    """The method called ``name`` in :data:`METHODS`, made for ``recompute_ratio``; without a name, the one
+    :func:`default_method` picks.
+
+    Raises:
+        ValueError: ``name`` is not registered.
+    """
+    name = default_method(recompute_ratio) if name is None else name
+    return METHODS[registered("reuse method", name, sorted(METHODS))](recompute_ratio)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..home import registered
 from .admission import AdmissionPolicy, BucketPolicy, CacheAwarePolicy, FifoPolicy
 from .fair_admission import FairPolicy
 
@@ -14,6 +15,4 @@ def make_policy(name: str) -> AdmissionPolicy:
     Raises:
         ValueError: unknown name.
     """
-    if name not in POLICIES:
-        raise ValueError(f"unknown admission policy {name!r}; choose one of {', '.join(POLICIES)}")
-    return POLICIES[name]()
+    return POLICIES[registered("admission policy", name, POLICIES)]()

@@ -35,3 +35,24 @@ def test_store_shares_one_lmdb_environment(tmp_path):
     st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20))
     assert st.texts.env is st.blobs.env and st.index.env is st.blobs.env
     assert st.catalog.blobs is st.blobs is st.cache.blobs
+
+
+def test_the_local_store_defaults_to_lmdb_under_the_store_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("KVLINK_RAG_LOCAL_STORE_URL", raising=False)
+    settings = StoreSettings(home=tmp_path, store_max_bytes=64 << 20)
+    assert settings.local_store_url is None and settings.local_store == f"lmdb://{tmp_path / 'store'}"
+    st = open_store(settings)
+    assert isinstance(st.blobs, LmdbBlobStore) and st.blobs.env.path == tmp_path / "store"
+
+
+def test_the_local_store_url_is_opened_through_the_registry(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVLINK_RAG_LOCAL_STORE_URL", f"lmdb://{tmp_path / 'elsewhere'}")
+    st = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20))
+    assert isinstance(st.blobs, LmdbBlobStore) and st.blobs.env.path == tmp_path / "elsewhere"
+    assert st.texts.env is st.blobs.env and st.index.env is st.blobs.env
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/kv", "redis+cluster://h:1", "/plain/path", "lmdb://"])
+def test_a_local_store_url_of_an_unknown_scheme_is_refused(tmp_path, url):
+    with pytest.raises(ValueError, match="lmdb://PATH"):
+        open_store(StoreSettings(home=tmp_path, local_store_url=url))

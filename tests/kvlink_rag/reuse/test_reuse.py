@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from factories import random_ids, tiny_model
@@ -23,6 +24,18 @@ def test_the_recompute_ratio_picks_the_method():
     assert isinstance(reuse_method(0.0), LinkTokens)
     assert reuse_method(0.3) == CacheBlend(0.3)
     assert set(METHODS) == {"link-tokens", "cacheblend"}
+
+
+def test_a_method_is_selectable_by_its_registered_name(monkeypatch):
+    from kvlink_rag.reuse import methods
+
+    assert reuse_method(0.0, "cacheblend") == CacheBlend(0.0)
+    assert isinstance(reuse_method(0.3, "link-tokens"), LinkTokens)
+    monkeypatch.setitem(methods.METHODS, "blend-twice", lambda ratio: CacheBlend(2 * ratio))
+    assert reuse_method(0.2, "blend-twice") == CacheBlend(0.4)
+    assert reuse_method(0.2) == CacheBlend(0.2)  # the default rule is unchanged by a new registration
+    with pytest.raises(ValueError, match="unknown reuse method 'nope'; choose one of blend-twice, cacheblend, link-tokens"):
+        reuse_method(0.0, "nope")
 
 
 @torch.inference_mode()
