@@ -52,12 +52,22 @@ class LinkTokens:
         return int(self.embeds.shape[0]) if self.embeds.dim() == 3 else 1
 
     def identity(self) -> str:
-        """Short content hash, used as the adapter name so that artifacts never collide on one model."""
-        h = hashlib.sha256(self.embeds.float().numpy().tobytes())
+        """Short content hash, used as the adapter name so that artifacts never collide on one model.
+
+        Hashed once per state of the tensors: every admitted request asks (its prefix-tree root), and
+        hashing the shipped adapter's ~2.5 MB took ~13 ms a request; the memo is keyed by each tensor's
+        identity, storage and in-place version counter, so training's in-place updates re-hash."""
+        state = tuple(_state(t) for t in (self.embeds, *(self.lora[n] for n in sorted(self.lora or {}))))
+        state += (tuple(sorted(self.lora or {})),)
+        memo = self.__dict__.get("_identity")
+        if memo is not None and memo[0] == state:
+            return memo[1]
+        h = hashlib.sha256(self.embeds.detach().float().cpu().numpy().tobytes())
         for name in sorted(self.lora or {}):
             h.update(name.encode())
-            h.update(self.lora[name].float().numpy().tobytes())
-        return h.hexdigest()[:12]
+            h.update(self.lora[name].detach().float().cpu().numpy().tobytes())
+        self.__dict__["_identity"] = (state, h.hexdigest()[:12])
+        return self.__dict__["_identity"][1]
 
     def save(self, path: Path, lora_dtype: torch.dtype = torch.bfloat16) -> None:
         """Write ``path`` (safetensors): embeddings float32, LoRA weights in ``lora_dtype``; metadata in the header."""
@@ -72,6 +82,12 @@ class LinkTokens:
         tmp = path.with_suffix(path.suffix + ".part")
         save_file(tensors, str(tmp), metadata=meta)
         tmp.replace(path)
+
+
+def _state(t: torch.Tensor) -> tuple[int, int, int]:
+    """What changes when ``t``'s values can: the object, its storage and its in-place version (inference
+    tensors have no version counter; they change only by being replaced)."""
+    return id(t), t.data_ptr(), 0 if t.is_inference() else t._version
 
 
 def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n", slots: int = 1) -> LinkTokens:
