@@ -78,7 +78,7 @@ class ServiceSettings(LayerSettings):
         "'fair' (per-tenant virtual token counters: the least served tenant first, then its starved requests, "
         "bucket and warm documents) or 'fifo' (arrival order); any name registered in "
         "kvlink_rag/runtime/policies.py POLICIES.")
-    max_step_tokens: int = Field(128, ge=16, description="Tokens one scheduler step computes: every decode token, "
+    max_step_tokens: int = Field(256, ge=16, description="Tokens one scheduler step computes: every decode token, "
                                  "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "

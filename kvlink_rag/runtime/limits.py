@@ -38,7 +38,7 @@ class SchedulerLimits:
     max_wait_s: float = 2.0
     bucket_bounds: tuple[int, int] = (64, 256)
     max_adapters: int = 4
-    max_step_tokens: int = 128
+    max_step_tokens: int = 256
 
     def bucket(self, tokens: int) -> str:
         """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""
