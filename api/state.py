@@ -111,7 +111,7 @@ class ServiceState:
                         "tenant 'default' and no Authorization is required")
         log.info("kvlink-rag service ready: %s, precompute %s%s, index %s, store %s", self.tenancy, self.mode,
                  f" ({redact(s.broker_url)})" if s.distributed else f" ({s.precompute_threads} thread(s))",
-                 redact(s.index_url) if s.index_url else "embedded (LMDB)", s.store_dir)
+                 redact(s.index_url) if s.index_url else "embedded (LMDB)", redact(s.local_store))
 
     def close(self) -> None:
         """Stop the background checks, the queue (embedded: finish its tasks) and flush the store's access

@@ -20,7 +20,7 @@ from service.settings import Settings
 from service.documents import DocumentService
 from service.model_lock import FairLock
 from service.queries import QueryResult, QueryService
-from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue
+from service.queues import CeleryQueue, EmbeddedQueue, NoQueue, Queue, redact
 from service.recovery_hooks import RequeueCorrupt, recover_at_start
 from service.retrieval import BM25Params, Retrieval
 
@@ -183,7 +183,8 @@ def open_service_store(settings: Settings, queue: Queue) -> Store:
     try:
         store = open_store(settings, enqueue=queue, on_corrupt=hook)
     except Exception as e:  # noqa: BLE001 - any store failure becomes one clear message
-        raise StoreOpenError(f"cannot open the store under {settings.store_dir}: {e}") from e
+        where = settings.store_dir if settings.local_store_url is None else redact(settings.local_store)
+        raise StoreOpenError(f"cannot open the store under {where}: {e}") from e
     if hook is not None:
         hook.store = store
     return store

@@ -7,6 +7,7 @@ import logging
 import threading
 
 from service.settings import get_settings
+from service.queues import redact
 from service.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
@@ -32,5 +33,5 @@ def get_runtime() -> Runtime:
             settings = get_settings()
             _runtime = build_runtime(settings, queue="none", recover=False)
             log.info("worker loaded model %s in %.1f s (store %s, index %s)", settings.model, _runtime.load_s,
-                     settings.store_dir, settings.index_url or "embedded")
+                     redact(settings.local_store), settings.index_url or "embedded")
         return _runtime
