@@ -31,6 +31,9 @@ def test_batched_requests_generate_what_single_requests_generate(engine, mode):
 
 
 def test_sampled_requests_keep_their_own_seed(engine):
+    if engine.lm.device.type != "cpu":  # the GPU script runs this file on CUDA too
+        pytest.skip("on CUDA a batched and a single forward round differently (~1e-6), enough to move a draw from "
+                    "the tiny random model's near-uniform distribution; on the CPU the two are bit-identical")
     sched = make_scheduler(engine)
     try:
         reqs = [request(engine, "what?", DOCS[:2], temperature=1.0, seed=s) for s in (1, 2, 1)]
