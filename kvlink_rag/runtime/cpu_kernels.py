@@ -23,6 +23,7 @@ import functools
 import hashlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,12 @@ CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
 
 
 def _source_hash(flags: list[str]) -> str:
-    """Of ``csrc/`` and the compiler flags: an edited source or a changed flag builds a new module."""
+    """Of ``csrc/``, the compiler flags, and where the sources and the interpreter lie: an edited source or a
+    changed flag builds a new module, and each checkout and venv builds its own (torch's ``build.ninja`` holds
+    their absolute paths, so two checkouts sharing one build folder rewrote it in turn and each load rebuilt the
+    module, ~40 s a process, while the other waited on the build lock)."""
     digest = hashlib.sha256(" ".join(flags).encode())
+    digest.update(f"{CSRC.resolve()}|{sys.prefix}".encode())
     for path in sorted(CSRC.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:10]
