@@ -85,6 +85,15 @@ def test_router_routes_by_documents_resyncs_a_gap_and_drops_a_dead_replica(tmp_p
 
         r = cr.post("/v1/query", json={"question": "Who kept the lamp?", "document_ids": ["lighthouse", "paris"]})
         assert r.status_code == 200 and r.headers["x-kvlink-replica"] == "a", r.text
+        # b's host tier takes volcano after its query, on the low-priority tier-fill thread: wait for that
+        # event to reach the router (b's published sequence number) before asking where volcano goes
+        wait_for(lambda: _host_entries(cb) >= 1, 60, interval=0.2, what="volcano in b's host tier")
+        seq_b = json.loads(index_server.client(db=13).get(registration_key("b")))["seq"]
+        wait_for(lambda: next(x["seq"] for x in _status(cr) if x["id"] == "b") >= seq_b, 10, what="router has b's events")
+        # and for both replicas' heartbeats to report them idle: a stale "running: 1" (256 tokens of load) outweighs
+        # volcano's ~50 uncached tokens on a, and the router rightly sends it there
+        wait_for(lambda: all(x["load"]["running"] + x["load"]["waiting"] == 0 for x in _status(cr)), 10,
+                 interval=0.1, what="an idle fleet")
         r = cr.post("/v1/query", json={"question": "lava?", "document_ids": ["volcano"]})
         assert r.headers["x-kvlink-replica"] == "b"
 
@@ -104,6 +113,12 @@ def test_router_routes_by_documents_resyncs_a_gap_and_drops_a_dead_replica(tmp_p
     finally:
         for p in procs:
             p.stop()
+
+
+def _host_entries(client: httpx.Client) -> float:
+    """Documents a replica's host tier holds, from its /metrics (``kvlink_cache_entries{tier="host"}``)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in client.get("/metrics").text.splitlines()
+               if line.startswith('kvlink_cache_entries{') and 'tier="host"' in line)
 
 
 def _status(client: httpx.Client) -> list[dict] | None:
