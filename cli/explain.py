@@ -33,9 +33,9 @@ def _checked(value: float, option: str, check) -> float:
 
 def checked_retention(retention: float | None) -> float | None:
     """``retention`` when in (0, 1] (or None), else a one-line error and exit (before the model loads)."""
-    if retention is None:  # no torch import (kvlink_rag.retention's) for the default
+    if retention is None:
         return None
-    from kvlink_rag.retention import check_retention
+    from kvlink_rag.bounds import check_retention
 
     return _checked(retention, "--retention", check_retention)
 
@@ -49,7 +49,7 @@ def checked_recompute(ratio: float | None) -> float | None:
     """``ratio`` when in [0, 1] (or None), else a one-line error and exit (before the model loads)."""
     if ratio is None:
         return None
-    from kvlink_rag.reuse.blend import check_recompute_ratio
+    from kvlink_rag.bounds import check_recompute_ratio
 
     return _checked(ratio, "--recompute-ratio", check_recompute_ratio)
 

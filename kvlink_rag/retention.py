@@ -22,23 +22,10 @@ import math
 
 import torch
 
+from .bounds import check_retention  # noqa: F401 - re-exported: callers import it from here
+
 SINK_TOKENS = 4
 METHODS = ("importance", "random", "recency")
-
-
-def check_retention(r: float) -> float:
-    """``r`` as a float when ``0 < r <= 1``.
-
-    Raises:
-        ValueError: ``r`` outside ``(0, 1]`` or not a number (the message names the range).
-    """
-    try:
-        value = float(r)
-    except (TypeError, ValueError):
-        raise ValueError(f"retention must be a number in (0, 1], got {r!r}") from None
-    if not 0.0 < value <= 1.0 or math.isnan(value):
-        raise ValueError(f"retention must be in (0, 1] (the fraction of each document's tokens kept), got {r}")
-    return value
 
 
 def kept_count(n: int, r: float) -> int:

@@ -39,7 +39,7 @@ FORBIDDEN = {
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (
-    ("types", "retention", "cache", "encodable", "home", "settings"),  # kernel
+    ("types", "retention", "bounds", "cache", "encodable", "home", "settings"),  # kernel
     ("model",),  # loading, families, LoRA, attention capture
     ("text",),  # chat-template framing, conversations, chunks
     ("linking",),  # RoPE, mask, precompute, link tokens, linker
@@ -56,6 +56,7 @@ STORE_KERNEL = {
     "kvlink_rag.types": "DocumentKV, RetainedKV, LayeredDocuments, Document, dtypes: what the store keeps",
     "kvlink_rag.cache": "the DocumentCache contract the store implements",
     "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
+    "kvlink_rag.bounds": "the range of a retention (retention.py re-exports its check)",
     "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
     "kvlink_rag.home": "the home folder, the settings base every layer's class derives from, the check of a name "
                        "against a registry",

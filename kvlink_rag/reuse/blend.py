@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from ..bounds import check_recompute_ratio  # noqa: F401 - re-exported: callers import it from here
 from ..linking.context import LinkedContext, PrefixKV, Segment, Timings
 from ..linking.kvcache import build_cache
 from ..linking.linker import check_link_inputs, document_positions, plan_layout, rotate_documents, slot_link_embeds
@@ -43,21 +44,6 @@ CHECK_LAYER = 1
 
 class _Stop(Exception):
     """Ends the selection forward once the check layer's values are captured."""
-
-
-def check_recompute_ratio(ratio: float) -> float:
-    """``ratio`` as a float when it is within [0, 1].
-
-    Raises:
-        ValueError: outside [0, 1] or not a number.
-    """
-    try:
-        r = float(ratio)
-    except (TypeError, ValueError):
-        raise ValueError(f"recompute_ratio must be a number in [0, 1], got {ratio!r}") from None
-    if not 0.0 <= r <= 1.0:  # NaN fails too
-        raise ValueError(f"recompute_ratio must be within [0, 1] (fraction of document tokens recomputed), got {ratio}")
-    return r
 
 
 def recompute_count(tokens: int, ratio: float) -> int:

@@ -148,3 +148,14 @@ def test_overlapping_captures_in_two_threads_count_only_their_own_forwards():
     t.join()
     assert seen == {"main": lm.num_layers, "other": lm.num_layers}
     assert lm.model.config._attn_implementation == "sdpa"  # restored by the last capture to close
+
+
+def test_the_fraction_checks_import_no_torch():
+    """The CLI checks --retention and --recompute-ratio before loading anything: kvlink_rag.bounds stays torch-free."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from kvlink_rag.bounds import check_recompute_ratio, check_retention; "
+            "check_retention(0.5); check_recompute_ratio(0.0); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
