@@ -61,13 +61,16 @@ def bytes_per_token(blobs: BlobStore, keys: list[str]) -> float:
 
 def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> dict:
     """Seconds to stream the keyed documents' layers (``prefetch_layers`` at retention 1, the query path's load,
-    no memory-tier fill) into one request's KV blocks of the records' dtype (decoded straight into them where the
-    source can, as the scheduler does; else each layer written after it arrives),
-    against :func:`copy_floor` of the same KV bytes: the load path's figure (issue 24: >= 0.70 of the floor).
+    no memory-tier fill) into one request's KV blocks of the records' dtype, written straight into them through
+    the load path's row writers as the scheduler's ``_rotate_into`` does: values and keys copied (``stream``), and
+    keys rotated at their positions on the way as a query needs them (``stream_rope``), each against
+    :func:`copy_floor` of the same KV bytes: the load path's figure (issue 24: >= 0.70 of the floor).
 
     Returns:
-        ``{"kv_bytes", "tokens", "stream": Timing, "copy": Timing, "stream_gbps", "copy_gbps", "stream_vs_copy"}``.
+        ``{"kv_bytes", "tokens", "stream", "stream_rope", "copy": Timing, "stream_gbps", "copy_gbps",
+        "stream_vs_copy", "stream_rope_vs_copy"}``.
     """
+    from kvlink_rag.linking.rope_rows import block_writers, copy_rows
     from kvlink_rag.runtime.kv_sequence import SequenceKV
     from store.records.codec import target_dtype
     from store.tiers.prefetch import prefetch_layers
@@ -77,14 +80,15 @@ def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> d
     dtype, tokens = target_dtype(metas[0], None), sum(m["shape"][2] for m in metas)
     seq = SequenceKV([], L, H, D, dtype, capacity=tokens)  # its pool's arena is kept (and touched) across runs
     pool = seq.pool
+    angles = torch.randn(tokens, D), torch.randn(tokens, D)  # any tables: the cost does not depend on them
 
-    def run() -> None:  # as the scheduler's _rotate_into, less RoPE
+    def run(writers) -> None:  # as the scheduler's _rotate_into
         s = SequenceKV([], L, H, D, dtype, capacity=tokens, pool=pool)
         docs = prefetch_layers(blobs, keys)
         runs = s.own_runs(0, tokens)
         if docs.fill is not None and len(runs) == 1:
             for i in range(L):  # straight into the blocks: [kv_heads, tokens, head_dim] views
-                docs.fill(i, runs[0][0][i], runs[0][1][i])
+                docs.fill(i, runs[0][0][i], runs[0][1][i], *writers)
         else:
             for i, (k, v) in enumerate(docs.layers):  # k, v: [kv_heads, tokens, head_dim] into the blocks
                 s.write(i, k, v)
@@ -92,10 +96,12 @@ def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> d
         s.release()
 
     seq.release()
-    stream = measure(run, repeats)
+    stream = measure(lambda: run((copy_rows, copy_rows)), repeats)
+    stream_rope = measure(lambda: run(block_writers(*angles)), repeats)
     kvs = [blobs.get(k) for k in keys]
     floor = copy_floor([t for kv in kvs for t in (kv.keys, kv.values)], repeats)
     nbytes = sum(kv.nbytes for kv in kvs)
-    return {"kv_bytes": nbytes, "tokens": tokens, "stream": stream.as_dict(), "copy": floor.as_dict(),
-            "stream_gbps": nbytes / stream.median / 1e9, "copy_gbps": nbytes / floor.median / 1e9,
-            "stream_vs_copy": floor.median / stream.median}
+    return {"kv_bytes": nbytes, "tokens": tokens, "stream": stream.as_dict(), "stream_rope": stream_rope.as_dict(),
+            "copy": floor.as_dict(), "stream_gbps": nbytes / stream.median / 1e9,
+            "copy_gbps": nbytes / floor.median / 1e9, "stream_vs_copy": floor.median / stream.median,
+            "stream_rope_vs_copy": floor.median / stream_rope.median}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -147,6 +147,35 @@ class RetainedKV:
                              f"{self.retention} cannot serve retention {retention} ({method})")
 
 
+class RowWriter(Protocol):
+    """Writes one document's stored keys or values of one layer into a consumer's buffer: the load path's one
+    pass over the bytes (a plain copy, or keys rotated on the way: :mod:`kvlink_rag.linking.rope_rows`).
+
+    Args:
+        out: ``[kv_heads, n, head_dim]`` CPU view with contiguous rows (a slice of a request's KV blocks).
+        raw: a C-contiguous buffer (numpy array, memoryview) of exactly ``out``'s elements in ``out``'s dtype,
+            ``[n, kv_heads, head_dim]`` when ``token_major`` (an importance-ordered record) else
+            ``[kv_heads, n, head_dim]``; valid only during the call (an LMDB page of a read transaction).
+        start: the index of ``out``'s first row among the rows of the whole fill (the writer's per-row tables,
+            such as RoPE angles, are indexed by it).
+    Raises:
+        ValueError: ``raw`` does not hold ``out``'s bytes.
+    """
+
+    def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None: ...
+
+
+def write_rows(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
+    """``out`` ``[kv_heads, n, head_dim]`` = the in-memory layer tensor ``x`` (same shape, CPU), through ``writer``
+    (None: a plain copy)."""
+    if writer is None:
+        out.copy_(x)
+        return
+    import torch
+
+    writer(out, x.to(out.dtype).contiguous().view(torch.uint8).numpy(), False, start)
+
+
 @dataclass
 class LayeredDocuments:
     """Several documents' KV arriving layer by layer (prefetched from the store while layers are linked).
@@ -163,10 +192,11 @@ class LayeredDocuments:
             ``0..n-1``. Consumers rotate and mask by these positions, so the order of a document's keys is free.
         doc_lengths: per document, its full length in tokens (the positions its slot spans in the layout);
             None: ``num_tokens``.
-        fill: where the source can decode straight into the consumer's buffers: ``fill(i, k_out, v_out)`` writes
-            layer ``i`` (keys before RoPE) into ``[kv_heads, sum(num_tokens), head_dim]`` views with contiguous
-            rows, any float dtype, CPU. A consumer calls it for every layer in order instead of iterating
-            ``layers`` (never both); None: iterate ``layers``.
+        fill: where the source can write straight into the consumer's buffers: ``fill(i, k_out, v_out, keys=None,
+            values=None)`` writes layer ``i`` into ``[kv_heads, sum(num_tokens), head_dim]`` views with contiguous
+            rows, any float dtype, CPU: every document's keys through the :class:`RowWriter` ``keys`` and values
+            through ``values`` (None: keys before RoPE and values copied as stored). A consumer calls it for every
+            layer in order instead of iterating ``layers`` (never both); None: iterate ``layers``.
     """
 
     num_tokens: list[int]
@@ -175,7 +205,7 @@ class LayeredDocuments:
     wait_s: float = 0.0
     positions: list[torch.Tensor] | None = None
     doc_lengths: list[int] | None = None
-    fill: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+    fill: Callable[..., None] | None = None
 
     @property
     def layout_lengths(self) -> list[int]:
@@ -217,7 +247,9 @@ class LayeredDocuments:
                 raise ValueError("a partly retained document cannot be streamed at retention 1")
             layers = ((torch.cat([d.keys[i].to(dev) for d in docs], dim=1),
                        torch.cat([d.values[i].to(dev) for d in docs], dim=1)) for i in range(docs[0].num_layers))
-            return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers)
+            return cls([d.num_tokens for d in docs], docs[0].fingerprint, layers,
+                       fill=_memory_fill(docs) if dev.type == "cpu" and not any(
+                           d.keys.requires_grad or d.values.requires_grad for d in docs) else None)
         for d in docs:
             if isinstance(d, RetainedKV):
                 d.check(retention, method)
@@ -233,3 +265,19 @@ class LayeredDocuments:
                   for i in range(docs[0].num_layers))
         return cls([int(p.numel()) for p in pos], docs[0].fingerprint, layers, positions=pos,
                    doc_lengths=[d.doc_tokens if isinstance(d, RetainedKV) else d.num_tokens for d in docs])
+
+
+def _memory_fill(docs: list[DocumentKV]) -> Callable[..., None]:
+    """:attr:`LayeredDocuments.fill` over in-memory CPU documents: each document's layer written into its slice
+    of the consumer's buffers (no per-layer concatenation)."""
+    import itertools
+
+    bounds = [0, *itertools.accumulate(d.num_tokens for d in docs)]
+
+    def fill(i: int, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
+             values: RowWriter | None = None) -> None:
+        for d, a, b in zip(docs, bounds, bounds[1:]):
+            write_rows(k_out[:, a:b], d.keys[i], keys, a)
+            write_rows(v_out[:, a:b], d.values[i], values, a)
+
+    return fill

@@ -20,6 +20,7 @@ from .context import LinkedContext, PrefixKV, Segment, Timings
 from .kvcache import build_cache
 from .mask import additive, allowed
 from .rope import apply_rope, rope_cos_sin
+from .rope_rows import block_writers
 
 
 def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int) -> list[Segment]:
@@ -108,6 +109,8 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
     """
     pos = document_positions(segments, docs).to(lm.device)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
+    if docs.fill is not None and lm.device.type == "cpu":
+        return _filled(lm, docs, cos, sin, prefix)
     keys, values = [], []
     it = iter(docs.layers)
     for i in range(lm.num_layers):
@@ -119,6 +122,26 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
         if prefix is not None:
             k = torch.cat([prefix.keys[i].to(lm.device, lm.dtype), k], dim=1)
             v = torch.cat([prefix.values[i].to(lm.device, lm.dtype), v], dim=1)
+        keys.append(k)
+        values.append(v)
+    return keys, values
+
+
+def _filled(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, sin: torch.Tensor, prefix: PrefixKV | None
+            ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """:func:`rotate_documents` from a source that writes into the consumer's buffers: each layer is one fresh
+    ``[kv_heads, P + doc_tokens, head_dim]`` pair in the compute dtype, the prefix copied in and every document's
+    keys rotated on their way from the store (:func:`~kvlink_rag.linking.rope_rows.block_writers`: one pass)."""
+    keys_w, values_w = block_writers(cos, sin)
+    p_len, n = (prefix.num_tokens if prefix is not None else 0), sum(docs.num_tokens)
+    heads = int(lm.config.num_key_value_heads)
+    keys, values = [], []
+    for i in range(lm.num_layers):
+        k = torch.empty(heads, p_len + n, lm.head_dim, dtype=lm.dtype)  # k, v: [kv_heads, P + n, head_dim]
+        v = torch.empty_like(k)
+        if prefix is not None:
+            k[:, :p_len], v[:, :p_len] = prefix.keys[i], prefix.values[i]
+        docs.fill(i, k[:, p_len:], v[:, p_len:], keys_w, values_w)
         keys.append(k)
         values.append(v)
     return keys, values

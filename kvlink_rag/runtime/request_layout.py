@@ -17,6 +17,7 @@ from ..linking.context import PrefixKV, Segment
 from ..linking.linker import plan_layout, slot_link_embeds
 from ..linking.mask import additive, allowed
 from ..linking.rope import apply_rope, rope_cos_sin
+from ..linking.rope_rows import block_writers
 from ..model.loader import LoadedModel
 from ..types import DocumentKV, LayeredDocuments
 from .block_pool import kv_pool
@@ -173,9 +174,10 @@ def full_layout(prompt_ids: list[int]) -> RequestLayout:
 def _rotate_into(lm: LoadedModel, seq: SequenceKV, docs: list[DocumentKV] | LayeredDocuments,
                  positions: torch.Tensor) -> None:
     """Append stored documents' KV to ``seq``, keys rotated at ``positions`` (``[tokens]``), written layer by
-    layer straight into its blocks: a source that can decode into them (:attr:`LayeredDocuments.fill`, the store
-    read on this thread) writes each layer's raw keys and values there and the keys are rotated in place (one
-    pass over the stored bytes); otherwise each layer arrives as tensors and is rotated into the blocks."""
+    layer straight into its blocks: a source that can write into them (:attr:`LayeredDocuments.fill`: the store
+    read on this thread, or documents in memory) writes each layer's keys rotated on the way and its values there
+    (:func:`~kvlink_rag.linking.rope_rows.block_writers`: one pass over the stored bytes); otherwise each layer
+    arrives as tensors and is rotated into the blocks."""
     src = docs if isinstance(docs, LayeredDocuments) else LayeredDocuments.from_documents(docs)
     cos, sin = rope_cos_sin(lm.rotary_emb, positions.to(lm.device), torch.float32)
     n = int(positions.numel())
@@ -183,9 +185,9 @@ def _rotate_into(lm: LoadedModel, seq: SequenceKV, docs: list[DocumentKV] | Laye
     runs = seq.own_runs(seq.length, n)
     if src.fill is not None and len(runs) == 1 and seq.device.type == "cpu":
         run_k, run_v = runs[0]  # [layers, kv_heads, n, head_dim] views of the blocks
+        keys, values = block_writers(cos, sin)  # keys rotated on their way into the blocks: one pass
         for i in range(lm.num_layers):
-            src.fill(i, run_k[i], run_v[i])  # keys before RoPE, values, as stored
-            run_k[i].copy_(apply_rope(run_k[i].float(), cos, sin))
+            src.fill(i, run_k[i], run_v[i], keys, values)
     else:
         for i, (k_raw, v) in enumerate(src.layers):  # k_raw, v: [kv_heads, tokens, head_dim], into the blocks
             seq.write(i, apply_rope(k_raw.to(lm.device).float(), cos, sin), v)

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from kvlink_rag.types import write_rows
+
 if TYPE_CHECKING:
     import torch
 
-    from kvlink_rag.types import DocumentKV
+    from kvlink_rag.types import DocumentKV, RowWriter
 
 
 class BlobStoreUnavailable(RuntimeError):
@@ -68,13 +70,16 @@ class RecordSource(RecordSink, Protocol):
 
 class LayerFill(Protocol):
     """Decodes one layer of a record into the caller's ``k_out``/``v_out`` ``[H, T, D]`` (views whose rows are
-    contiguous per head, such as a slice of a buffer joining several documents; any float dtype).
+    contiguous per head, such as a slice of a buffer joining several documents; any float dtype), the keys
+    through the :class:`~kvlink_rag.types.RowWriter` ``keys`` and the values through ``values`` when given (with
+    ``start``, the outputs' first row in the caller's whole fill), else copied as stored.
 
     Raises:
         KeyError: the record changed since it was opened. store.records.codec.CorruptRecordError: a bad layer.
     """
 
-    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor) -> None: ...
+    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
+                 values: RowWriter | None = None, start: int = 0) -> None: ...
 
 
 class DecodedLayer:
@@ -84,9 +89,10 @@ class DecodedLayer:
     def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k, self.v = k, v
 
-    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        k_out.copy_(self.k)
-        v_out.copy_(self.v)
+    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
+                 values: RowWriter | None = None, start: int = 0) -> None:
+        write_rows(k_out, self.k, keys, start)
+        write_rows(v_out, self.v, values, start)
 
 
 class BlobStore(ABC):

@@ -22,11 +22,12 @@ import json
 
 import torch
 
-from kvlink_rag.types import DocumentKV
+from kvlink_rag.types import DocumentKV, RowWriter
 from store.blobs.blob_store import RawRecord
 from store.records import codec, ordered_layout
 from store.records.errors import CorruptRecordError
 from store.records.layer_decode import decode_document, decode_layer_into, decode_layer_stored_into
+from store.records.verified import VERIFIED
 
 BLOBS_DB = b"blobs"
 MAX_KEY_BYTES = 400
@@ -130,15 +131,20 @@ def read_layer_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
 
 
 def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, k: torch.Tensor,
-                           v: torch.Tensor) -> None:
-    """Decode layer ``layer`` of ``key`` into ``k``/``v`` ``[H, T, D]`` in its stored token order
-    (:func:`store.records.layer_decode.decode_layer_stored_into`).
+                           v: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
+                           start: int = 0) -> None:
+    """Decode layer ``layer`` of ``key`` into ``k``/``v`` ``[H, T, D]`` in its stored token order, through the
+    writers when given (:func:`store.records.layer_decode.decode_layer_stored_into`); a layer this process has
+    verified at the same place of the memory map is not hashed again (:data:`VERIFIED`).
 
     Raises:
         KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
     """
     _same_meta(txn, db, key, meta_bytes)
-    decode_layer_stored_into(txn.get(rkey(key, f"L{layer}"), db=db), meta, layer, k, v)
+    buf = txn.get(rkey(key, f"L{layer}"), db=db)
+    seen = None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+    decode_layer_stored_into(buf, meta, layer, k, v, keys, values, start, verified=seen in VERIFIED)
+    VERIFIED.add(seen)
 
 
 def read_layer_prefix(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, retention: float,

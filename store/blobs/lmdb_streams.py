@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from kvlink_rag.types import RowWriter
 from store.blobs import lmdb_records as records
 from store.blobs.blob_store import LayerFill
 from store.blobs.lmdb_records import check_key, rkey
@@ -93,10 +94,12 @@ class LayerStreams:
         self.touch(key.encode())
 
     def _fill(self, key: str, meta_bytes: bytes, meta: dict, layer: int, k_out: torch.Tensor,
-              v_out: torch.Tensor) -> None:
+              v_out: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
+              start: int = 0) -> None:
         try:
             with self.env.read() as txn:
-                records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out)
+                records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out, keys, values,
+                                               start)
         except CorruptRecordError as e:
             self.corrupt(key, e)
             raise

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from kvlink_rag.types import DocumentKV, parse_dtype
+from kvlink_rag.types import DocumentKV, RowWriter, parse_dtype
 from store.records import ordered_layout
 from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
@@ -115,13 +115,15 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
         _dequantize_into({name: dst for name, (dst, _) in parts.items()}, meta, keys, values)
 
 
-def _verified_views(buf, meta: dict, layer: int) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
-    """:func:`_views` of layer ``layer``'s buffer after its checksum matched the meta's.
+def _verified_views(buf, meta: dict, layer: int, verified: bool = False
+                    ) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
+    """:func:`_views` of layer ``layer``'s buffer after its checksum matched the meta's (not hashed again when
+    ``verified``).
 
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch or unparsable header.
     """
-    if buf is None or checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
+    if buf is None or not verified and checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
         raise CorruptRecordError(f"layer {layer} failed its checksum")
     try:
         return _views(buf)
@@ -166,37 +168,71 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
 
 
-def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor,
+                             keys: RowWriter | None = None, values: RowWriter | None = None, start: int = 0,
+                             verified: bool = False) -> None:
     """Verify and decode layer ``layer`` into ``k_out``/``v_out`` ``[H, T, D]`` in the record's stored token order:
     an importance-ordered record's rows as stored (row ``r`` is position ``token_order[r]``: the reader carries
     the order as data, :func:`store.records.ordered_layout.token_order`), any other record in position order.
-    One pass over the bytes after the checksum: the token-major rows are copied transposed, no gather.
+    One pass over the bytes after the checksum: a float record of the outputs' dtype goes from the buffer
+    straight through the writers (token-major rows transposed on the way, no gather); others are decoded first.
 
     Args:
         k_out, v_out: CPU outputs of any float dtype (converted on the copy); views allowed, e.g. a slice
             ``[:, a:b]`` of a buffer joining several documents.
+        keys, values: :class:`~kvlink_rag.types.RowWriter` s that write the stored keys / values (None: copied
+            as stored); ``start`` is passed on to them (the outputs' first row in the whole fill).
+        verified: these very bytes already matched their checksum in this process (not hashed again:
+            :mod:`store.records.verified`).
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch or a payload that does not fit the outputs.
     """
-    views = _verified_views(buf, meta, layer)
+    views = _verified_views(buf, meta, layer, verified)
+    ordered = "token_order" in meta
     try:
-        if "token_order" not in meta:
-            if meta["dtype"] == "int8":
+        if meta["dtype"] == "int8":
+            if not ordered and keys is None and values is None:  # straight into the outputs
                 _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
                 return
-            for name, out in (("k", k_out), ("v", v_out)):
-                _copy_view(out, *views[name], transpose=False)
+            if ordered:  # dequantised in stored order (float32 rows [T, H, D]), then one transposed copy
+                k, v = (x.transpose(0, 1) for x in ordered_layout.decode_ordered(buf, meta, layer))
+            else:
+                k, v = torch.empty(k_out.shape, dtype=k_out.dtype), torch.empty(v_out.shape, dtype=v_out.dtype)
+                _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k, v)
+            _fits(k_out, k.shape, transpose=False)
+            _write_tensor(k_out, k, keys, start)
+            _write_tensor(v_out, v, values, start)
             return
-        if meta["dtype"] == "int8":  # dequantised in stored order (float32 rows), then one transposed copy
-            k, v = ordered_layout.decode_ordered(buf, meta, layer)  # k, v: [T, H, D]
-            _fits(k_out, k.shape, transpose=True)
-            copy_into(k_out, k.transpose(0, 1))
-            copy_into(v_out, v.transpose(0, 1))
-            return
-        for name, out in (("k", k_out), ("v", v_out)):
-            _copy_view(out, *views[name], transpose=True)
+        stored = [(out, writer, *views[name]) for name, out, writer in (("k", k_out, keys), ("v", v_out, values))]
+        for out, _, dtype, shape, raw in stored:
+            _fits(out, shape, transpose=ordered)
+            if raw.nbytes != math.prod(shape) * dtype.itemsize:
+                raise CorruptRecordError("layer payload size does not match its shape")
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
+    for out, writer, dtype, shape, raw in stored:  # the record is sound: what fails now is not its fault
+        if writer is not None and dtype == out.dtype:
+            writer(out, raw, ordered, start)  # straight from the buffer
+        elif writer is not None:
+            _write_tensor(out, _stored_tensor(dtype, shape, raw, ordered), writer, start)
+        else:
+            _copy_view(out, dtype, shape, raw, transpose=ordered)
+
+
+def _stored_tensor(dtype: torch.dtype, shape: list[int], raw: np.ndarray, token_major: bool) -> torch.Tensor:
+    """A read-only view of a stored tensor as ``[H, T, D]`` (transposed from ``[T, H, D]`` when token-major)."""
+    with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
+        warnings.simplefilter("ignore", UserWarning)
+        src = torch.from_numpy(raw).view(dtype).view(shape)
+    return src.transpose(0, 1) if token_major else src
+
+
+def _write_tensor(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
+    """``out`` = ``x`` (``[H, T, D]``, any dtype and strides) through ``writer`` (None: copied on this thread)."""
+    if writer is None:
+        copy_into(out, x.to(out.dtype))
+        return
+    writer(out, x.to(out.dtype).contiguous().view(torch.uint8).numpy(), False, start)
 
 
 def _fits(out: torch.Tensor, shape, transpose: bool) -> None:
@@ -210,16 +246,10 @@ def _fits(out: torch.Tensor, shape, transpose: bool) -> None:
 def _copy_view(out: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarray, transpose: bool) -> None:
     """Copy a stored tensor (a read-only byte view, token-major ``[T, H, D]`` when ``transpose``) into ``out``
     ``[H, T, D]``, converting its dtype: one strided pass on this thread, no intermediate tensor."""
-    _fits(out, shape, transpose)
-    if raw.nbytes != math.prod(shape) * dtype.itemsize:
-        raise CorruptRecordError("layer payload size does not match its shape")
     if out.dtype == dtype and out.device.type == "cpu":
         copy_bytes_into(out, raw, tuple(shape), transpose)  # whole rows, straight from the buffer
         return
-    with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
-        warnings.simplefilter("ignore", UserWarning)
-        src = torch.from_numpy(raw).view(dtype).view(shape)
-    copy_into(out, src.transpose(0, 1) if transpose else src)
+    copy_into(out, _stored_tensor(dtype, shape, raw, transpose))
 
 
 def decode_document(meta: dict, ids: bytes | memoryview | None, layers: Iterable,

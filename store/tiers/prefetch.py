@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -17,11 +16,12 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.retention import check_retention, kept_positions
-from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV, RowWriter, write_rows
 from store.blobs.blob_store import BlobStore, DecodedLayer
 from store.records.ordered_layout import record_importance
 from store.records.codec import target_dtype
 from store.records.one_thread import copy_into
+from store.tiers.reader_depth import reader_depth
 from store.tiers.tier_fill import TIER_FILLER
 
 
@@ -103,20 +103,24 @@ class _StoredReader(_Reader):
         self.fills = {j: iter(f) for j, (_, f) in opened.items()}
         self.decoded: dict[int, list[DecodedLayer]] = {}
 
-    def fill(self, i: int, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    def fill(self, i: int, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
+             values: RowWriter | None = None) -> None:
         """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
-        with contiguous rows, any float dtype), in order from layer 0, on the calling thread; the last layer
-        starts the memory-tier fill."""
+        with contiguous rows, any float dtype), through the writers when given (:attr:`LayeredDocuments.fill`), in
+        order from layer 0, on the calling thread; the last layer starts the memory-tier fill."""
         for j, it in enumerate(self.items):
             a, b = self.bounds[j], self.bounds[j + 1]
             if j in self.fills:
                 f = next(self.fills[j])
-                f(k_out[:, a:b], v_out[:, a:b])
+                f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
                 if isinstance(f, DecodedLayer) and self.on_loaded is not None:
                     self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
-            else:
+            elif keys is None and values is None:
                 copy_into(k_out[:, a:b], it.keys[i])
                 copy_into(v_out[:, a:b], it.values[i])
+            else:
+                write_rows(k_out[:, a:b], it.keys[i], keys, a)
+                write_rows(v_out[:, a:b], it.values[i], values, a)
         if i == self.n_layers - 1:
             self._finish()
 
@@ -233,22 +237,6 @@ def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict 
             iters[j] = ((k[:, pos], v[:, pos]) for k, v in blobs.iter_layers(it))
             positions.append(pos)
     return positions, iters
-
-
-def reader_depth() -> int:
-    """Layers a background reader may run ahead of the consumer: 0 (read on the consumer's own thread) when the
-    consumer's torch threads already take every core this process may run on, else 2.
-
-    A reader thread beside a torch team that fills the cores takes one of them from it, and the team then waits
-    at every barrier for its descheduled thread: on the 2-core development machine, linked TTFT from LMDB
-    (10 documents, ~4k tokens) spent 194-339 ms loading and rotating with a reader 2 layers ahead against
-    126-200 ms reading on the consumer's thread (4 runs each, alternating, scratch script).
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return 0 if torch.get_num_threads() >= cores else 2
 
 
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int | None = None,

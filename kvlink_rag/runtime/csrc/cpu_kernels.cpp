@@ -174,5 +174,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_post", &decode_post, "a decoder layer after attention for decode rows (decode_layer.cpp)");
   m.def("decode_rows", &decode_rows, "decode rows' K/V writes and attention of one layer in one call (decode_rows.cpp)");
   m.def("isa", [] { return std::string(kIsa); }, "the instruction set the kernels were compiled for");
+  m.def("kv_rows_into", &kv_rows_into, "a stored document's layer tensor into an [H, n, D] view of KV blocks, keys rotated on the way (kv_rows.cpp)");
   m.def("q8q8_mm", &q8q8_mm, "Q8 (16-row tiles, per-row scale left to the caller) x Q8 (per 32) product");
 }

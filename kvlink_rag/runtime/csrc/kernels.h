@@ -18,3 +18,5 @@ torch::Tensor decode_rows(torch::Tensor qkv, int64_t heads, int64_t layer, std::
                           std::vector<torch::Tensor> own_v, std::vector<int64_t> pos,
                           std::vector<std::vector<torch::Tensor>> chunk_k, std::vector<std::vector<torch::Tensor>> chunk_v,
                           double scale);
+void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std::optional<torch::Tensor> cos,
+                  std::optional<torch::Tensor> sin, int64_t start);

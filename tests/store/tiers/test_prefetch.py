@@ -79,8 +79,8 @@ def test_reader_runs_ahead_of_the_consumer(tmp_path):
         order, fills = orig(key)
 
         def stamped(fill):
-            def run(k_out, v_out):
-                fill(k_out, v_out)
+            def run(k_out, v_out, *writers):  # a LayerFill: the writers and start passed on
+                fill(k_out, v_out, *writers)
                 read_at.append(time.perf_counter())
             return run
 

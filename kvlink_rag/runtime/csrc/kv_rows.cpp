@@ -1,0 +1,137 @@
+// Stored document KV into a request's KV blocks in one pass (the load path of issue 24): one layer's keys or
+// values of one document, read from any buffer (an LMDB page of the memory map, Redis bytes, a tensor's memory),
+// token-major [n, H, D] (importance-ordered records) or head-major [H, n, D], written into an [H, n, D] view of the
+// blocks; keys are optionally rotated on the way (RoPE), so the blocks are written once and never re-read to
+// rotate them.
+//
+// The rotation is linking/rope.py's apply_rope on float32 tables, operation for operation:
+//   out[d] = round(x[d] * cos[d] + r[d] * sin[d]),  r = rotate_half(x) = [-x2, x1],
+// each product and the sum rounded to float32 (the extension is built with -ffp-contract=off, so no FMA fuses
+// them), then rounded to the output dtype (bfloat16: to nearest even, as torch's copy), so the bytes equal
+// apply_rope(x.float(), cos, sin).to(dtype)'s.
+#include "kernels.h"
+
+#include <c10/util/BFloat16.h>
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace {
+
+// Copy one row of n bytes to dst with non-temporal stores where the row is whole vectors at an aligned address:
+// the blocks are read again only by later forwards (after every layer of the load), so writing them around the
+// caches saves the read-for-ownership of each destination line (~1.6x a memcpy's speed here); else a memcpy.
+inline void put_row(void* dst, const void* src, int64_t n) {
+#if defined(__AVX512F__)
+  constexpr int64_t kVec = 64;
+#elif defined(__AVX2__)
+  constexpr int64_t kVec = 32;
+#else
+  constexpr int64_t kVec = 0;
+#endif
+  if (kVec == 0 || n % kVec != 0 || reinterpret_cast<uintptr_t>(dst) % kVec != 0) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  auto* s = static_cast<const char*>(src);
+  for (int64_t i = 0; i < n; i += kVec) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+#elif defined(__AVX2__)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+#endif
+  }
+}
+
+template <typename T>
+inline float widen(T x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return static_cast<float>(c10::BFloat16(x, c10::BFloat16::from_bits()));
+}
+
+template <typename T>
+inline T narrow(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return c10::BFloat16(x).x;  // round to nearest even, as torch's copy
+}
+
+// One row of D elements: src -> dst, rotated by the row's angles (cos/sin: D floats) when cos is not null.
+template <typename T>
+inline void row(T* dst, const T* src, int64_t D, const float* cos, const float* sin) {
+  if (cos == nullptr) {
+    put_row(dst, src, D * sizeof(T));
+    return;
+  }
+  const int64_t half = D / 2;
+  alignas(64) float x[256];
+  alignas(64) T y[256];
+  for (int64_t d = 0; d < D; ++d) x[d] = widen(src[d]);
+  for (int64_t d = 0; d < half; ++d) {
+    const float a = x[d] * cos[d], b = -x[d + half] * sin[d];
+    y[d] = narrow<T>(a + b);
+  }
+  for (int64_t d = half; d < D; ++d) {
+    const float a = x[d] * cos[d], b = x[d - half] * sin[d];
+    y[d] = narrow<T>(a + b);
+  }
+  put_row(dst, y, D * sizeof(T));
+}
+
+template <typename T>
+void copy_rows(torch::Tensor& out, const char* src, bool token_major, const float* cos, const float* sin) {
+  const int64_t H = out.size(0), n = out.size(1), D = out.size(2);
+  const int64_t sh = out.stride(0), sn = out.stride(1);
+  T* o = static_cast<T*>(out.data_ptr());
+  const T* s = reinterpret_cast<const T*>(src);
+  if (!token_major && cos == nullptr && sn == D) {  // head-major into consecutive rows: one run per head
+    for (int64_t h = 0; h < H; ++h) put_row(o + h * sh, s + h * n * D, n * D * sizeof(T));
+    _mm_sfence();
+    return;
+  }
+  for (int64_t t = 0; t < n; ++t) {  // the source read in order, each row written to its head's run
+    const float* c = cos == nullptr ? nullptr : cos + t * D;
+    const float* si = sin == nullptr ? nullptr : sin + t * D;
+    for (int64_t h = 0; h < H; ++h) {
+      const T* r = token_major ? s + (t * H + h) * D : s + (h * n + t) * D;
+      row<T>(o + h * sh + t * sn, r, D, c, si);
+    }
+  }
+  _mm_sfence();  // the streamed stores are visible before the caller reads the blocks
+}
+
+}  // namespace
+
+void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std::optional<torch::Tensor> cos,
+                  std::optional<torch::Tensor> sin, int64_t start) {
+  TORCH_CHECK(out.device().is_cpu() && out.dim() == 3 && out.stride(2) == 1, "out must be a CPU [H, n, D] view with contiguous rows");
+  const auto dtype = out.scalar_type();
+  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "out must be bfloat16 or float32");
+  const int64_t H = out.size(0), n = out.size(1), D = out.size(2);
+  TORCH_CHECK(D % 2 == 0 && D <= 256, "head_dim must be even and at most 256");
+  pybind11::buffer_info info = src.request();
+  int64_t stride = info.itemsize;  // the stored tensor must be one C-contiguous run of bytes
+  for (int64_t i = info.ndim - 1; i >= 0; --i) {
+    if (info.shape[i] != 1 && info.strides[i] != stride) throw std::invalid_argument("the stored tensor is not contiguous");
+    stride *= info.shape[i];
+  }
+  const int64_t want = H * n * D * static_cast<int64_t>(out.element_size());
+  if (info.size * info.itemsize != want)
+    throw std::invalid_argument("the stored tensor holds " + std::to_string(info.size * info.itemsize) + " bytes, the output " +
+                                std::to_string(want));
+  const float *c = nullptr, *s = nullptr;
+  if (cos.has_value()) {
+    TORCH_CHECK(sin.has_value() && cos->scalar_type() == torch::kFloat32 && sin->scalar_type() == torch::kFloat32 &&
+                    cos->is_contiguous() && sin->is_contiguous() && cos->dim() == 2 && cos->size(1) == D &&
+                    sin->sizes() == cos->sizes() && start >= 0 && start + n <= cos->size(0),
+                "cos/sin must be float32 [rows, head_dim] tables covering rows start..start + n");
+    c = cos->data_ptr<float>() + start * D;
+    s = sin->data_ptr<float>() + start * D;
+  }
+  const char* p = static_cast<const char*>(info.ptr);
+  pybind11::gil_scoped_release release;  // a reader thread's copy leaves the interpreter to others
+  if (dtype == torch::kBFloat16) copy_rows<uint16_t>(out, p, token_major, c, s);
+  else copy_rows<float>(out, p, token_major, c, s);
+}
