@@ -56,7 +56,8 @@ class Router:
                  api_keys: dict[str, str] | None = None):
         self.settings, self.fleet, self.resolver, self.api_keys = settings, fleet, resolver, api_keys or {}
         self.weights = scoring.Weights(shared_tier=settings.shared_tier, request_tokens=settings.request_tokens,
-                                       uncached_weight=settings.uncached_weight, balance_slack=settings.balance_slack)
+                                       uncached_weight=settings.uncached_weight, balance_slack=settings.balance_slack,
+                                       load_floor=settings.load_floor)
         self.prefixes = PrefixIndex()
         self.sticky: OrderedDict[str, str] = OrderedDict()  # conversation -> replica URL
         self.turn = itertools.count()
