@@ -14,6 +14,9 @@ Zipf(1.0)): what round-robin gets, and what any routing could get.
 * Per-document routing (each document always to one home replica, a quarter of the corpus each): an LRU of
   ``C`` over each home's documents; what a fleet of LRU tiers reaches when the corpus is partitioned, which
   whole-query routing can only approach (a query's 10 documents have different homes).
+* Modelled TTFT (:func:`ttft_bounds`): with every replica busy, closed-loop clients wait in proportion to the
+  mean service time (Little's law), so the TTFT ratio of two policies is about the ratio of their mean service
+  times, ``fixed + query tokens x (h x hit + (1 - h) x miss)`` at token hit rates ``h``.
 """
 
 from __future__ import annotations
@@ -93,4 +96,21 @@ def bounds(sizes: Sequence[int], per_query: int, replicas: int, host_fraction: f
     name = ("docs", "tokens")
     return {"round_robin": dict(zip(name, rr)), "partitioned_lru": dict(zip(name, part)),
             "any_routing": dict(zip(name, anyr)), "single_tier_best": dict(zip(name, one)),
-            "max_ratio_over_round_robin": anyr[0] / rr[0]}
+            "max_ratio_over_round_robin": anyr[0] / rr[0], "query_tokens": sum(x * s for x, s in zip(q, sizes))}
+
+
+def ttft_bounds(b: dict, fixed_ms: float, hit_us: float, miss_us: float, target: float = 0.6) -> dict:
+    """From :func:`bounds` ``b`` and a service model (ms a request, us per hit and per missed token):
+    ``{round_robin_ms, any_routing_ms}`` (mean service times), ``best_ratio`` (their ratio: the lowest TTFT
+    ratio any routing could reach) and ``hit_rate_for_target``: the token hit rate whose service time is
+    ``target`` x round-robin's (above 1: unreachable even with every token a hit)."""
+    tokens = b["query_tokens"]
+
+    def service(h: float) -> float:
+        return fixed_ms + tokens * (h * hit_us + (1 - h) * miss_us) / 1000.0
+
+    rr, best = service(b["round_robin"]["tokens"]), service(b["any_routing"]["tokens"])
+    saved_per_hit = tokens * (miss_us - hit_us) / 1000.0  # ms saved going from h = 0 to h = 1
+    need = (service(0.0) - target * rr) / saved_per_hit if saved_per_hit > 0 else float("inf")
+    return {"round_robin_ms": rr, "any_routing_ms": best, "best_ratio": best / rr, "hit_rate_for_target": need,
+            "target": target}

@@ -1,4 +1,4 @@
-"""``kvlink-rag bench --suites routing-sim``: the router's policies over a simulated fleet, no model, no processes.
+"""The router's policies over a simulated fleet, no model, no processes (the suite: :mod:`bench.routing_sim_suite`).
 
 What is real: the router's ranking (:meth:`router.proxy.Router.rank` over a :class:`router.fleet.Fleet` of
 :class:`router.fleet.ReplicaState`, so the policies of :mod:`router.scoring` and the prefix index as served),
@@ -16,22 +16,12 @@ import heapq
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bench.routing_sim_fleet import ENCODE, FETCH, KV_BYTES_PER_TOKEN, ServiceModel, SimReplica
-from bench.routing_workload import zipf_queries
+from bench.routing_sim_fleet import KV_BYTES_PER_TOKEN, ServiceModel, SimReplica
 from router.documents import Resolved
 from router.fleet import Fleet
 from router.proxy import Router
 from router.settings import RouterSettings
-
-POLICIES: dict[str, dict] = {
-    "round-robin": {"policy": "round-robin"},
-    "least-load": {"policy": "least-load"},
-    "prefix-only": {"policy": "prefix-only"},
-    "document-aware": {"policy": "document-aware"},
-}
-"""Rows: label -> router settings (:class:`router.settings.RouterSettings` fields)."""
 
 
 @dataclass
@@ -100,9 +90,11 @@ def _router(names: list[str], reps: dict[str, SimReplica], settings: dict, model
     fleet = Fleet(static=names)
     for name in names:
         fleet.replicas[name] = reps[name].state
-    rs = RouterSettings(replicas=names, shared_tier=model.shared_tier, **settings)
-    router = Router(rs, fleet, resolver=None)
+    fields = {k: v for k, v in settings.items() if k != "rank"}
+    router = Router(RouterSettings(replicas=names, shared_tier=model.shared_tier, **fields), fleet, resolver=None)
     asyncio.run(router.client.aclose())  # no HTTP: only its ranking is used
+    if settings.get("rank") is not None:
+        router.document_rank = settings["rank"]
     return router
 
 
@@ -136,44 +128,3 @@ def simulate(work: Workload, setup: Setup, model: ServiceModel, settings: dict) 
         heapq.heappush(events, (first, tie, chosen.url, nxt))
         tie, nxt = tie + 1, nxt + 1
     return counts.row()
-
-
-def routing_sim_suite(nq_path: Path | None = None, tokenizer_file: Path | None = None, n_docs: int = 1000,
-                      n_queries: int = 5000, docs_per_query: int = 10, setup: Setup | None = None,
-                      models: tuple[ServiceModel, ...] = (FETCH, ENCODE), policies: dict[str, dict] | None = None,
-                      log=print) -> dict:
-    """Every policy under every service model side by side, plus the analytic bounds
-    (:mod:`bench.routing_bounds`). Documents: the first ``n_docs`` NQ gold passages at ``nq_path`` (their token
-    counts, :func:`bench.routing_workload.passage_tokens`), or 140 tokens each without a file."""
-    from bench.routing_bounds import bounds
-
-    setup = setup or Setup()
-    work, source = _workload(nq_path, tokenizer_file, n_docs, n_queries, docs_per_query)
-    out = {"setup": {"replicas": setup.replicas, "documents": n_docs, "corpus_tokens": sum(work.tokens),
-                     "token_counts": source, "queries": n_queries, "warmup": setup.warmup,
-                     "docs_per_query": docs_per_query, "zipf": 1.0, "clients": setup.clients,
-                     "host_fraction": setup.host_fraction, "host_tier_bytes": setup.host_bytes(work.tokens),
-                     "poll_s": setup.poll_s},
-           "bounds": bounds(work.tokens, docs_per_query, setup.replicas, setup.host_fraction), "models": {}}
-    for model in models:
-        rows = {}
-        for label, settings in (policies or POLICIES).items():
-            log(f"routing-sim: {model.name}: {label}")
-            rows[label] = simulate(work, setup, model, settings)
-        out["models"][model.name] = {"model": vars(model), "policies": rows}
-    return out
-
-
-def _workload(nq_path: Path | None, tokenizer_file: Path | None, n_docs: int, n_queries: int,
-              per_query: int) -> tuple[Workload, str]:
-    queries = zipf_queries(n_docs, n_queries, per_query)
-    if nq_path is None or not Path(nq_path).exists():
-        return Workload([140] * n_docs, queries), "140 tokens each (no NQ file)"
-    from bench.routing_workload import passage_tokens
-    from evaluation.nq import load_nq
-
-    examples = load_nq(nq_path, limit=n_docs)
-    if len(examples) < n_docs:
-        raise ValueError(f"{nq_path} holds {len(examples)} passages, fewer than {n_docs}")
-    tokens, source = passage_tokens(examples, tokenizer_file)
-    return Workload(tokens, queries, [e.question for e in examples]), f"NQ gold passages, {source}"

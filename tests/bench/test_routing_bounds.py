@@ -3,7 +3,7 @@ against the simulation of the real LRU tier."""
 
 import pytest
 
-from bench.routing_bounds import best_static, bounds, inclusion_probabilities, lru_hit_rates
+from bench.routing_bounds import best_static, bounds, inclusion_probabilities, lru_hit_rates, ttft_bounds
 from bench.routing_sim import Setup, Workload, simulate
 from bench.routing_sim_fleet import ServiceModel
 from bench.routing_workload import zipf_queries
@@ -35,3 +35,13 @@ def test_the_fleet_bounds_are_ordered_and_round_robin_matches_the_simulated_lru(
     model = ServiceModel("flat", fixed_ms=1.0, hit_us=0.0, miss_us=0.0)
     row = simulate(work, Setup(replicas=2, clients=2, warmup=500, bytes_per_token=10), model, {"policy": "round-robin"})
     assert row["hit_rate_docs"] == pytest.approx(rr, abs=0.03)
+
+
+def test_ttft_bounds_compare_mean_service_times_and_name_the_hit_rate_a_target_needs():
+    b = {"query_tokens": 1000, "round_robin": {"tokens": 0.5}, "any_routing": {"tokens": 1.0}}
+    # 100 ms + 1000 tokens x (0 us a hit, 1000 us a miss): round-robin 600 ms, all hits 100 ms
+    t = ttft_bounds(b, fixed_ms=100, hit_us=0, miss_us=1000, target=0.6)
+    assert t["round_robin_ms"] == 600 and t["any_routing_ms"] == 100 and t["best_ratio"] == pytest.approx(1 / 6)
+    assert t["hit_rate_for_target"] == pytest.approx(0.74)  # 100 + 1000 x 0.26 = 360 ms = 0.6 x 600
+    cheap = ttft_bounds(b, fixed_ms=100, hit_us=0, miss_us=10)  # misses cost little: no hit rate reaches 0.6x
+    assert cheap["best_ratio"] > 0.9 and cheap["hit_rate_for_target"] > 1
