@@ -26,11 +26,12 @@ requests per replica at most 1.1, where a large weight without the bound sends e
 with the local copies.
 
 Why the floor: in the model-free simulation of the issue's fleet (``kvlink-rag bench --suites routing-sim``: 4
-replicas, host tiers of 10% of 1,000 NQ passages, 16 clients, Zipf(1.0) queries of 10) a replica restarted
-mid-run (empty tier) got 428 of the next ~4,000 queries against ~1,190 for each of the others without it
-(max/min 2.8, modelled TTFT p50 1.2x round-robin's when a miss is an encode), because the cap bounds only the
-busiest replica; with it, 989-1,011 each. In a steady state it changes nothing there (BENCHMARKS.md, "Router
-policies in a model-free simulation").
+replicas, host tiers of 10% of 1,000 NQ passages, 16 clients, Zipf(1.0) queries of 10, a miss encoded) a
+replica restarted mid-run (empty tier) served 367-384 of 4,000 queries against ~1,210 for each of the others,
+and with one query seed a replica was left idle from the start (0 served) with no restart at all: the cap
+bounds only the busiest replica, and a replica holding nothing loses every cost comparison while the others
+are under it. Modelled TTFT p50 was 1.22x round-robin's. With the floor: 983-1,022 each, 0.93-0.95x. Where
+every replica is busy anyway it changes nothing (BENCHMARKS.md, "Router policies in a model-free simulation").
 """
 
 from __future__ import annotations
