@@ -13,17 +13,21 @@ def markdown(results: dict, command: str) -> str:
     """The BENCHMARKS.md body: the sections of the suites that ran."""
     from .fairness import fairness_section
     from .guidellm_sweep import guidellm_section
+    from .routing_sim_report import routing_sim_section
     from .serving_report import serving_section
     from .shared_report import shared_section
 
     m = results["machine"]
-    lines = [f"Produced by `{command}` on {results['started']} ({m['platform']}, {m['threads']} threads, "
-             f"device {m['device']}, model {m['model']}, KV {m['kv_dtype']}, K={m['link_k']}, {m['encoding']}).",
-             "All figures of one table come from the same run, medians of repeats (min-max in brackets).", ""]
+    if m.get("model") is None:  # model-free suites only (bench.run.run_model_free)
+        lines = [f"Produced by `{command}` on {results['started']} ({m['platform']}; no model loaded).", ""]
+    else:
+        lines = [f"Produced by `{command}` on {results['started']} ({m['platform']}, {m['threads']} threads, "
+                 f"device {m['device']}, model {m['model']}, KV {m['kv_dtype']}, K={m['link_k']}, {m['encoding']}).",
+                 "All figures of one table come from the same run, medians of repeats (min-max in brackets).", ""]
     sections = (("ttft", _ttft_section), ("bandwidth", _bandwidth_section), ("precompute", _precompute_section),
                 ("scaling_documents", _scaling_section), ("concurrency", _concurrency_section),
                 ("serving", serving_section), ("shared_tier", shared_section), ("fairness", fairness_section),
-                ("guidellm", guidellm_section))
+                ("routing_sim", routing_sim_section), ("guidellm", guidellm_section))
     for key, section in sections:
         if results.get(key):
             lines += section(results) + [""]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.routing_workload import zipf_queries
 from evaluation.nq import load_nq
 
 POLICIES = ("round-robin", "document-aware")
@@ -125,20 +125,6 @@ def _host_counts(base: str) -> tuple[float, float]:
     return tuple(float(m.group(1)) if m else 0.0 for m in found)
 
 
-def _queries(n_docs: int, n: int, per_query: int, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    weights = [1.0 / (i + 1) for i in range(n_docs)]  # Zipf(1.0)
-    out = []
-    for _ in range(n):
-        picked: list[int] = []
-        while len(picked) < per_query:
-            d = rng.choices(range(n_docs), weights)[0]
-            if d not in picked:
-                picked.append(d)
-        out.append(picked)
-    return out
-
-
 def _run(router: str, queries: list[list[int]], questions: list[str], clients: int) -> dict:
     ttft, replicas, lock, todo = [], {}, threading.Lock(), list(enumerate(queries))
 
@@ -207,7 +193,7 @@ def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "
     url = _empty_db(redis_base)
     per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
     fleet = Fleet(folder, url, models, int(host_fraction * n_docs * per_doc))
-    queries = _queries(n_docs, n_queries, docs_per_query)
+    queries = zipf_queries(n_docs, n_queries, docs_per_query)
     out = {"setup": {"replicas": 2, "documents": n_docs, "queries": n_queries, "docs_per_query": docs_per_query,
                      "clients": clients, "host_tier_bytes": fleet.host_bytes, "zipf": 1.0,
                      "note": "measured on a busy shared 2-core CPU machine; compare policies within this run only"},

@@ -26,9 +26,37 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "fairness",
-          "guidellm")
+SUITES = ("ttft", "bandwidth", "precompute", "scaling", "concurrency", "serving", "shared", "routing", "routing-sim",
+          "fairness", "guidellm")
 """Benchmark groups ``kvlink-rag bench --suites`` can pick (default all)."""
+
+MODEL_FREE = ("routing-sim",)
+"""Suites that load no model (:func:`run_model_free` runs them alone)."""
+
+
+def tokenizer_file(settings) -> Path:
+    """Where the configured model's ``tokenizer.json`` is (it may not exist: the default model not fetched yet)."""
+    from kvlink_rag.model.convert import MODEL_DIRNAME
+    from kvlink_rag.settings import DEFAULT_MODEL
+
+    folder = settings.models_dir / MODEL_DIRNAME if settings.model == DEFAULT_MODEL else Path(settings.model).expanduser()
+    return folder / "tokenizer.json"
+
+
+def run_model_free(nq_path: Path, tokenizer: Path | None, log=_stderr, suites: tuple[str, ...] = MODEL_FREE) -> dict:
+    """The model-free ``suites`` (:data:`MODEL_FREE`) without an engine; the results dict as :func:`run_suite`'s
+    (``machine``: the platform only). ``tokenizer``: a ``tokenizer.json`` to count the NQ passages' tokens."""
+    return {"machine": {"platform": platform.platform(), "model": None}, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            **_model_free(nq_path, tokenizer, suites, log)}
+
+
+def _model_free(nq_path: Path, tokenizer: Path | None, suites: tuple[str, ...], log) -> dict:
+    """``routing_sim``: the router's policies on a simulated fleet (:mod:`bench.routing_sim_suite`)."""
+    if "routing-sim" not in suites:
+        return {}
+    from .routing_sim_suite import routing_sim_suite
+
+    return {"routing_sim": routing_sim_suite(nq_path, tokenizer, log=log)}
 
 
 def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, doc_counts: list[int],
@@ -70,6 +98,8 @@ def run_suite(engine: Engine, nq_path: Path, lengths: list[int], repeats: int, d
             results["shared_tier"] = shared_tier_suite(engine, examples, question, Path(tmp) / "shared", repeats,
                                                        log=log)
         results.update(_fairness_and_routing(engine, examples, nq_path, Path(tmp), suites, log))
+    if set(suites) & set(MODEL_FREE):
+        results.update(_model_free(nq_path, tokenizer_file(engine.settings), suites, log))
     engine.cache = None  # the runtimes below give each request its tenant's store cache
     if clients and "concurrency" in suites:
         from .concurrency import concurrency

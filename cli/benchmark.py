@@ -25,7 +25,8 @@ def bench(
     repeats: Annotated[int, typer.Option()] = 3,
     suites: Annotated[str, typer.Option(help="Comma-separated groups: ttft, bandwidth, precompute, scaling, "
                                              "concurrency, serving, shared (the shared Redis tier), routing (the router's "
-                                             "policies over replica processes), fairness (admission policies, two "
+                                             "policies over replica processes), routing-sim (the router's policies "
+                                             "on a simulated fleet, no model loaded), fairness (admission policies, two "
                                              "tenants), guidellm (vLLM's client over --clients "
                                              "levels, skipped when not installed; default all).")] = "all",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
@@ -44,13 +45,19 @@ def bench(
         fail("--lengths, --doc-counts and --store-sizes take comma-separated integers")
     if requests < 1:
         fail("--requests must be >= 1")
-    from bench.report import markdown, plots as make_plots
-    from bench.run import SUITES, run_suite
+    from bench.run import MODEL_FREE, SUITES, run_suite
 
     picked = SUITES if suites == "all" else tuple(x.strip() for x in suites.split(",") if x.strip())
     if not picked or set(picked) - set(SUITES):
         fail(f"--suites takes a comma-separated subset of {', '.join(SUITES)} (or all); got {suites!r}")
 
+    if set(picked) <= set(MODEL_FREE):  # no model to load (the routing simulation)
+        from bench.run import run_model_free, tokenizer_file
+
+        with results_only_stdout():
+            results = run_model_free(nq, tokenizer_file(make_settings()), log=lambda m: console.print(m), suites=picked)
+        _write(results, json_out, plots, markdown_out)
+        return
     if device == "cuda":
         import torch
 
@@ -62,12 +69,21 @@ def bench(
     with results_only_stdout():
         results = run_suite(engine, nq, lens, repeats, counts, sizes, n_clients, log=lambda m: console.print(m),
                             requests=requests, suites=picked)
+    _write(results, json_out, plots, markdown_out)
+
+
+def _write(results: dict, json_out: Path | None, plots: Path | None, markdown_out: Path | None) -> None:
+    """The tables on stdout, and the JSON, plots and markdown file where asked."""
+    from bench.report import markdown, plots as make_plots
+
     command = "kvlink-rag bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kvlink-rag bench"
     text = markdown(results, command)
     out.print(text)
     if json_out is not None:
         json_out.write_text(json.dumps(results, indent=2))
-    if plots is not None:
+    if plots is not None and not {"ttft", "scaling_documents"} <= set(results):
+        console.print("no plots: they draw the ttft and scaling suites, which did not run")
+    elif plots is not None:
         for p in make_plots(results, plots):
             console.print(f"plot: {p}")
     if markdown_out is not None:

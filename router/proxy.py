@@ -56,8 +56,10 @@ class Router:
                  api_keys: dict[str, str] | None = None):
         self.settings, self.fleet, self.resolver, self.api_keys = settings, fleet, resolver, api_keys or {}
         self.weights = scoring.Weights(shared_tier=settings.shared_tier, request_tokens=settings.request_tokens,
-                                       uncached_weight=settings.uncached_weight, balance_slack=settings.balance_slack)
+                                       uncached_weight=settings.uncached_weight, balance_slack=settings.balance_slack,
+                                       load_floor=settings.load_floor)
         self.prefixes = PrefixIndex()
+        self.document_rank = scoring.document_aware  # (docs, views, weights) -> ranked views; a bench may swap it
         self.sticky: OrderedDict[str, str] = OrderedDict()  # conversation -> replica URL
         self.turn = itertools.count()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout_s, connect=2.0))
@@ -90,7 +92,7 @@ class Router:
         elif policy == "prefix-only":
             ranked = scoring.prefix_only(self.prefixes.match(resolved.text), len(resolved.text), views, w)
         else:
-            ranked = scoring.document_aware(resolved.docs, views, w)
+            ranked = self.document_rank(resolved.docs, views, w)
         if resolved is not None and resolved.conversation is not None:
             ranked = scoring.sticky_first(ranked, self.sticky.get(resolved.conversation),
                                           self.settings.overload_inflight)

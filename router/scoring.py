@@ -9,8 +9,11 @@ Document-aware cost of a replica (lowest wins), in prompt tokens::
 ``shared`` for a document only the shared tier holds (fetched, not encoded), 1 for an encode. Bounded load
 (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018): a replica with at
 least ``ceil((1 + balance_slack) x (all replicas' requests + 1) / replicas)`` requests goes after the others
-whatever its cost, so a strong weight on cached documents cannot pile the traffic on their holder. Ties go
-to the least loaded replica, then the id (deterministic).
+whatever its cost, so a strong weight on cached documents cannot pile the traffic on their holder; and, the
+other side of the same bound (``load_floor``), a replica with fewer than ``floor(all replicas' requests /
+replicas / (1 + balance_slack))`` goes before them, so a replica that holds little (just restarted, or its
+holding being resynced) is not left idle while the others queue. Ties go to the least loaded replica, then the
+id (deterministic).
 
 Why ``uncached_weight`` is 16: with 1, a query of 3 passages of ~180 tokens differs by at most ~160 weighted
 tokens between a replica holding them all and one fetching them from the shared tier, less than one request
@@ -21,6 +24,14 @@ wins. On a simulated fleet (``tests/router/test_scoring_fleet.py``: 2 replicas a
 local copies on all, one or none) 16 raises the host-tier hit rate 1.1-1.6x over round-robin's with max/min
 requests per replica at most 1.1, where a large weight without the bound sends everything to the replica
 with the local copies.
+
+Why the floor: in the model-free simulation of the issue's fleet (``kvlink-rag bench --suites routing-sim``: 4
+replicas, host tiers of 10% of 1,000 NQ passages, 16 clients, Zipf(1.0) queries of 10, a miss encoded) a
+replica restarted mid-run (empty tier) served 367-384 of 4,000 queries against ~1,210 for each of the others,
+and with one query seed a replica was left idle from the start (0 served) with no restart at all: the cap
+bounds only the busiest replica, and a replica holding nothing loses every cost comparison while the others
+are under it. Modelled TTFT p50 was 1.22x round-robin's. With the floor: 983-1,022 each, 0.93-0.95x. Where
+every replica is busy anyway it changes nothing (BENCHMARKS.md, "Router policies in a model-free simulation").
 """
 
 from __future__ import annotations
@@ -57,7 +68,8 @@ class ReplicaView:
 class Weights:
     """Cost of a document per tier (fractions of an encode), of a request in the queue (tokens), whether a
     shared tier exists (else a document no replica holds in memory is an encode wherever it goes), the weight
-    of uncached tokens against load, and the bounded load's slack (see the module docstring)."""
+    of uncached tokens against load, the bounded load's slack and whether it also has a floor (see the module
+    docstring)."""
 
     tier_cost: Mapping[str, float] = field(default_factory=lambda: dict(TIER_COST))
     shared_cost: float = SHARED_COST
@@ -65,6 +77,7 @@ class Weights:
     request_tokens: int = 256
     uncached_weight: float = 16.0
     balance_slack: float = 0.5
+    load_floor: bool = True
 
 
 def document_cost(tiers: frozenset[str] | set[str] | None, w: Weights) -> float:
@@ -94,6 +107,14 @@ def load_cap(replicas: Sequence[ReplicaView], w: Weights) -> int:
     return math.ceil((1 + w.balance_slack) * total / max(1, len(replicas)))
 
 
+def load_floor(replicas: Sequence[ReplicaView], w: Weights) -> int:
+    """Requests under which a replica is under-used: ``floor(total / replicas / (1 + slack))``, 0 (none) without
+    :attr:`Weights.load_floor` or while the fleet is light (fewer than ``1 + slack`` requests per replica)."""
+    if not w.load_floor or not replicas:
+        return 0
+    return math.floor(sum(requests(r) for r in replicas) / len(replicas) / (1 + w.balance_slack))
+
+
 def load_key(r: ReplicaView, w: Weights) -> tuple[float, int, str]:
     return load_tokens(r, w), r.in_flight, r.id
 
@@ -118,10 +139,11 @@ def document_cost_tokens(docs: Sequence[tuple[str, int]], r: ReplicaView, w: Wei
 
 
 def document_aware(docs: Sequence[tuple[str, int]], replicas: Sequence[ReplicaView], w: Weights) -> list[ReplicaView]:
-    """Replicas within the bounded load (:func:`load_cap`) first, each group by :func:`document_cost_tokens`,
-    cheapest first."""
-    cap = load_cap(replicas, w)
-    return sorted(replicas, key=lambda r: (requests(r) >= cap, document_cost_tokens(docs, r, w), *load_key(r, w)))
+    """Replicas under the floor (:func:`load_floor`) first, then those within the bounded load
+    (:func:`load_cap`), then the rest; each group by :func:`document_cost_tokens`, cheapest first."""
+    cap, floor = load_cap(replicas, w), load_floor(replicas, w)
+    return sorted(replicas, key=lambda r: (requests(r) >= cap, requests(r) >= floor, document_cost_tokens(docs, r, w),
+                                           *load_key(r, w)))
 
 
 def prefix_only(matched: Mapping[str, int], total: int, replicas: Sequence[ReplicaView], w: Weights,

@@ -36,4 +36,7 @@ class RouterSettings(BaseSettings):
                                    "the load term in the document-aware cost (router.scoring).")
     balance_slack: float = Field(0.5, ge=0, description="Bounded load: a replica with (1 + this) x the mean "
                                  "requests (+1) goes after the others whatever its cost.")
+    load_floor: bool = Field(True, description="Bounded load's other side: a replica with fewer than the mean "
+                             "requests / (1 + balance_slack) goes first (document-aware), so a replica that holds "
+                             "little (restarted, resyncing) is not left idle.")
     timeout_s: float = Field(600.0, gt=0, description="Seconds a forwarded request may take.")

@@ -1,7 +1,7 @@
 """Routing decisions on a fake fleet (router.scoring: pure functions)."""
 
 from router.scoring import (ReplicaView, Weights, document_aware, document_cost, document_cost_tokens, least_load,
-                            load_cap, load_tokens, prefix_only, round_robin, sticky_first, uncached_tokens)
+                            load_cap, load_floor, load_tokens, prefix_only, round_robin, sticky_first, uncached_tokens)
 
 W = Weights(request_tokens=100)
 DOCS = [("k1", 200), ("k2", 300)]
@@ -46,6 +46,32 @@ def test_bounded_load_puts_a_holder_far_above_the_mean_last_whatever_it_holds():
     holder.in_flight = 1  # under the cap (ceil(1.5 x 3 / 3) = 2): what it holds wins again
     assert document_aware(DOCS, [holder, *others], W)[0].id == "b"
     assert document_aware(DOCS, [holder, *others], Weights(request_tokens=100, balance_slack=10))[0].id == "b"
+
+
+def test_an_overloaded_holder_spills_to_the_next_cheapest_replica_not_the_idlest():
+    holder = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, in_flight=5)
+    second = ReplicaView("c", {"k2": {"host"}}, in_flight=2)
+    idle = ReplicaView("a", in_flight=1)
+    assert load_cap([holder, second, idle], W) == 5  # ceil(1.5 x 9 / 3)
+    assert [r.id for r in document_aware(DOCS, [holder, second, idle], W)] == ["c", "a", "b"]
+
+
+def test_a_replica_under_the_load_floor_goes_first_however_little_it_holds():
+    holders = [ReplicaView(x, {"k1": {"host"}, "k2": {"host"}}, in_flight=4) for x in "bcd"]
+    cold = ReplicaView("a", in_flight=1)  # restarted: holds nothing
+    # 13 requests over 4 replicas, slack 0.5: fewer than floor(13 / 4 / 1.5) = 2 is under-used
+    assert load_floor([*holders, cold], W) == 2
+    assert document_aware(DOCS, [*holders, cold], W)[0].id == "a"
+    cold.in_flight = 2  # at the floor: the documents decide again (the holders are under the cap of 6)
+    assert document_aware(DOCS, [*holders, cold], W)[0].id == "b"
+    cold.in_flight = 1
+    assert document_aware(DOCS, [*holders, cold], Weights(request_tokens=100, load_floor=False))[0].id == "b"
+
+
+def test_no_floor_while_the_fleet_is_light():
+    holder, idle = ReplicaView("b", {"k1": {"host"}, "k2": {"host"}}, in_flight=2), ReplicaView("a")
+    assert load_floor([holder, idle], W) == 0  # 1 request per replica < 1 + slack
+    assert document_aware(DOCS, [holder, idle], W)[0].id == "b"
 
 
 def test_in_flight_counts_when_heartbeats_lag():

@@ -4,26 +4,12 @@ Zipf(1.0) queries as in the routing bench; host-tier hit rate and max/min reques
 from __future__ import annotations
 
 import heapq
-import random
 from collections import OrderedDict
 
 import pytest
 
+from bench.routing_workload import zipf_queries
 from router.scoring import ReplicaView, Weights, document_aware, round_robin
-
-
-def zipf_queries(n_docs: int, n: int, per: int, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    weights = [1.0 / (i + 1) for i in range(n_docs)]
-    out = []
-    for _ in range(n):
-        picked: list[int] = []
-        while len(picked) < per:
-            d = rng.choices(range(n_docs), weights)[0]
-            if d not in picked:
-                picked.append(d)
-        out.append(picked)
-    return out
 
 
 def simulate(policy: str, w: Weights, replicas: int = 2, clients: int = 4, local: tuple[str, ...] = ("a",),
