@@ -58,6 +58,41 @@ inline T narrow(float x) {
   else return c10::BFloat16(x).x;  // round to nearest even, as torch's copy
 }
 
+#if defined(__AVX512F__)
+// 16 lanes of x (bfloat16 bits or float32) as float32.
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+// float32 -> bfloat16 bits, rounded to nearest even (NaN -> 0x7FC0), as c10::BFloat16's round_to_nearest_even.
+inline void store16(uint16_t* p, __m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+}
+inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+
+// The rotation of one row, 16 lanes at a time: lanes d of the first half and d + half of the second together,
+// each product and the sum rounded apart (mul, mul, add: no FMA), as the scalar loop below.
+template <typename T>
+inline void rotate16(T* y, const T* src, int64_t half, const float* cos, const float* sin) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t d = 0; d < half; d += 16) {
+    const __m512 lo = load16(src + d), hi = load16(src + d + half);
+    const __m512 a = _mm512_mul_ps(lo, _mm512_loadu_ps(cos + d));
+    const __m512 b = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(hi), _mm512_castps_si512(sign))),
+                                   _mm512_loadu_ps(sin + d));
+    const __m512 c = _mm512_mul_ps(hi, _mm512_loadu_ps(cos + d + half));
+    const __m512 e = _mm512_mul_ps(lo, _mm512_loadu_ps(sin + d + half));
+    store16(y + d, _mm512_add_ps(a, b));
+    store16(y + d + half, _mm512_add_ps(c, e));
+  }
+}
+#endif
+
 // One row of D elements: src -> dst, rotated by the row's angles (cos/sin: D floats) when cos is not null.
 template <typename T>
 inline void row(T* dst, const T* src, int64_t D, const float* cos, const float* sin) {
@@ -66,6 +101,14 @@ inline void row(T* dst, const T* src, int64_t D, const float* cos, const float* 
     return;
   }
   const int64_t half = D / 2;
+#if defined(__AVX512F__)
+  if (half % 16 == 0) {
+    alignas(64) T y[256];
+    rotate16<T>(y, src, half, cos, sin);
+    put_row(dst, y, D * sizeof(T));
+    return;
+  }
+#endif
   alignas(64) float x[256];
   alignas(64) T y[256];
   for (int64_t d = 0; d < D; ++d) x[d] = widen(src[d]);
