@@ -13,7 +13,7 @@ import typer
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
                         make_settings, out, progress_bar, results_only_stdout)
-from cli.documents import ask_inputs
+from cli.documents import FIT_HINT, NQ_HINT, ask_inputs, check_fits
 from cli.explain import RecomputeOpt, RetentionOpt, attribution_dict, checked_recompute, checked_retention, \
     print_attribution
 
@@ -74,6 +74,7 @@ def ask(
             engine = AdapterVariants(engine).get(adapter)
         except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
             fail(str(e))
+    check_fits(engine, question, documents, NQ_HINT if nq else FIT_HINT)  # before any document is encoded
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     with results_only_stdout():
         linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain,
@@ -199,6 +200,8 @@ def demo(
     except (DataFormatError, ValueError) as e:
         fail(str(e))
     engine = make_engine(make_settings(k, encoding, kv_dtype), adhoc=True)
+    for i, documents in enumerate(sets):  # every question fits before any document is encoded
+        check_fits(engine, examples[i].question, documents, f"{NQ_HINT} (question {i + 1} does not fit)")
     unique = {engine.cache_key(d): d for s in sets for d in s}
     hits = 0
     with progress_bar("precomputing documents", len(unique)) as bar, results_only_stdout():
