@@ -1,5 +1,5 @@
 """Documents that cannot fit the model's context are refused by ask, explain and demo before any is encoded:
-one line naming the tokens, a non-zero exit, nothing stored."""
+one line naming the tokens, a non-zero exit, nothing stored; ``--verbose`` still prints the time spent."""
 
 from __future__ import annotations
 
@@ -51,6 +51,17 @@ def test_a_document_longer_than_the_context_is_refused_before_it_is_encoded(env,
     assert total == prefix + doc + links + question and doc == named > 2048 and links == 5 * chunks and chunks > 1
     assert alone == 2048 - prefix - 5 - 1 - 9  # less the link tokens, the shortest question and one new token
     assert encoded == [] and _nothing_stored(env["KVLINK_RAG_HOME"])
+
+
+def test_verbose_prints_the_time_spent_before_the_refusal(env, tmp_path, encoded):
+    (tmp_path / "harbour.txt").write_text(LONG)
+    result = runner.invoke(app, ["ask", "When?", "--doc", str(tmp_path / "harbour.txt"), "--verbose", "--json"],
+                           env=env)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    error, timings = result.stderr.splitlines()
+    assert error.startswith("error: the prompt needs ") and encoded == []
+    assert re.fullmatch(r"time: import [\d.]+ s, store open [\d.]+ s, model load [\d.]+ s, engine setup [\d.]+ s, "
+                        r"total [\d.]+ s", timings), timings
 
 
 def test_demo_refuses_too_many_documents_before_precomputing_any(env, encoded):
