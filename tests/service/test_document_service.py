@@ -127,6 +127,25 @@ def test_an_update_during_precompute_keeps_only_the_new_versions_cache(tmp_path)
     assert st.blobs.keys() == [ready.cache_key]
 
 
+def test_a_delete_just_after_a_precompute_marked_its_record_ready_leaves_no_cache(tmp_path, monkeypatch):
+    from store.check import check_store
+
+    st, engine, queue = _setup(tmp_path)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    set_status = st.index.set_status
+
+    def then_delete(*args, **fields):  # the DELETE lands between the record turning ready and the cache re-check
+        rec = set_status(*args, **fields)
+        if rec is not None and rec.status == "ready":
+            DocumentService(st).delete("acme", "lh")  # drops the cache: the precompute finds it gone
+        return rec
+
+    monkeypatch.setattr(st.index, "set_status", then_delete)
+    DocumentService(st, engine).precompute("acme", "lh", 1)
+    assert st.index.get("acme", "lh") is None and st.blobs.keys() == []  # not stored again for no record
+    assert check_store(st, min_age_s=0).problems == 0
+
+
 def test_a_cache_a_query_wrote_for_a_document_deleted_meanwhile_is_dropped(tmp_path):
     st, engine, queue = _setup(tmp_path)
     DocumentService(st).ingest("acme", "lh", TEXT)
