@@ -122,8 +122,9 @@ class Catalog:
         A precompute may point a record at the cache between the check and the delete (it found the cache
         stored, so it did not encode): the references are checked again after the delete and the cache is
         put back (``kv``, the document's KV if the caller has it: :meth:`restore_cache`) or those documents are
-        queued again. A precompute that sets its record ready after this second check finds the cache gone itself
-        and restores it.
+        queued again, still pointing at it (the queued precompute stores it; a delete or an update meanwhile
+        drops it through that reference). A precompute that sets its record ready after this second check finds
+        the cache gone itself and restores it.
         """
         if self.index.find_by_cache_key(key):
             return
@@ -136,7 +137,7 @@ class Catalog:
         for tenant, doc_id in users:
             rec = self.index.get(tenant, doc_id)
             if rec is not None and key in rec.cache_keys and rec.status == "ready" and key not in self.blobs:
-                if self.index.set_status(tenant, doc_id, "queued", version=rec.version, cache_key=""):
+                if self.index.set_status(tenant, doc_id, "queued", version=rec.version):
                     self.enqueue(tenant, doc_id, rec.version)
 
     def restore_cache(self, key: str, kv: DocumentKV) -> bool:
