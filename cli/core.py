@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +14,7 @@ import typer
 
 from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
                         make_settings, out, progress_bar, results_only_stdout)
-from cli.documents import ask_inputs
+from cli.documents import FIT_HINT, NQ_HINT, ask_inputs, check_fits
 from cli.explain import RecomputeOpt, RetentionOpt, attribution_dict, checked_recompute, checked_retention, \
     print_attribution
 
@@ -66,23 +67,42 @@ def ask(
     question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
     timings: dict[str, float] = {}
-    engine = make_engine(settings, timings, adhoc=True)
-    if adapter is not None:
-        from kvlink_rag.adapter_registry import AdapterVariants
+    with _timings_on_failure(timings, start, verbose):
+        engine = make_engine(settings, timings, adhoc=True)
+        if adapter is not None:
+            from kvlink_rag.adapter_registry import AdapterVariants
 
-        try:
-            engine = AdapterVariants(engine).get(adapter)
-        except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
-            fail(str(e))
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-    with results_only_stdout():
-        linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention, explain,
-                                          recompute_ratio)
+            try:
+                engine = AdapterVariants(engine).get(adapter)
+            except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
+                fail(str(e))
+        check_fits(engine, question, documents, NQ_HINT if nq else FIT_HINT)  # before any document is encoded
+        sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        with results_only_stdout():
+            linked, full, hits, att = _answer(engine, question, documents, compare, sampling, timings, retention,
+                                              explain, recompute_ratio)
     timings["total_s"] = time.perf_counter() - start
     _print_answer(question, gold, linked, full, hits, len(documents), settings, timings, as_json, verbose,
                   attribution_dict(att) if att is not None else None, engine.recompute_ratio(recompute_ratio))
     if att is not None and not as_json:
         print_attribution(att, documents, settings.attribution)
+
+
+@contextmanager
+def _timings_on_failure(timings: dict[str, float], start: float, verbose: bool):
+    """With ``--verbose``, a command that fails after measuring something still prints what it measured (its
+    ``time:`` line, ``total`` up to the failure) on stderr, after the error."""
+    try:
+        yield
+    except typer.Exit as e:
+        if verbose and timings and e.exit_code:
+            console.print(_time_line({**timings, "total_s": time.perf_counter() - start}))
+        raise
+
+
+def _time_line(timings: dict[str, float]) -> str:
+    """``time: import 1.20 s, model load 2.31 s, ...`` (``--verbose``: seconds per stage)."""
+    return "time: " + ", ".join(f"{name[:-2].replace('_', ' ')} {v:.2f} s" for name, v in timings.items())
 
 
 def _answer(engine, question, documents, compare, sampling, timings, retention=None, explain=False,
@@ -96,6 +116,7 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
         t0 = time.perf_counter()
         hits = _warm(engine, documents)  # precompute outside the TTFT
         t1 = time.perf_counter()
+        timings["documents_s"] = t1 - t0  # now: a failure below still reports it (--verbose)
         att = None
         if explain:
             from kvlink_rag.explain.answers import explain_answer
@@ -110,10 +131,10 @@ def _answer(engine, question, documents, compare, sampling, timings, retention=N
             linked = engine.answer(question, documents, retention=retention, recompute_ratio=recompute_ratio,
                                    **sampling)
         t2 = time.perf_counter()
+        timings["answer_s"] = t2 - t1
         full = engine.answer_full(question, documents, **sampling) if compare else None
     except ValueError as e:
         fail(str(e))
-    timings.update(documents_s=t1 - t0, answer_s=t2 - t1)
     if compare:
         timings["answer_full_s"] = time.perf_counter() - t2
     return linked, full, hits, att
@@ -174,7 +195,7 @@ def _print_answer(question, gold, linked, full, hits: CacheHits, n_docs, setting
     chunked = f" ({hits.chunk_hits}/{hits.chunks} chunks)" if hits.chunks > n_docs else ""
     out.print(f"{speed}, {hits.documents}/{n_docs} cached before this run{chunked}, {linked.context_tokens} context tokens")
     if verbose:
-        out.print("time: " + ", ".join(f"{name[:-2].replace('_', ' ')} {v:.2f} s" for name, v in timings.items()))
+        out.print(_time_line(timings))
 
 
 @app.command()
@@ -199,6 +220,8 @@ def demo(
     except (DataFormatError, ValueError) as e:
         fail(str(e))
     engine = make_engine(make_settings(k, encoding, kv_dtype), adhoc=True)
+    for i, documents in enumerate(sets):  # every question fits before any document is encoded
+        check_fits(engine, examples[i].question, documents, f"{NQ_HINT} (question {i + 1} does not fit)")
     unique = {engine.cache_key(d): d for s in sets for d in s}
     hits = 0
     with progress_bar("precomputing documents", len(unique)) as bar, results_only_stdout():

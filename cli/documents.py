@@ -1,4 +1,5 @@
-"""Documents from files, as ``ask --doc`` and ``ingest`` read them, and the inputs of ``ask``/``explain``."""
+"""Documents from files, as ``ask --doc`` and ``ingest`` read them, and the inputs of ``ask``/``explain``, and
+whether they fit the model's context before any is encoded."""
 
 from __future__ import annotations
 
@@ -64,3 +65,25 @@ def ask_inputs(question, doc, nq, index, docs, gold_position):
     except (DataFormatError, ValueError) as e:
         fail(str(e))
     return examples[index].question, documents, list(examples[index].answers)
+
+
+FIT_HINT = ("ask over fewer or shorter documents (one alone can take at most {limit} tokens, its chunks' link tokens "
+            "included), or split a long file into such parts, `kvlink-rag ingest` them and ask with `kvlink-rag "
+            "query`, which links only the chunks the question retrieves")
+"""How ``ask``/``explain`` documents can fit (``limit``: the engine's ``max_document_tokens``)."""
+NQ_HINT = "use fewer --docs"
+"""How an NQ question's documents (``--nq``) can fit."""
+
+
+def check_fits(engine, question: str, documents, hint: str = FIT_HINT) -> None:
+    """Exit with one line when the linked prompt of ``question`` over ``documents`` cannot fit the model's
+    context: counted from token ids (``Engine.check_fits``), before any document is encoded or stored. ``hint``
+    ends the line (``{limit}`` in it: the longest document the model can take alone, in tokens)."""
+    from kvlink_rag.types import ContextTooLong
+
+    try:
+        engine.check_fits(documents, int(engine.template.question_ids(engine.lm.tokenizer, question).numel()))
+    except ContextTooLong as e:
+        fail(f"{e}; {hint.format(limit=engine.max_document_tokens())}")
+    except ValueError as e:  # an empty question or document
+        fail(str(e))

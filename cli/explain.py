@@ -142,7 +142,7 @@ def explain(
     attention (the question and answer tokens' attention), with each document's most-attended passages;
     --png draws every document's tokens as a heatmap.
     """
-    from cli.documents import ask_inputs
+    from cli.documents import FIT_HINT, NQ_HINT, ask_inputs, check_fits
     from kvlink_rag.explain.answers import explain_answer
     from kvlink_rag.explain.leave_one_out import apply_leave_one_out, leave_one_out
 
@@ -151,10 +151,11 @@ def explain(
     question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     engine = make_engine(make_settings(k, encoding, kv_dtype), adhoc=True)
     method = method or engine.settings.attribution
+    check_fits(engine, question, documents, NQ_HINT if nq else FIT_HINT)  # before any document is encoded
     with results_only_stdout():
         try:
-            for d in documents:  # precompute outside the timed answer
-                engine.get_or_encode(d)
+            for d in documents:  # precompute outside the timed answer: each chunk, as the answer links them
+                engine.warm(d)
             t0 = time.perf_counter()
             answer, att = explain_answer(engine, question, documents, retention=retention)
             if method == "leave_one_out":

@@ -151,16 +151,18 @@ class Engine(EngineDocuments):
                 (:mod:`kvlink_rag.reuse.blend`; default the setting, 0 = reuse only).
         Raises:
             ValueError: no documents, empty question, retention outside (0, 1], recompute_ratio outside [0, 1].
-            ContextTooLong: the prompt leaves no position for a new token (the counts in the message).
+            ContextTooLong: the prompt leaves no position for a new token (:meth:`check_fits`, before any document
+                is encoded or stored; the counts in the message).
         """
         r, rr = self.retention(retention), self.recompute_ratio(recompute_ratio)
         if not docs:
             raise ValueError("at least one document is required")
-        docs = self.expand(docs)  # a long document takes one slot per chunk
         q_ids = self.template.question_ids(self.lm.tokenizer, question)
         embeds = None
         if self.link_tokens is not None and (k is None or k > 0):
             embeds = self.link_tokens.embeds[..., : (k or self.link_tokens.k), :]  # [(S,) K, hidden]
+        self.check_fits(docs, int(q_ids.numel()), 0 if embeds is None else int(embeds.shape[-2]))  # before encoding
+        docs = self.expand(docs)  # a long document takes one slot per chunk
         t0 = time.perf_counter()
         source, found = self.resolve_documents(docs, r, method)
         hits = sum(found)

@@ -117,6 +117,34 @@ class EngineDocuments:
             raise ContextTooLong(f"document has {n} tokens; the longest this model can answer over is {limit} "
                                  f"({self.document_budget_text()})")
 
+    def check_fits(self, docs: list[Document], text_tokens: int, k: int | None = None, new_tokens: int = 1) -> None:
+        """Raise when a linked prompt over ``docs`` cannot fit the model's context, counted from token ids alone
+        (tokenising is cheap, encoding is not): the check to run before any of ``docs`` is encoded or stored.
+
+        The count is the linker's (:func:`kvlink_rag.linking.linker.check_link_inputs`): the prefix, every chunk
+        (:meth:`chunks`) of every document with ``k`` link tokens after each chunk, ``text_tokens`` and
+        ``new_tokens``; retention and CacheBlend keep every position, so they change nothing.
+
+        Args:
+            docs: the request's documents, whole (a long document is counted as its chunks).
+            text_tokens: the question's (or conversation's) ids with the assistant header.
+            k: link tokens per chunk (0: naive reuse); None: the loaded K (:attr:`link_k`).
+            new_tokens: positions that must stay free after the prompt.
+        Raises:
+            ValueError: an empty document.
+            ContextTooLong: the tokens by part (documents counted as documents), the largest document's tokens
+                and chunks, and the context, in tokens.
+        """
+        k = self.link_k if k is None else k
+        sizes = [[int(self.document_ids(c).numel()) for c in self.chunks(d)] for d in docs]
+        slots, doc_tokens = sum(map(len, sizes)), sum(map(sum, sizes))
+        total = self.prefix.num_tokens + doc_tokens + k * slots + text_tokens
+        if total + new_tokens > self.lm.max_positions:
+            raise ContextTooLong(
+                f"the prompt needs {total} tokens (prefix {self.prefix.num_tokens}, {_documents(len(docs))} "
+                f"{doc_tokens}, link tokens {k * slots}, question {text_tokens}) plus {new_tokens} new token(s); "
+                f"the model's context holds {self.lm.max_positions} tokens{_largest(docs, sizes)}")
+
     def encode(self, doc: Document) -> DocumentKV:
         """Precompute ``doc``'s position-free KV.
 
@@ -175,3 +203,19 @@ class EngineDocuments:
         if retention < 1.0:
             return LayeredDocuments.from_documents(items, retention, method), hits
         return items, hits
+
+
+def _documents(n: int) -> str:
+    return f"{n} document{'s' * (n != 1)}"
+
+
+def _largest(docs: list[Document], sizes: list[list[int]]) -> str:
+    """`` (document 'a' has 900 tokens in 3 chunks)``: the largest of ``docs`` (``sizes``: its chunks' tokens), or
+    of several `` (the longest, 'a', has ...)``; a document without a title by its place (``#2``)."""
+    if not docs:
+        return ""
+    i = max(range(len(docs)), key=lambda j: sum(sizes[j]))
+    name = repr(docs[i].title) if docs[i].title else f"#{i + 1}"
+    chunks = f" in {len(sizes[i])} chunks" if len(sizes[i]) > 1 else ""
+    who = f"document {name}" if len(docs) == 1 else f"the longest, {name},"
+    return f" ({who} has {sum(sizes[i])} tokens{chunks})"

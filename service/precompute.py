@@ -61,8 +61,8 @@ def precompute(catalog: Catalog, tenant: str, doc_id: str, version: int, engine:
             catalog.drop_cache(key, kvs.get(key))
         return None
     for c, key in zip(chunks, keys, strict=True):
-        if not catalog.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again
-            cache.write(key, kvs[key] if key in kvs else engine.encode(c), fill_tiers=False)
+        if not catalog.blobs.contains(key):  # a concurrent drop_cache deleted it after our check: store it again,
+            catalog.restore_cache(key, kvs[key] if key in kvs else engine.encode(c))  # if still pointed at then
     for key in set(rec.cache_keys) - set(keys):  # the old version's chunks this version no longer has
         catalog.drop_cache(key)
     return ready

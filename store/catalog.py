@@ -3,9 +3,9 @@
 Ties the index (records and status), the texts and the document cache (blob store and memory tiers,
 written only through :meth:`store.doc_cache.StoreCache.write`) together. The lifecycle that acts on them
 (ingest, update, delete, precompute, recovery) is :class:`service.documents.DocumentService`; what is
-here keeps one invariant of its own: no cache is dropped while a record points at it
-(:meth:`Catalog.drop_cache`). Caches are keyed per tenant (:meth:`Catalog.cache_key`) unless shared
-across tenants.
+here keeps two invariants of its own: no cache is dropped while a record points at it
+(:meth:`Catalog.drop_cache`), and none is stored again once no record does (:meth:`Catalog.restore_cache`).
+Caches are keyed per tenant (:meth:`Catalog.cache_key`) unless shared across tenants.
 """
 
 from __future__ import annotations
@@ -121,8 +121,10 @@ class Catalog:
 
         A precompute may point a record at the cache between the check and the delete (it found the cache
         stored, so it did not encode): the references are checked again after the delete and the cache is
-        put back (``kv``, the document's KV if the caller has it) or those documents are queued again. A
-        precompute that sets its record ready after this second check finds the cache gone itself.
+        put back (``kv``, the document's KV if the caller has it: :meth:`restore_cache`) or those documents are
+        queued again, still pointing at it (the queued precompute stores it; a delete or an update meanwhile
+        drops it through that reference). A precompute that sets its record ready after this second check finds
+        the cache gone itself and restores it.
         """
         if self.index.find_by_cache_key(key):
             return
@@ -130,10 +132,25 @@ class Catalog:
         self.tiered.invalidate(key)
         users = self.index.find_by_cache_key(key)
         if users and kv is not None:
-            self.cache.write(key, kv, fill_tiers=False)
+            self.restore_cache(key, kv)
             return
         for tenant, doc_id in users:
             rec = self.index.get(tenant, doc_id)
             if rec is not None and key in rec.cache_keys and rec.status == "ready" and key not in self.blobs:
-                if self.index.set_status(tenant, doc_id, "queued", version=rec.version, cache_key=""):
+                if self.index.set_status(tenant, doc_id, "queued", version=rec.version):
                     self.enqueue(tenant, doc_id, rec.version)
+
+    def restore_cache(self, key: str, kv: DocumentKV) -> bool:
+        """Write a cache a concurrent :meth:`drop_cache` deleted while a record came to point at it, then keep
+        it only if a record still does: the check comes after the write, so a delete or update that removed the
+        last reference meanwhile (its own drop found nothing to delete yet) leaves no unreferenced cache. True
+        when kept.
+
+        Raises:
+            store.lmdb_env.StoreFullError, ValueError: as :meth:`StoreCache.write` (nothing was written).
+        """
+        self.cache.write(key, kv, fill_tiers=False)
+        if self.index.find_by_cache_key(key):
+            return True
+        self.drop_cache(key)
+        return False

@@ -121,6 +121,11 @@ def document_bytes(engine: Engine, ctx, n_docs: int) -> float:
 
 
 @torch.inference_mode()
+def mode_k(mode: str) -> int | None:
+    """Link tokens a linked ``mode`` uses: 0 for naive reuse and CacheBlend, None (the engine's K) otherwise."""
+    return 0 if mode.startswith(("naive", "cacheblend")) else None
+
+
 def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], answer: str,
                max_new_tokens: int, retention: Retention = Retention()) -> dict:
     """One question under one mode: ``{"answer", "ttft_s", "nll"}`` (and ``bytes_per_doc`` for linked modes).
@@ -129,7 +134,7 @@ def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], a
     scored on the same cache, which is then truncated back before greedy decoding.
     """
     lm = engine.lm
-    k = 0 if mode.startswith(("naive", "cacheblend")) else None
+    k = mode_k(mode)
     with adapter_scope(lm, engine.adapter), \
             (explaining(engine, docs, k) if retention.explain else nullcontext()) as mass:
         t0 = time.perf_counter()
@@ -199,7 +204,8 @@ def evaluate(engines: dict[str, Engine], examples: list[NQExample], n: int, n_do
                 for mode, eng in engines.items():
                     if (i, pos, mode + tag) in done:
                         continue
-                    if mode not in FULL_MODES:
+                    if mode not in FULL_MODES:  # refused from token counts before any document is encoded
+                        eng.check_fits(docs, len(eng.template.question_ids(eng.lm.tokenizer, ex.question)), mode_k(mode))
                         for d in docs:
                             eng.warm(d)  # each chunk of a chunked document
                     r = score_mode(eng, mode, ex.question, docs, ex.answers[0], max_new_tokens,

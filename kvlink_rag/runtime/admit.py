@@ -39,16 +39,10 @@ def _fill(req: RunningRequest, todo: list[Document], retention: float = 1.0, sou
 
 
 def _too_long(lay: RequestLayout, max_positions: int) -> str:
-    """The one-request paths' message (:func:`kvlink_rag.linking.linker.check_link_inputs`, ``full_prefill``)."""
-    if not lay.linked:
-        return (f"prompt of {lay.num_tokens} tokens plus 1 new token(s) exceeds the model's context of "
-                f"{max_positions} positions")
-    count = {kind: sum(s for k, s in zip(lay.kinds, lay.sizes) if k == kind) for kind in ("prefix", "doc", "link", "text")}
-    count["doc"] = sum(s.length for s in lay.segments if s.kind == "document")  # retention: dropped tokens too
-    n_docs = sum(k == "doc" for k in lay.kinds)
-    return (f"the prompt needs {lay.next_position} tokens (prefix {count['prefix']}, {n_docs} documents {count['doc']}, "
-            f"link tokens {count['link']}, question {count['text']}) plus 1 new token(s); the model's context holds "
-            f"{max_positions}")
+    """The one-request full prefill's message (``full_prefill``); a linked prompt is refused before its layout
+    (:meth:`~kvlink_rag.engine_documents.EngineDocuments.check_fits`, the linker's counts)."""
+    return (f"prompt of {lay.next_position} tokens plus 1 new token(s) exceeds the model's context of "
+            f"{max_positions} positions")
 
 
 def context_key(eng: Engine, mode: str, k: int) -> tuple:
@@ -119,8 +113,10 @@ def admit(eng: Engine, tree: PrefixTree, docs: list[Document], text_ids: list[in
         raise ValueError("question is empty")
     if mode == "linked" and not docs:
         raise ValueError("at least one document is required to link (a question alone has no documents)")
-    docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.text.chunking)
     k_used = 0 if eng.link_tokens is None or mode != "linked" else (eng.link_tokens.k if k is None else k)
+    if mode == "linked":  # from token counts, before a document's cache is read or encoded (retention reads first)
+        eng.check_fits(docs, len(text_ids), k_used)
+    docs = eng.expand(docs)  # a long document takes one slot per chunk (kvlink_rag.text.chunking)
     own = mode == "linked" and reuse.own
     source = found = None
     t0 = time.perf_counter()

@@ -133,3 +133,30 @@ def test_a_query_larger_than_the_kv_pool_answers_503_and_the_pool_is_whole_after
     finally:
         configure_pool(tiny_engine.lm, 0)
 
+
+
+def test_a_query_past_the_context_is_refused_before_any_document_is_encoded_or_stored(make_client, tmp_path,
+                                                                                        monkeypatch):
+    from factories import tiny_text_engine
+    from kvlink_rag.engine_documents import EngineDocuments
+
+    small = tiny_text_engine(tmp_path / "small", max_positions=96, max_new_tokens=4)
+    encoded, encode = [], EngineDocuments.encode
+    monkeypatch.setattr(EngineDocuments, "encode", lambda self, doc: encoded.append(doc) or encode(self, doc))
+    with make_client(engine=small, precompute_threads=0) as c:  # nothing cached: a query would encode them
+        for doc_id in ("a", "b"):  # 33 tokens each: one fits, both with the prefix and link tokens do not
+            assert c.post("/v1/documents", json={"id": doc_id, "text": "word " * 30}).status_code == 202
+        ask = {"question": "what is it?", "document_ids": ["a", "b"]}
+        chat = {"messages": [{"role": "user", "content": "what is it?"}], "document_ids": ["a", "b"]}
+        for path, body in (("/v1/query", ask), ("/v1/query", {**ask, "retention": 0.5}),  # retention reads first
+                           ("/v1/query", {**ask, "recompute_ratio": 0.5}), ("/v1/chat/completions", chat)):
+            for stream in (False, True):
+                r = c.post(path, json={**body, "stream": stream})
+                assert r.status_code == 422 and r.json()["error"]["code"] == "context_too_long", (path, r.text)
+                message = r.json()["error"]["message"]
+                assert "2 documents 66, link tokens 10" in message and "context holds 96 tokens" in message, message
+                assert path.endswith("completions") or message == (
+                    "the prompt needs 117 tokens (prefix 29, 2 documents 66, link tokens 10, question 12) plus 1 new "
+                    "token(s); the model's context holds 96 tokens (the longest, #1, has 33 tokens)")
+        assert encoded == [] and c.app_state.store.blobs.keys() == []
+        assert [c.get(f"/v1/documents/{d}").json()["status"] for d in ("a", "b")] == ["queued", "queued"]

@@ -45,12 +45,19 @@ def test_eval_task_errors_are_one_line(args, message, env):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
-def test_eval_kv_retrieval_past_the_context_is_a_clear_error(env):
+@pytest.mark.parametrize("mode, message", [("full", "exceeds the model's context"),
+                                           ("naive", "20 documents 2")])  # linked: counted before any is encoded
+def test_eval_kv_retrieval_past_the_context_is_a_clear_error(env, mode, message, monkeypatch):
+    from kvlink_rag.engine_documents import EngineDocuments
+
+    encoded, encode = [], EngineDocuments.encode
+    monkeypatch.setattr(EngineDocuments, "encode", lambda self, doc: encoded.append(doc) or encode(self, doc))
     # the tiny checkpoint has 2,048 positions; 20 two-pair documents are ~2,900 tokens
-    result = runner.invoke(app, ["eval", "--task", "kv-retrieval", "--n", "1", "--docs", "20", "--modes", "full"],
+    result = runner.invoke(app, ["eval", "--task", "kv-retrieval", "--n", "1", "--docs", "20", "--modes", mode],
                            env=env)
-    assert result.exit_code == 2 and "exceeds the model's context" in result.output, result.output
-    assert "fewer --docs" in result.output
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "fewer --docs" in result.output and "context holds 2048" in result.output or mode == "full"
+    assert encoded == []
 
 
 def test_kv_retrieval_drops_the_in_memory_document_caches_after_each_question_and_nq_keeps_them():

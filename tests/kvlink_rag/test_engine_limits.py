@@ -36,3 +36,43 @@ def test_a_context_that_cannot_fit_is_refused_with_the_counts(engine):
         engine.answer("what is it?", [Document("word " * 30), Document("word " * 30)])
     with pytest.raises(ContextTooLong, match="plus 1 new token"):
         engine.answer_full("what is it?", [Document("word " * 30), Document("word " * 30)])
+
+
+def _counting_encodes(engine, monkeypatch) -> list:
+    """A copy of ``engine`` with an empty cache, and the list its encodes are recorded in."""
+    import copy
+
+    from kvlink_rag.cache import MemoryCache
+
+    eng, calls = copy.copy(engine), []
+    eng.cache = MemoryCache()
+    monkeypatch.setattr(eng, "encode", lambda doc: calls.append(doc) or engine.encode(doc))
+    return eng, calls
+
+
+@pytest.mark.parametrize("reuse", [{}, {"retention": 0.5}, {"recompute_ratio": 0.5}],
+                         ids=["linked", "retention", "cacheblend"])
+def test_a_prompt_that_cannot_fit_is_refused_before_any_document_is_encoded(engine, monkeypatch, reuse):
+    eng, calls = _counting_encodes(engine, monkeypatch)
+    docs = [Document("word " * 30, "a"), Document("word " * 30)]
+    message = (r"^the prompt needs 121 tokens \(prefix 29, 2 documents 70, link tokens 10, question 12\) plus 1 new "
+               r"token\(s\); the model's context holds 96 tokens \(the longest, 'a', has 37 tokens\)$")  # titled: 4 more
+    with pytest.raises(ContextTooLong, match=message):
+        eng.answer("what is it?", docs, **reuse)
+    assert calls == [] and eng.cache.get(eng.cache_key(docs[0])) is None
+
+
+def test_a_long_document_counts_as_one_document_of_its_chunks(engine, monkeypatch):
+    eng, calls = _counting_encodes(engine.with_chunk_tokens(64), monkeypatch)
+    doc = Document("\n\n".join(f"Paragraph {i} says word " * 6 for i in range(12)), "notes")
+    chunks = eng.chunks(doc)
+    tokens = sum(int(eng.document_ids(c).numel()) for c in chunks)
+    question = int(eng.template.question_ids(eng.lm.tokenizer, "what is it?").numel())
+    assert len(chunks) > 2 and tokens > 96
+    total = 29 + tokens + 5 * len(chunks) + question
+    with pytest.raises(ContextTooLong) as e:
+        eng.answer("what is it?", [doc])
+    assert str(e.value) == (f"the prompt needs {total} tokens (prefix 29, 1 document {tokens}, link tokens "
+                            f"{5 * len(chunks)}, question {question}) plus 1 new token(s); the model's context holds "
+                            f"96 tokens (document 'notes' has {tokens} tokens in {len(chunks)} chunks)")
+    assert calls == [] and all(eng.cache.get(eng.cache_key(c)) is None for c in chunks)

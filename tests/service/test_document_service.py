@@ -127,6 +127,70 @@ def test_an_update_during_precompute_keeps_only_the_new_versions_cache(tmp_path)
     assert st.blobs.keys() == [ready.cache_key]
 
 
+def test_a_delete_just_after_a_precompute_marked_its_record_ready_leaves_no_cache(tmp_path, monkeypatch):
+    from store.check import check_store
+
+    st, engine, queue = _setup(tmp_path)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    set_status = st.index.set_status
+
+    def then_delete(*args, **fields):  # the DELETE lands between the record turning ready and the cache re-check
+        rec = set_status(*args, **fields)
+        if rec is not None and rec.status == "ready":
+            DocumentService(st).delete("acme", "lh")  # drops the cache: the precompute finds it gone
+        return rec
+
+    monkeypatch.setattr(st.index, "set_status", then_delete)
+    DocumentService(st, engine).precompute("acme", "lh", 1)
+    assert st.index.get("acme", "lh") is None and st.blobs.keys() == []  # not stored again for no record
+    assert check_store(st, min_age_s=0).problems == 0
+
+
+def test_a_requeue_by_a_racing_drop_keeps_the_reference_to_the_cache_a_precompute_restores(tmp_path, monkeypatch):
+    """Deleting twin ``a`` drops their shared cache while ``b``'s precompute (which found it stored) turns ``b``
+    ready; the drop re-queues ``b`` while that precompute stores the cache again. ``b`` keeps pointing at it, so
+    deleting ``b`` before its task runs leaves nothing behind."""
+    import threading
+
+    from store.check import check_store
+
+    st, engine, queue = _setup(tmp_path)
+    for doc_id in ("a", "b"):
+        DocumentService(st).ingest("acme", doc_id, TEXT)  # the same text: one cache key
+    _drain(st, engine, queue[:1])
+    key, queue[:] = st.index.get("acme", "a").cache_key, []
+    main, ready, go_on = threading.current_thread(), threading.Event(), threading.Event()
+    find, set_status = st.index.find_by_cache_key, st.index.set_status
+    b = threading.Thread(target=lambda: DocumentService(st, engine).precompute("acme", "b", 1))
+    checks: list[str] = []
+
+    def find_then_let_b_turn_ready(k):  # the drop's first check finds no user; then b turns ready
+        users = find(k)
+        if threading.current_thread() is main and not checks:
+            checks.append(k)
+            b.start()
+            assert ready.wait(10)
+        return users
+
+    def pausing_set_status(tenant, doc_id, status, /, version=None, **fields):
+        if threading.current_thread() is b:  # b's precompute: ready, then paused before it re-checks the cache
+            rec = set_status(tenant, doc_id, status, version=version, **fields)
+            ready.set()
+            assert go_on.wait(10)
+            return rec
+        go_on.set()  # the drop re-queues b: b's precompute first stores the cache again and finishes
+        b.join(10)
+        return set_status(tenant, doc_id, status, version=version, **fields)
+
+    monkeypatch.setattr(st.index, "find_by_cache_key", find_then_let_b_turn_ready)
+    monkeypatch.setattr(st.index, "set_status", pausing_set_status)
+    DocumentService(st).delete("acme", "a")
+    assert not b.is_alive() and queue == [("acme", "b", 1)] and st.blobs.keys() == [key]
+    assert st.index.get("acme", "b").status == "queued" and st.index.get("acme", "b").cache_key == key
+    DocumentService(st).delete("acme", "b")  # before its task ran (an API process, no engine)
+    assert st.blobs.keys() == [] and check_store(st, min_age_s=0).problems == 0
+
+
 def test_a_cache_a_query_wrote_for_a_document_deleted_meanwhile_is_dropped(tmp_path):
     st, engine, queue = _setup(tmp_path)
     DocumentService(st).ingest("acme", "lh", TEXT)
