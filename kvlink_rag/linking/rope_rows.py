@@ -28,9 +28,10 @@ _SAME_SIZE_INT = {1: (torch.uint8, np.uint8), 2: (torch.int16, np.int16), 4: (to
                   8: (torch.int64, np.int64)}
 
 
-def _kernels(dtype: torch.dtype):
-    """The compiled kernels when they can write ``dtype`` rows here, else None."""
-    if dtype not in _KERNEL_DTYPES:
+def _kernels(out: torch.Tensor):
+    """The compiled kernels when they can write ``out``'s rows here (bfloat16 or float32, an even head_dim of at
+    most 256), else None."""
+    if out.dtype not in _KERNEL_DTYPES or out.shape[-1] % 2 or out.shape[-1] > 256:
         return None
     from kvlink_rag.runtime.cpu_kernels import kernels
 
@@ -54,7 +55,7 @@ def _numpy_rows(out: torch.Tensor, raw, token_major: bool) -> None:
 
 def copy_rows(out: torch.Tensor, raw, token_major: bool, start: int) -> None:
     """A :class:`~kvlink_rag.types.RowWriter` that copies the stored rows as they are (values)."""
-    kernels = _kernels(out.dtype)
+    kernels = _kernels(out)
     if kernels is None:
         _numpy_rows(out, raw, token_major)
     else:
@@ -75,7 +76,7 @@ class RopeRows:
     sin: torch.Tensor
 
     def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None:
-        kernels = _kernels(out.dtype)
+        kernels = _kernels(out)
         if kernels is not None:
             kernels.kv_rows_into(out, raw, token_major, self.cos, self.sin, start)
             return

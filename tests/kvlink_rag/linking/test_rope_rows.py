@@ -30,7 +30,7 @@ def path(request, monkeypatch):
     if request.param == "kernel" and not available():
         pytest.skip("the runner's CPU kernels do not build on this machine")
     if request.param == "numpy":
-        monkeypatch.setattr(rope_rows, "_kernels", lambda dtype: None)
+        monkeypatch.setattr(rope_rows, "_kernels", lambda out: None)
     return request.param
 
 
@@ -65,3 +65,11 @@ def test_block_writers_take_tables_of_any_dtype_and_device():
     cos, sin = torch.randn(N, D, dtype=torch.float64), torch.randn(N, D, dtype=torch.float64)
     keys, values = block_writers(cos, sin)
     assert keys.cos.dtype == torch.float32 and keys.cos.is_contiguous() and values is copy_rows
+
+
+def test_a_head_dim_the_kernel_does_not_take_goes_through_numpy():
+    x = torch.randn(H, N, 320).to(torch.bfloat16)
+    cos, sin = torch.randn(N, 320), torch.randn(N, 320)
+    out = torch.empty(H, N, 320, dtype=torch.bfloat16)
+    RopeRows(cos, sin)(out, _raw(x, True), True, 0)
+    assert torch.equal(out, apply_rope(x.float(), cos, sin).to(torch.bfloat16))
