@@ -127,6 +127,33 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
     return keys, values
 
 
+def _filled_sequence(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment], prefix: PrefixKV | None,
+                     new_tokens: int) -> SequenceKV | None:
+    """The runner's sequence for a linked context, holding the prefix and every document's keys rotated on their
+    way from the store or the memory tier straight into its blocks (one pass, no per-layer buffers), with room
+    for the link and question tokens and ``new_tokens``; None where the source cannot write into it (the caller
+    rotates layer by layer instead)."""
+    if docs.fill is None or lm.device.type != "cpu":
+        return None
+    p_len, n = (prefix.num_tokens if prefix is not None else 0), sum(docs.num_tokens)
+    n_new = sum(s.length for s in segments if s.kind in ("link", "question"))
+    seq = SequenceKV([], lm.num_layers, int(lm.config.num_key_value_heads), lm.head_dim, lm.kv_dtype, lm.device,
+                     p_len + n + n_new + max(new_tokens, 1))
+    runs = seq.own_runs(0, p_len + n)
+    if len(runs) != 1:
+        seq.release()
+        return None
+    run_k, run_v = runs[0]  # [layers, kv_heads, P + n, head_dim] views of its blocks
+    if prefix is not None:
+        run_k[:, :, :p_len], run_v[:, :, :p_len] = prefix.keys, prefix.values
+    pos = document_positions(segments, docs).to(lm.device)
+    keys, values = block_writers(*rope_cos_sin(lm.rotary_emb, pos, torch.float32))
+    for i in range(lm.num_layers):
+        docs.fill(i, run_k[i][:, p_len:], run_v[i][:, p_len:], keys, values)
+    seq.commit(p_len + n)
+    return seq
+
+
 def _filled(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, sin: torch.Tensor, prefix: PrefixKV | None
             ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """:func:`rotate_documents` from a source that writes into the consumer's buffers: each layer is one fresh
@@ -188,16 +215,18 @@ def link(
     segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()))
 
     t0 = time.perf_counter()
-    doc_k, doc_v = rotate_documents(lm, docs, segments, prefix)
+    runner = logits_to_keep == 1 and runs_on_runner(link_embeds)
+    seq = _filled_sequence(lm, docs, segments, prefix, new_tokens) if runner else None
+    doc_k, doc_v = rotate_documents(lm, docs, segments, prefix) if seq is None else (None, None)
     timings.load_s = docs.wait_s
     timings.rope_s = time.perf_counter() - t0 - docs.wait_s
 
     t0 = time.perf_counter()
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
     doc_pos = document_positions(segments, docs)
-    if logits_to_keep == 1 and runs_on_runner(link_embeds):
+    if runner:
         cache, last, storage_pos = _runner_new_tokens(lm, doc_k, doc_v, segments, slots, question_ids, anchored,
-                                                      doc_pos, new_tokens)
+                                                      doc_pos, new_tokens, seq)
         logits = None
     else:
         out, storage_pos = _forward_new_tokens(lm, build_cache(doc_k, doc_v), segments, slots, question_ids,
@@ -223,20 +252,22 @@ def _new_token_inputs(lm: LoadedModel, segments: list[Segment], slot_links: list
     return embeds, new_pos, mask, storage_pos
 
 
-def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor], doc_v: list[torch.Tensor],
+def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor] | None, doc_v: list[torch.Tensor] | None,
                        segments: list[Segment], slot_links: list[torch.Tensor], question_ids: torch.Tensor,
-                       anchored: bool, doc_pos: torch.Tensor, new_tokens: int):
+                       anchored: bool, doc_pos: torch.Tensor, new_tokens: int, seq: SequenceKV | None = None):
     """:func:`_forward_new_tokens` through the model runner: the cached KV (per layer ``[kv_heads, tokens,
-    head_dim]``) copied once into a sequence, the new tokens computed after it. Returns the cache (a view of
-    the sequence), the ``[vocab]`` logits after the question and the storage positions."""
+    head_dim]``) copied once into a sequence (or ``seq``, already holding it: :func:`_filled_sequence`), the new
+    tokens computed after it. Returns the cache (a view of the sequence), the ``[vocab]`` logits after the question
+    and the storage positions."""
     embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
-    n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
-    cfg = lm.config
-    seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device,
-                     n_cached + n_new + max(new_tokens, 1))
-    for i, (k, v) in enumerate(zip(doc_k, doc_v)):
-        seq.write(i, k, v)
-    seq.commit(n_cached)
+    if seq is None:
+        n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
+        cfg = lm.config
+        seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device,
+                         n_cached + n_new + max(new_tokens, 1))
+        for i, (k, v) in enumerate(zip(doc_k, doc_v)):
+            seq.write(i, k, v)
+        seq.commit(n_cached)
     last = prefill(lm, seq, embeds, new_pos.to(lm.device), mask[0, 0])
     return cache_view(seq), last, storage_pos
 
