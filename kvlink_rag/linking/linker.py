@@ -127,6 +127,19 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
     return keys, values
 
 
+def _cached_kv(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment], prefix: PrefixKV | None,
+               new_tokens: int | None, timings: Timings):
+    """``(seq, keys, values)``: the runner's filled sequence (``new_tokens`` given, the source can write into it:
+    :func:`_filled_sequence`; keys and values None) or the per-layer lists of :func:`rotate_documents` (seq None);
+    the seconds spent land in ``timings`` (``load_s``: waiting on the stream, ``rope_s``: the rest)."""
+    t0 = time.perf_counter()
+    seq = None if new_tokens is None else _filled_sequence(lm, docs, segments, prefix, new_tokens)
+    doc_k, doc_v = rotate_documents(lm, docs, segments, prefix) if seq is None else (None, None)
+    timings.load_s = docs.wait_s
+    timings.rope_s = time.perf_counter() - t0 - docs.wait_s
+    return seq, doc_k, doc_v
+
+
 def _filled_sequence(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment], prefix: PrefixKV | None,
                      new_tokens: int) -> SequenceKV | None:
     """The runner's sequence for a linked context, holding the prefix and every document's keys rotated on their
@@ -214,13 +227,8 @@ def link(
     p_len = prefix.num_tokens if prefix is not None else 0
     segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()))
 
-    t0 = time.perf_counter()
     runner = logits_to_keep == 1 and runs_on_runner(link_embeds)
-    seq = _filled_sequence(lm, docs, segments, prefix, new_tokens) if runner else None
-    doc_k, doc_v = rotate_documents(lm, docs, segments, prefix) if seq is None else (None, None)
-    timings.load_s = docs.wait_s
-    timings.rope_s = time.perf_counter() - t0 - docs.wait_s
-
+    seq, doc_k, doc_v = _cached_kv(lm, docs, segments, prefix, new_tokens if runner else None, timings)
     t0 = time.perf_counter()
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
     doc_pos = document_positions(segments, docs)
