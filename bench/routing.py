@@ -132,29 +132,53 @@ def _overhead(router: str, replica: str, requests: int, question: str, client: h
     return out
 
 
+def _hit_rate(hits: float, misses: float) -> float:
+    return hits / max(1.0, hits + misses)
+
+
+def _retries(router_log: Path) -> int:
+    """Requests the router sent elsewhere after a replica failed before its first byte (its log's warnings)."""
+    text = router_log.read_text(errors="replace") if router_log.exists() else ""
+    return text.count("; retrying")
+
+
 def _policy_row(fleet: Fleet, policy: str, n_replicas: int, queries: list[list[int]], questions: list[str],
                 clients: int, kill: bool = False) -> dict:
     """One policy over fresh replicas: :func:`bench.routing_clients.summarize`'s row and the host-tier hit
-    rate (``host_hits``, ``host_misses``: documents, summed over the replicas; with ``kill``, over those still
-    up); with ``kill``, the last replica is SIGKILLed once half the queries are taken, and ``kill`` reports
-    :func:`bench.routing_clients.kill_outcome`."""
+    rate (``host_hits``, ``host_misses``: document lookups summed over the replicas), over the whole run and
+    over its second half (``..._second_half``: from when half the queries were taken, its warm part). With
+    ``kill``, the last replica is SIGKILLed then (just after the half's counters are read; it counts up to
+    there), and ``kill`` reports :func:`bench.routing_clients.kill_outcome`."""
     reps = dict(zip(replica_names(n_replicas), fleet.replicas(n_replicas)))
     name, settings = VARIANTS.get(policy, (policy, {}))
     router = fleet.router(name, replicas=n_replicas, settings=settings)
     victim = list(reps)[-1]
     before = {n: host_counts(r) for n, r in reps.items()}
-    sent, wall, killed_at = run_clients(router, queries, questions, clients,
-                                        kill_at=len(queries) // 2 if kill else None,
-                                        kill=(lambda: fleet.kill(victim)) if kill else None)
-    alive = [n for n in reps if not (kill and n == victim)]
-    after = {n: host_counts(reps[n]) for n in alive}
+    retried = _retries(fleet.folder / f"router-{name}.log")
+    mid: dict[str, tuple[float, float]] = {}
+    killed_at = [0.0]
+
+    def midway() -> None:
+        mid.update({n: host_counts(r) for n, r in reps.items()})
+        if kill:
+            killed_at[0] = time.perf_counter()
+            fleet.kill(victim)
+
+    sent, wall, called_at = run_clients(router, queries, questions, clients, call_at=len(queries) // 2, call=midway)
+    after = {n: host_counts(r) for n, r in reps.items() if not (kill and n == victim)}
+    after.update({n: mid[n] for n in reps if n not in after})
     row = summarize(sent, wall)
-    row["host_hits"] = sum(after[n][0] - before[n][0] for n in alive)
-    row["host_misses"] = sum(after[n][1] - before[n][1] for n in alive)
-    row["host_hit_rate"] = row["host_hits"] / max(1.0, row["host_hits"] + row["host_misses"])
+    row["host_hits"] = sum(after[n][0] - before[n][0] for n in reps)
+    row["host_misses"] = sum(after[n][1] - before[n][1] for n in reps)
+    row["host_hit_rate"] = _hit_rate(row["host_hits"], row["host_misses"])
+    live = [n for n in reps if not (kill and n == victim)]
+    row["host_hit_rate_second_half"] = _hit_rate(sum(after[n][0] - mid[n][0] for n in live),
+                                                 sum(after[n][1] - mid[n][1] for n in live))
     if kill:
-        row["kill"] = {**kill_outcome(sent, victim, killed_at), "killed_after_queries": len(queries) // 2,
-                       "killed_at_s": killed_at - min(s.start for s in sent)}
+        row["kill"] = {**kill_outcome(sent, victim, killed_at[0]), "killed_after_queries": len(queries) // 2,
+                       "router_retries": _retries(fleet.folder / f"router-{name}.log") - retried,
+                       "killed_at_s": killed_at[0] - min(s.start for s in sent),
+                       "kill_s_after_half_taken": killed_at[0] - called_at}
     fleet.stop()
     return row
 

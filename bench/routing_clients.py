@@ -44,14 +44,14 @@ def _send(c: httpx.Client, body: dict) -> Sent:
 
 
 def run_clients(router: str, queries: list[list[int]], questions: list[str], clients: int,
-                kill_at: int | None = None, kill: Callable[[], None] | None = None,
+                call_at: int | None = None, call: Callable[[], None] | None = None,
                 transport: httpx.BaseTransport | None = None) -> tuple[list[Sent], float, float]:
     """Send ``queries`` (document indices; document ``i`` is ``d{i}``, query ``i`` asks ``questions[i % len]``)
-    from ``clients`` threads, each taking the next query when its last one ended; ``kill()`` is called (in a
-    thread of its own) once ``kill_at`` queries have been taken. Returns ``(records in query order, wall
-    seconds, when kill() was called: perf_counter() seconds, or 0.0)``. ``transport``: the clients' (tests)."""
+    from ``clients`` threads, each taking the next query when its last one ended; ``call()`` (a kill, a reading
+    of counters) is called in a thread of its own once ``call_at`` queries have been taken. Returns ``(records
+    in query order, wall seconds, when call() was called: perf_counter() seconds, or 0.0)``. ``transport``: the clients' (tests)."""
     out: list[Sent | None] = [None] * len(queries)
-    lock, todo, killed_at = threading.Lock(), iter(enumerate(queries)), [0.0]
+    lock, todo, called_at = threading.Lock(), iter(enumerate(queries)), [0.0]
 
     def client() -> None:
         with httpx.Client(base_url=router, timeout=600, transport=transport) as c:
@@ -60,9 +60,9 @@ def run_clients(router: str, queries: list[list[int]], questions: list[str], cli
                     i, q = next(todo, (None, None))
                     if i is None:
                         return
-                    if kill is not None and i == kill_at:
-                        killed_at[0] = time.perf_counter()
-                        threading.Thread(target=kill).start()
+                    if call is not None and i == call_at:
+                        called_at[0] = time.perf_counter()
+                        threading.Thread(target=call).start()
                 body = {"question": questions[i % len(questions)], "document_ids": [f"d{d}" for d in q],
                         "stream": True}
                 out[i] = _send(c, body)
@@ -73,7 +73,7 @@ def run_clients(router: str, queries: list[list[int]], questions: list[str], cli
         t.start()
     for t in threads:
         t.join()
-    return [s for s in out if s is not None], time.perf_counter() - t0, killed_at[0]
+    return [s for s in out if s is not None], time.perf_counter() - t0, called_at[0]
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -64,8 +64,8 @@ def test_the_clients_send_every_query_once_and_call_the_kill_halfway():
 
     state: dict = {"killed": threading.Event()}
     queries = [[i, i + 1] for i in range(15)]  # d13 in queries 12 and 13, d14 in 13 and 14
-    sent, wall, killed_at = run_clients("http://router", queries, ["q?"], 3, kill_at=6,
-                                        kill=state["killed"].set, transport=_fleet_transport(state))
+    sent, wall, killed_at = run_clients("http://router", queries, ["q?"], 3, call_at=6,
+                                        call=state["killed"].set, transport=_fleet_transport(state))
     assert len(sent) == 15 and state["n"] == 15 and killed_at > 0 and wall > 0
     assert all(s.ok and s.ttft_s is not None and s.replica in "ab" for s in sent[:12])
     assert [s.ok for s in sent[12:]] == [False] * 3 and sent[12].replica == "b" and "HTTP 502" in sent[13].error
