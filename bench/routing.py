@@ -1,32 +1,33 @@
 """``kvlink-rag bench --suites routing``: the router's policies side by side on replicas as processes.
 
-Two replicas (uvicorn processes, each its own home with ``models/`` linked to this home's, a host tier of
-``host_fraction`` of the corpus' cache bytes) share one Redis DB (index, texts, the shared cache tier, the
-fleet's events); NQ passages are precomputed once; then per policy the replicas start afresh (empty host tiers),
-a ``kvlink-rag router`` with that policy starts in front of them, and ``clients`` threads send the same
-queries (``docs_per_query`` passages drawn Zipf(1.0)) as streamed ``/v1/query`` requests. Reported per
-policy: host-tier hit rate (the replicas' ``kvlink_cache_hits/misses{tier="host"}``), TTFT p50/p99 (to the
-stream's headers, sent with the first token), throughput and max/min requests per replica.
+``replicas`` replicas (uvicorn processes, each its own home with ``models/`` linked to this home's, a host tier
+of ``host_fraction`` of the corpus' KV bytes) share one Redis DB (index, texts, the shared cache tier, the
+fleet's events); ``n_docs`` distinct NQ gold passages are precomputed once (on a replica of their own, so every
+policy's replicas start with empty homes and fetch from the shared tier); then per policy the replicas start
+afresh (empty host tiers and local LMDBs), a ``kvlink-rag router`` with that policy starts in front of them,
+and ``clients`` threads send the same queries (``docs_per_query`` passages drawn Zipf(1.0)) as streamed
+``/v1/query`` requests. Reported per policy: host-tier hit rate (the replicas'
+``kvlink_cache_hits/misses{tier="host"}``), TTFT p50/p99 (to the stream's headers, sent with the first token),
+throughput and max/min requests per replica. The ``kill`` part runs one policy again and SIGKILLs the last
+replica halfway through its queries: the failed requests, those in flight on it vs any other
+(:func:`bench.routing_clients.kill_outcome`). :data:`ISSUE_SETUP` is issue 27's setup (4 replicas, 1,000
+documents, 10 a query, 16 clients); the defaults are a small run (2 replicas, 40, 3, 4).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
-import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from bench.routing_workload import zipf_queries
+from bench.routing_clients import kill_outcome, run_clients, summarize
+from bench.routing_fleet import Fleet, empty_db, host_counts, replica_names, wait_for
+from bench.routing_workload import passage_tokens, zipf_queries
 from evaluation.nq import load_nq
 
 POLICIES = ("round-robin", "document-aware")
@@ -35,128 +36,77 @@ VARIANTS = {"document-aware w1": ("document-aware", {"KVLINK_RAG_ROUTER_UNCACHED
 """Rows beside the policies' when asked for (``policies=``): name -> (policy, router settings): the
 document-aware cost before its tuning (uncached tokens weighed 1, no bounded load)."""
 
+ISSUE_SETUP = {"replicas": 4, "n_docs": 1000, "docs_per_query": 10, "clients": 16}
+"""Issue 27's setup (:func:`routing_suite`'s arguments): 4 replicas, 1,000 NQ documents, queries of 10, 16 clients."""
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(pred, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"timed out waiting for {what}")
+KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2
+"""The default model's (SmolLM2-135M) bf16 KV bytes a token: layers x (K, V) x KV heads x head dim x 2 bytes;
+used when its ``config.json`` is not at hand."""
 
 
-def _empty_db(base: str) -> str:
-    import redis
+def corpus(nq_path: Path, n_docs: int) -> tuple[list, list[str]]:
+    """``(examples, questions)``: the first ``n_docs`` NQ examples whose gold passages (title and text) are
+    distinct (a repeated passage would share its cache with the first), and their questions.
 
-    for db in range(1, 15):
-        c = redis.Redis.from_url(f"{base}/{db}")
-        if c.dbsize() == 0 and c.set("kvlink-bench:claim", os.getpid(), nx=True, ex=3600):
-            return f"{base}/{db}"
-    raise RuntimeError(f"no empty Redis DB among 1-14 at {base}")
-
-
-class Fleet:
-    """The replica and router processes of one run (logs under ``folder``)."""
-
-    def __init__(self, folder: Path, url: str, models: Path, host_bytes: int):
-        self.folder, self.url, self.models, self.host_bytes = folder, url, models, host_bytes
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KVLINK_RAG_")}
-        self.env.update(KVLINK_RAG_INDEX_URL=url, KVLINK_RAG_SHARED_STORE_URL=url, KVLINK_RAG_DEVICE="cpu",
-                        KVLINK_RAG_TORCH_THREADS="1", OMP_NUM_THREADS="1", KVLINK_RAG_MAX_NEW_TOKENS="2",
-                        KVLINK_RAG_PLAYGROUND="false")
-        self.procs: list[subprocess.Popen] = []
-
-    def _start(self, args: list[str], env: dict, log: str) -> subprocess.Popen:
-        p = subprocess.Popen(args, env=env, stdout=open(self.folder / log, "ab"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        self.procs.append(p)
-        return p
-
-    def replica(self, name: str) -> str:
-        home = self.folder / name
-        if not home.exists():
-            home.mkdir(parents=True)
-            (home / "models").symlink_to(self.models, target_is_directory=True)
-        port = _port()
-        env = dict(self.env, KVLINK_RAG_HOME=str(home), KVLINK_RAG_EVENTS_URL=self.url, KVLINK_RAG_REPLICA_ID=name,
-                   KVLINK_RAG_REPLICA_URL=f"http://127.0.0.1:{port}", KVLINK_RAG_HOST_CACHE_BYTES=str(self.host_bytes))
-        self._start([sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--port", str(port),
-                     "--log-level", "warning"], env, f"{name}.log")
-        base = f"http://127.0.0.1:{port}"
-        _wait(lambda: httpx.get(base + "/readyz", timeout=2).status_code == 200, 300, f"replica {name}")
-        return base
-
-    def router(self, policy: str, replicas: int = 2, settings: dict | None = None) -> str:
-        port = _port()
-        env = dict(self.env, KVLINK_RAG_HOME=str(self.folder / "router"), KVLINK_RAG_ROUTER_POLL_S="0.1",
-                   **(settings or {}))
-        self._start([sys.executable, "-m", "cli", "router", "--events-url", self.url, "--policy", policy,
-                     "--port", str(port)], env, f"router-{policy}.log")
-        base = f"http://127.0.0.1:{port}"
-        _wait(lambda: len([r for r in httpx.get(base + "/router/status", timeout=2).json()["replicas"]
-                           if r["synced"]]) == replicas, 60, "the router's fleet")
-        return base
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        self.procs.clear()
+    Raises:
+        ValueError: the file holds fewer distinct passages.
+    """
+    seen, kept = set(), []
+    for e in load_nq(nq_path, limit=2 * n_docs + 20):
+        if (e.gold.title, e.gold.text) not in seen and len(kept) < n_docs:
+            seen.add((e.gold.title, e.gold.text))
+            kept.append(e)
+    if len(kept) < n_docs:
+        raise ValueError(f"{nq_path}: {len(kept)} distinct gold passages, fewer than {n_docs}")
+    return kept, [e.question for e in kept]
 
 
-def _host_counts(base: str) -> tuple[float, float]:
-    """``(hits, misses)`` of the replica's host tier (its /metrics)."""
-    text = httpx.get(base + "/metrics", timeout=10).text
-    found = [re.search(rf'^kvlink_cache_{what}_total{{tier="host"}} (\S+)$', text, re.M) for what in ("hits", "misses")]
-    return tuple(float(m.group(1)) if m else 0.0 for m in found)
+def host_tier_bytes(examples, models: Path, fraction: float) -> tuple[int, int]:
+    """``(bytes of a host tier holding fraction of the corpus' KV, the corpus' tokens)``: the passages' tokens by
+    the default model's tokenizer (words x 1.59 without it) x its KV bytes a token (bf16, from its config)."""
+    from kvlink_rag.model.convert import MODEL_DIRNAME
+
+    folder = models / MODEL_DIRNAME
+    tokens, _ = passage_tokens(examples, folder / "tokenizer.json")
+    per_token = KV_BYTES_PER_TOKEN
+    if (folder / "config.json").exists():
+        c = json.loads((folder / "config.json").read_text())
+        head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim * 2
+    return int(fraction * sum(tokens) * per_token), sum(tokens)
 
 
-def _run(router: str, queries: list[list[int]], questions: list[str], clients: int) -> dict:
-    ttft, replicas, lock, todo = [], {}, threading.Lock(), list(enumerate(queries))
+def _ready(base: str, n_docs: int) -> int:
+    """How many of the replica's documents are ready (its document list, 1,000 a page)."""
+    ready, offset = 0, 0
+    while offset < n_docs:
+        page = httpx.get(f"{base}/v1/documents", params={"offset": offset, "limit": 1000}, timeout=30).json()
+        ready += sum(d["status"] == "ready" for d in page["documents"])
+        offset += 1000
+    return ready
 
-    def client() -> None:
-        with httpx.Client(base_url=router, timeout=300) as c:
-            while True:
-                with lock:
-                    if not todo:
-                        return
-                    i, q = todo.pop(0)
-                t0 = time.perf_counter()
-                body = {"question": questions[i % len(questions)], "document_ids": [f"d{d}" for d in q], "stream": True}
-                with c.stream("POST", "/v1/query", json=body) as r:
-                    first = time.perf_counter() - t0
-                    r.read()
-                with lock:
-                    ttft.append(first)
-                    rep = r.headers.get("x-kvlink-replica", "?")
-                    replicas[rep] = replicas.get(rep, 0) + 1
 
+def _precompute(fleet: Fleet, examples, log) -> float:
+    """Ingest the passages (``d0``, ``d1``, ...) on a replica of their own (home ``seed``) and wait until all are
+    ready (up to max(1200, 3 a document) seconds); the seconds it took. The caches end in the shared tier."""
+    seed = fleet.replica("seed", fresh=True)
+    docs = [{"id": f"d{i}", "text": e.gold.text, "title": e.gold.title or ""} for i, e in enumerate(examples)]
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    ttft.sort()
-    loads = sorted(replicas.values())
-    return {"ttft_p50_s": ttft[len(ttft) // 2], "ttft_p99_s": ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))],
-            "throughput_qps": len(queries) / wall, "requests_per_replica": replicas,
-            "max_min_load": loads[-1] / max(1, loads[0]) if len(loads) > 1 else float("inf")}
+    for i in range(0, len(docs), 256):
+        httpx.post(seed + "/v1/documents", json={"documents": docs[i:i + 256]}, timeout=300).raise_for_status()
+    last = [0.0]
+
+    def done() -> bool:
+        n = _ready(seed, len(docs))
+        if time.perf_counter() - last[0] > 60:
+            last[0] = time.perf_counter()
+            log(f"routing: {n} of {len(docs)} passages ready after {time.perf_counter() - t0:.0f} s")
+        return n == len(docs)
+
+    wait_for(done, max(1200, 3 * len(docs)), "precompute", every=2.0)
+    seconds = time.perf_counter() - t0
+    fleet.stop()
+    return seconds
 
 
 def _overhead(router: str, replica: str, requests: int, question: str, client: httpx.Client | None = None) -> dict:
@@ -182,50 +132,96 @@ def _overhead(router: str, replica: str, requests: int, question: str, client: h
     return out
 
 
+def _hit_rate(hits: float, misses: float) -> float:
+    return hits / max(1.0, hits + misses)
+
+
+def _retries(router_log: Path) -> int:
+    """Requests the router sent elsewhere after a replica failed before its first byte (its log's warnings)."""
+    text = router_log.read_text(errors="replace") if router_log.exists() else ""
+    return text.count("; retrying")
+
+
+def _policy_row(fleet: Fleet, policy: str, n_replicas: int, queries: list[list[int]], questions: list[str],
+                clients: int, kill: bool = False) -> dict:
+    """One policy over fresh replicas: :func:`bench.routing_clients.summarize`'s row and the host-tier hit
+    rate (``host_hits``, ``host_misses``: document lookups summed over the replicas), over the whole run and
+    over its second half (``..._second_half``: from when half the queries were taken, its warm part). With
+    ``kill``, the last replica is SIGKILLed then (just after the half's counters are read; it counts up to
+    there), and ``kill`` reports :func:`bench.routing_clients.kill_outcome`."""
+    reps = dict(zip(replica_names(n_replicas), fleet.replicas(n_replicas)))
+    name, settings = VARIANTS.get(policy, (policy, {}))
+    router = fleet.router(name, replicas=n_replicas, settings=settings)
+    victim = list(reps)[-1]
+    before = {n: host_counts(r) for n, r in reps.items()}
+    retried = _retries(fleet.folder / f"router-{name}.log")
+    mid: dict[str, tuple[float, float]] = {}
+    killed_at = [0.0]
+
+    def midway() -> None:
+        mid.update({n: host_counts(r) for n, r in reps.items()})
+        if kill:
+            killed_at[0] = time.perf_counter()
+            fleet.kill(victim)
+
+    sent, wall, called_at = run_clients(router, queries, questions, clients, call_at=len(queries) // 2, call=midway)
+    after = {n: host_counts(r) for n, r in reps.items() if not (kill and n == victim)}
+    after.update({n: mid[n] for n in reps if n not in after})
+    row = summarize(sent, wall)
+    row["host_hits"] = sum(after[n][0] - before[n][0] for n in reps)
+    row["host_misses"] = sum(after[n][1] - before[n][1] for n in reps)
+    row["host_hit_rate"] = _hit_rate(row["host_hits"], row["host_misses"])
+    live = [n for n in reps if not (kill and n == victim)]
+    row["host_hit_rate_second_half"] = _hit_rate(sum(after[n][0] - mid[n][0] for n in live),
+                                                 sum(after[n][1] - mid[n][1] for n in live))
+    if kill:
+        row["kill"] = {**kill_outcome(sent, victim, killed_at[0]), "killed_after_queries": len(queries) // 2,
+                       "router_retries": _retries(fleet.folder / f"router-{name}.log") - retried,
+                       "killed_at_s": killed_at[0] - min(s.start for s in sent),
+                       "kill_s_after_half_taken": killed_at[0] - called_at}
+    fleet.stop()
+    return row
+
+
 def routing_suite(nq_path: Path, models: Path, folder: Path, redis_base: str = "redis://127.0.0.1:6379",
                   n_docs: int = 40, n_queries: int = 48, docs_per_query: int = 3, clients: int = 4,
                   host_fraction: float = 0.1, log=print, parts: tuple[str, ...] = ("overhead", "policies"),
-                  overhead_requests: int = 40, policies: tuple[str, ...] = POLICIES) -> dict:
-    """The policies side by side (see the module docstring); returns ``{setup, overhead, policies: {policy: row}}``
-    (``parts``: which of the router's ``overhead`` (:func:`_overhead`) and the ``policies`` to measure;
-    ``policies``: router policies or :data:`VARIANTS`)."""
-    examples = load_nq(nq_path, limit=n_docs)
-    url = _empty_db(redis_base)
-    per_doc = 30 * 2 * 3 * 64 * 2 * 200  # SmolLM2-135M bf16 KV of a ~200-token passage (layers, K+V, heads, dim)
-    fleet = Fleet(folder, url, models, int(host_fraction * n_docs * per_doc))
+                  overhead_requests: int = 40, policies: tuple[str, ...] = POLICIES, replicas: int = 2,
+                  kill_policy: str = "document-aware", save=None) -> dict:
+    """The policies side by side (see the module docstring); returns ``{setup, overhead, policies: {policy: row},
+    kill}`` (``parts``: which of the router's ``overhead`` (:func:`_overhead`), the ``policies`` and the ``kill``
+    run (``kill_policy`` with the last replica killed halfway) to measure; ``policies``: router policies or
+    :data:`VARIANTS`; ``save``: called with the results so far after each part)."""
+    examples, questions = corpus(nq_path, n_docs)
+    url = empty_db(redis_base)
+    host_bytes, corpus_tokens = host_tier_bytes(examples, models, host_fraction)
+    fleet = Fleet(folder, url, models, host_bytes)
     queries = zipf_queries(n_docs, n_queries, docs_per_query)
-    out = {"setup": {"replicas": 2, "documents": n_docs, "queries": n_queries, "docs_per_query": docs_per_query,
-                     "clients": clients, "host_tier_bytes": fleet.host_bytes, "zipf": 1.0,
-                     "note": "measured on a busy shared 2-core CPU machine; compare policies within this run only"},
+    out = {"setup": {"replicas": replicas, "documents": n_docs, "corpus_tokens": corpus_tokens, "queries": n_queries,
+                     "docs_per_query": docs_per_query, "clients": clients, "host_fraction": host_fraction,
+                     "host_tier_bytes": host_bytes, "zipf": 1.0, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "note": "replicas at 1 torch thread each on a shared CPU; compare policies within this run only"},
            "policies": {}}
+    save = save or (lambda _: None)
     try:
-        a = fleet.replica("a")
         log(f"routing: precomputing {n_docs} NQ passages")
-        docs = [{"id": f"d{i}", "text": e.gold.text, "title": e.gold.title or ""} for i, e in enumerate(examples)]
-        httpx.post(a + "/v1/documents", json={"documents": docs}, timeout=120).raise_for_status()
-        _wait(lambda: all(httpx.get(f"{a}/v1/documents/d{i}", timeout=10).json()["status"] == "ready"
-                          for i in range(n_docs)), 1200, "precompute")
-        fleet.stop()
+        out["setup"]["precompute_s"] = _precompute(fleet, examples, log)
+        save(out)
         if "overhead" in parts:
             log("routing: the router's own overhead, one replica")
-            a = fleet.replica("a")
-            out["overhead"] = _overhead(fleet.router("round-robin", replicas=1), a, overhead_requests,
-                                        examples[0].question)
+            a = fleet.replica("a", fresh=True)
+            out["overhead"] = _overhead(fleet.router("round-robin", replicas=1), a, overhead_requests, questions[0])
             fleet.stop()
+            save(out)
         for policy in policies if "policies" in parts else ():
-            log(f"routing: policy {policy}")
-            shutil.rmtree(folder / "b", ignore_errors=True)  # b's LMDB as empty for every policy (it keeps fetches)
-            reps = [fleet.replica("a"), fleet.replica("b")]
-            name, settings = VARIANTS.get(policy, (policy, {}))
-            router = fleet.router(name, settings=settings)
-            before = [_host_counts(r) for r in reps]
-            row = _run(router, queries, [e.question for e in examples], clients)
-            after = [_host_counts(r) for r in reps]
-            hits = sum(x[0] - y[0] for x, y in zip(after, before))
-            misses = sum(x[1] - y[1] for x, y in zip(after, before))
-            row["host_hit_rate"] = hits / max(1.0, hits + misses)
-            out["policies"][policy] = row
-            fleet.stop()
+            log(f"routing: policy {policy}, {replicas} replicas, {n_queries} queries")
+            out["policies"][policy] = _policy_row(fleet, policy, replicas, queries, questions, clients)
+            save(out)
+        if "kill" in parts:
+            log(f"routing: policy {kill_policy}, replica {replica_names(replicas)[-1]} killed halfway")
+            out["kill"] = {"policy": kill_policy,
+                           **_policy_row(fleet, kill_policy, replicas, queries, questions, clients, kill=True)}
+            save(out)
     finally:
         fleet.stop()
         import redis
@@ -242,10 +238,39 @@ def _tmp():
         yield Path(d)
 
 
-if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR] [PARTS, e.g. overhead or overhead,policies]
-    nq = Path(sys.argv[1])
-    models = Path(sys.argv[2]) if len(sys.argv) > 2 else Path.home() / ".cache" / "kvlink-rag" / "models"
-    picked = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("overhead", "policies")
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.routing", description="The router's policies side by side "
+                                "on replica processes (needs Redis on loopback and the default model).")
+    p.add_argument("nq", type=Path, help="NQ-open oracle JSONL(.gz)")
+    p.add_argument("models", type=Path, nargs="?", default=Path.home() / ".cache" / "kvlink-rag" / "models")
+    p.add_argument("parts", nargs="?", default="overhead,policies", help="comma list of overhead, policies, kill")
+    p.add_argument("--issue", action="store_true", help="issue 27's setup (4 replicas, 1,000 documents, 10 a "
+                   "query, 16 clients); the options below override it")
+    for flag, kind in (("replicas", int), ("docs", int), ("queries", int), ("docs-per-query", int),
+                       ("clients", int), ("host-fraction", float)):
+        p.add_argument(f"--{flag}", type=kind)
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma list of router policies or variants")
+    p.add_argument("--kill-policy", default="document-aware")
+    p.add_argument("--json", type=Path, help="write the results here (after each part too)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> dict:
+    """``python -m bench.routing``: :func:`routing_suite` with the command line's setup; the results (also
+    printed as JSON, and written to ``--json`` after each part)."""
+    a = _arguments(argv)
+    parts = tuple(a.parts.split(","))
+    kw = dict(ISSUE_SETUP) if a.issue else {"n_docs": 4 if parts == ("overhead",) else 40}
+    given = {"replicas": a.replicas, "n_docs": a.docs, "n_queries": a.queries, "docs_per_query": a.docs_per_query,
+             "clients": a.clients, "host_fraction": a.host_fraction}
+    kw.update({k: v for k, v in given.items() if v is not None})
+    save = (lambda r: a.json.write_text(json.dumps(r, indent=1))) if a.json else None
     with _tmp() as d:
-        print(json.dumps(routing_suite(nq, models, d, log=lambda m: print(m, file=sys.stderr), parts=picked,
-                                       n_docs=4 if picked == ("overhead",) else 40), indent=1))
+        res = routing_suite(a.nq, a.models, d, log=lambda m: print(m, file=sys.stderr, flush=True), parts=parts,
+                            policies=tuple(a.policies.split(",")), kill_policy=a.kill_policy, save=save, **kw)
+    print(json.dumps(res, indent=1))
+    return res
+
+
+if __name__ == "__main__":  # python -m bench.routing NQ_PATH [MODELS_DIR] [PARTS] [--issue] [--replicas N] ...
+    main(sys.argv[1:])
