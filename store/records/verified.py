@@ -16,14 +16,16 @@ import threading
 
 import numpy as np
 
-LIMIT = 1 << 18  # places remembered; past it the set starts again (~50 MB of tuples at most)
+LIMIT = 1 << 18  # places remembered; past it the set starts again (~16 MB of 64-bit hashes at most)
 
 
 class VerifiedLayers:
-    """A bounded, thread-safe set of verified layer places (:meth:`token`)."""
+    """A bounded, thread-safe set of verified layer places (:meth:`token`), kept as the tokens' 64-bit hashes (two
+    places sharing one among at most :data:`LIMIT` has a chance of ~2e-9, and a wrong trust needs that place to
+    hold corrupt bytes besides)."""
 
     def __init__(self, limit: int = LIMIT) -> None:
-        self._seen: set[tuple] = set()
+        self._seen: set[int] = set()
         self._limit = limit
         self._lock = threading.Lock()
 
@@ -34,7 +36,7 @@ class VerifiedLayers:
         return key, layer, expected, np.frombuffer(buf, dtype=np.uint8).__array_interface__["data"][0], len(buf)
 
     def __contains__(self, token: tuple | None) -> bool:
-        return token is not None and token in self._seen
+        return token is not None and hash(token) in self._seen
 
     def add(self, token: tuple | None) -> None:
         """Remember a place whose bytes matched their checksum (None: nothing to remember)."""
@@ -43,7 +45,7 @@ class VerifiedLayers:
         with self._lock:
             if len(self._seen) >= self._limit:
                 self._seen.clear()
-            self._seen.add(token)
+            self._seen.add(hash(token))
 
     def clear(self) -> None:
         """Forget every place (tests; a store that wants every read verified again)."""
