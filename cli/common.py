@@ -50,6 +50,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+_FLAGS = {"link_k": "--k", "encoding": "--encoding", "kv_dtype": "--kv-dtype"}
+
+
+def _name(loc: tuple, overrides: dict) -> str:
+    """A settings error's field, as the flag that set it (``--k``) where the command line did, else its name."""
+    field = ".".join(map(str, loc))
+    return _FLAGS[field] if field in _FLAGS and overrides.get(field) is not None else field
+
+
 def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: str | None = None,
                   **extra) -> Settings:
     """Settings from the environment with CLI overrides; a bad value exits with a message."""
@@ -58,8 +67,8 @@ def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: s
 
     try:
         return get_settings(**{k_: v for k_, v in overrides.items() if v is not None})
-    except ValidationError as e:  # the messages only
-        fail("invalid setting: " + "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()))
+    except ValidationError as e:  # the messages only, a field the command line set named by its flag
+        fail("invalid setting: " + "; ".join(f"{_name(x['loc'], overrides)}: {x['msg']}" for x in e.errors()))
     except Exception as e:  # noqa: BLE001 - any other bad value: one line, no traceback
         fail(f"invalid setting: {e}")
 

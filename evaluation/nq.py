@@ -118,7 +118,7 @@ def build_documents(examples: list[NQExample], index: int, n_docs: int, gold_pos
             passage).
     """
     if n_docs < 1:
-        raise ValueError("n_docs must be >= 1")
+        raise ValueError(f"documents per question must be >= 1, got {n_docs}")
     if not 0 <= index < len(examples):
         raise ValueError(f"index {index} out of range 0..{len(examples) - 1}")
     ex = examples[index]

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from factories import NQ_PATH
 
 FIXTURE = Path(__file__).resolve().parents[1] / "api" / "fixtures" / "documents.jsonl"
 runner = CliRunner()
@@ -103,3 +104,21 @@ def test_query_explain_on_the_store(tmp_path, env):
     assert all(isinstance(d["log_likelihood_drop"], float) for d in res["documents"])
 
 
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ask", "--doc", "README.md", "--k", "-3", "q?"], "error: invalid setting: --k: Input should be greater than"),
+    (["ask", "--doc", "README.md", "--kv-dtype", "int3", "q?"], "error: invalid setting: --kv-dtype:"),
+])
+def test_a_bad_setting_from_the_command_line_is_named_by_its_flag(args, message, env):
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+@pytest.mark.skipif(not NQ_PATH.exists(), reason=f"needs the NQ data at {NQ_PATH} (KVLINK_RAG_NQ_PATH)")
+def test_no_documents_per_question_is_a_one_line_error(env):
+    result = runner.invoke(app, ["demo", "--nq", str(NQ_PATH), "--docs", "0"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "documents per question must be >= 1, got 0" in result.stderr and result.stdout == ""
