@@ -8,6 +8,7 @@ added without touching them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -164,6 +165,11 @@ class BlobStore(ABC):
             raise KeyError(key)
         pos = retained_positions(meta, retention)
         return pos, ((k[:, pos], v[:, pos]) for k, v in self.iter_layers(key, dtype))
+
+    def layer_session(self) -> AbstractContextManager[None]:
+        """A scope in which this thread's layer fills (:meth:`iter_stored_layers`) may share one read: LMDB reads
+        every document's layer in one transaction instead of one each. This default shares nothing."""
+        return nullcontext()
 
     def iter_stored_layers(self, key: str) -> tuple[torch.Tensor | None, Iterator[LayerFill]]:
         """The record's layers in its stored token order, for a reader that carries positions as data instead of

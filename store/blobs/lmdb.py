@@ -161,6 +161,10 @@ class LmdbBlobStore(BlobStore):
         """
         return self._streams.stored(key)
 
+    def layer_session(self):
+        """:meth:`BlobStore.layer_session`: one read transaction for this thread's fills inside it."""
+        return self._streams.session()
+
     def iter_retained_layers(self, key: str, retention: float, dtype: torch.dtype | str | None = None
                              ) -> tuple[torch.Tensor, Iterator[tuple[torch.Tensor, torch.Tensor]]]:
         """:meth:`BlobStore.iter_retained_layers`, reading of an importance-ordered record only the prefix of

@@ -11,6 +11,7 @@ import functools
 import itertools
 import queue
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Callable, Iterator
 
 import torch
@@ -89,8 +90,10 @@ class _StoredReader(_Reader):
 
     def __init__(self, items: list[DocumentKV | str], metas: list[dict | None], n_layers: int, depth: int,
                  on_loaded: Callable[[str, DocumentKV], None] | None, opened: dict[int, tuple],
-                 get: Callable[[str], DocumentKV | None], get_ids: Callable[[str], torch.Tensor | None]):
+                 get: Callable[[str], DocumentKV | None], get_ids: Callable[[str], torch.Tensor | None],
+                 session: Callable[[], AbstractContextManager[None]] = nullcontext):
         super().__init__(n_layers, depth)
+        self.session = session
         self.items, self.metas, self.on_loaded, self.opened, self.get = items, metas, on_loaded, opened, get
         self.get_ids = get_ids
         self.lengths = [m["shape"][2] if m is not None else it.num_tokens for it, m in zip(items, metas)]
@@ -108,19 +111,20 @@ class _StoredReader(_Reader):
         """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
         with contiguous rows, any float dtype), through the writers when given (:attr:`LayeredDocuments.fill`), in
         order from layer 0, on the calling thread; the last layer starts the memory-tier fill."""
-        for j, it in enumerate(self.items):
-            a, b = self.bounds[j], self.bounds[j + 1]
-            if j in self.fills:
-                f = next(self.fills[j])
-                f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
-                if isinstance(f, DecodedLayer) and self.on_loaded is not None:
-                    self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
-            elif keys is None and values is None:
-                copy_into(k_out[:, a:b], it.keys[i])
-                copy_into(v_out[:, a:b], it.values[i])
-            else:
-                write_rows(k_out[:, a:b], it.keys[i], keys, a)
-                write_rows(v_out[:, a:b], it.values[i], values, a)
+        with self.session():  # every keyed document's layer in one read of the store
+            for j, it in enumerate(self.items):
+                a, b = self.bounds[j], self.bounds[j + 1]
+                if j in self.fills:
+                    f = next(self.fills[j])
+                    f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
+                    if isinstance(f, DecodedLayer) and self.on_loaded is not None:
+                        self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
+                elif keys is None and values is None:
+                    copy_into(k_out[:, a:b], it.keys[i])
+                    copy_into(v_out[:, a:b], it.values[i])
+                else:
+                    write_rows(k_out[:, a:b], it.keys[i], keys, a)
+                    write_rows(v_out[:, a:b], it.values[i], values, a)
         if i == self.n_layers - 1:
             self._finish()
 
@@ -273,7 +277,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
         if any(isinstance(it, RetainedKV) for it in items):
             raise ValueError("a partly retained document cannot be streamed at retention 1")
         opened = {j: blobs.iter_stored_layers(it) for j, it in enumerate(items) if isinstance(it, str)}
-        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get, blobs.get_ids)
+        stored = _StoredReader(items, metas, n_layers, depth, on_loaded, opened, blobs.get, blobs.get_ids,
+                               blobs.layer_session)
         if depth > 0:
             threading.Thread(target=stored.run, name="kv-prefetch", daemon=True).start()
         positions = stored.positions()
