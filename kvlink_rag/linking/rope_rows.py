@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ..runtime.cpu_kernels import kernels
 from .rope import apply_rope
 
 if TYPE_CHECKING:
@@ -33,9 +34,7 @@ def _kernels(out: torch.Tensor):
     most 256), else None."""
     if out.dtype not in _KERNEL_DTYPES or out.shape[-1] % 2 or out.shape[-1] > 256:
         return None
-    from kvlink_rag.runtime.cpu_kernels import kernels
-
-    return kernels()
+    return kernels()  # built once per process (functools.cache), None where the CPU or compiler lacks them
 
 
 def _numpy_rows(out: torch.Tensor, raw, token_major: bool) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from collections.abc import Callable, Iterator
 
 import torch
@@ -123,21 +123,16 @@ class LayerStreams:
     def _fill(self, key: str, meta_bytes: bytes, meta: dict, layer: int, k_out: torch.Tensor,
               v_out: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
               start: int = 0) -> None:
-        txn = self._session.txn
-        if txn is not None:
-            try:
-                records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out, keys, values,
-                                               start)
-            except CorruptRecordError as e:
-                self._session.pending.append((key, e))
-                raise
-            return
+        pending = self._session.pending  # inside a session: its transaction, and a corrupt record deleted after it
         try:
-            with self.env.read() as txn:
+            with nullcontext(self._session.txn) if pending is not None else self.env.read() as txn:
                 records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out, keys, values,
                                                start)
         except CorruptRecordError as e:
-            self.corrupt(key, e)
+            if pending is None:
+                self.corrupt(key, e)
+            else:
+                pending.append((key, e))
             raise
 
     def retained(self, key: str, retention: float, dtype: torch.dtype | str | None = None

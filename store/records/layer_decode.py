@@ -21,7 +21,7 @@ from kvlink_rag.types import DocumentKV, RowWriter, parse_dtype
 from store.records import ordered_layout
 from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
-from store.records.one_thread import copy_bytes_into, copy_into
+from store.records.one_thread import copy_bytes_into, copy_into, write_into
 from store.records.quant import QuantizedTensor, dequantize
 
 _ST_DTYPES: dict[str, torch.dtype] = {
@@ -200,8 +200,8 @@ def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v
                 k, v = torch.empty(k_out.shape, dtype=k_out.dtype), torch.empty(v_out.shape, dtype=v_out.dtype)
                 _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k, v)
             _fits(k_out, k.shape, transpose=False)
-            _write_tensor(k_out, k, keys, start)
-            _write_tensor(v_out, v, values, start)
+            write_into(k_out, k, keys, start)
+            write_into(v_out, v, values, start)
             return
         stored = [(out, writer, *views[name]) for name, out, writer in (("k", k_out, keys), ("v", v_out, values))]
         for out, _, dtype, shape, raw in stored:
@@ -214,7 +214,7 @@ def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v
         if writer is not None and dtype == out.dtype:
             writer(out, raw, ordered, start)  # straight from the buffer
         elif writer is not None:
-            _write_tensor(out, _stored_tensor(dtype, shape, raw, ordered), writer, start)
+            write_into(out, _stored_tensor(dtype, shape, raw, ordered), writer, start)
         else:
             _copy_view(out, dtype, shape, raw, transpose=ordered)
 
@@ -225,14 +225,6 @@ def _stored_tensor(dtype: torch.dtype, shape: list[int], raw: np.ndarray, token_
         warnings.simplefilter("ignore", UserWarning)
         src = torch.from_numpy(raw).view(dtype).view(shape)
     return src.transpose(0, 1) if token_major else src
-
-
-def _write_tensor(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
-    """``out`` = ``x`` (``[H, T, D]``, any dtype and strides) through ``writer`` (None: copied on this thread)."""
-    if writer is None:
-        copy_into(out, x.to(out.dtype))
-        return
-    writer(out, x.to(out.dtype).contiguous().view(torch.uint8).numpy(), False, start)
 
 
 def _fits(out: torch.Tensor, shape, transpose: bool) -> None:

@@ -16,6 +16,8 @@ import math
 import numpy as np
 import torch
 
+from kvlink_rag.types import RowWriter, write_rows
+
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -67,6 +69,15 @@ def copy_bytes_into(out: torch.Tensor, raw: np.ndarray, shape: tuple[int, ...], 
     """
     src = bytes_rows(raw, shape, out.element_size())
     np.copyto(rows_view(out), src.T if transpose else src)
+
+
+def write_into(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
+    """``out`` ``[H, n, D]`` = the tensor ``x`` (same shape, any dtype and strides) through ``writer``
+    (:func:`kvlink_rag.types.write_rows`), or, without one, copied on this thread alone (:func:`copy_into`)."""
+    if writer is None:
+        copy_into(out, x)
+    else:
+        write_rows(out, x, writer, start)
 
 
 def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:

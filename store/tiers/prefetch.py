@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.retention import check_retention, kept_positions
-from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV, RowWriter, write_rows
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV, RowWriter
 from store.blobs.blob_store import BlobStore, DecodedLayer
 from store.records.ordered_layout import record_importance
 from store.records.codec import target_dtype
-from store.records.one_thread import copy_into
+from store.records.one_thread import write_into
 from store.tiers.reader_depth import reader_depth
 from store.tiers.tier_fill import TIER_FILLER
 
@@ -119,12 +119,9 @@ class _StoredReader(_Reader):
                     f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
                     if isinstance(f, DecodedLayer) and self.on_loaded is not None:
                         self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
-                elif keys is None and values is None:
-                    copy_into(k_out[:, a:b], it.keys[i])
-                    copy_into(v_out[:, a:b], it.values[i])
                 else:
-                    write_rows(k_out[:, a:b], it.keys[i], keys, a)
-                    write_rows(v_out[:, a:b], it.values[i], values, a)
+                    write_into(k_out[:, a:b], it.keys[i], keys, a)
+                    write_into(v_out[:, a:b], it.values[i], values, a)
         if i == self.n_layers - 1:
             self._finish()
 
