@@ -20,7 +20,7 @@ from .context import LinkedContext, PrefixKV, Segment, Timings
 from .kvcache import build_cache
 from .mask import additive, allowed
 from .rope import apply_rope, rope_cos_sin
-from .rope_rows import block_writers
+from .filled_kv import filled_layers, filled_sequence
 
 
 def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int) -> list[Segment]:
@@ -110,7 +110,7 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
     pos = document_positions(segments, docs).to(lm.device)
     cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
     if docs.fill is not None and lm.device.type == "cpu":
-        return _filled(lm, docs, cos, sin, prefix)
+        return filled_layers(lm, docs, cos, sin, prefix)
     keys, values = [], []
     it = iter(docs.layers)
     for i in range(lm.num_layers):
@@ -130,61 +130,19 @@ def rotate_documents(lm: LoadedModel, docs: LayeredDocuments, segments: list[Seg
 def _cached_kv(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment], prefix: PrefixKV | None,
                new_tokens: int | None, timings: Timings):
     """``(seq, keys, values)``: the runner's filled sequence (``new_tokens`` given, the source can write into it:
-    :func:`_filled_sequence`; keys and values None) or the per-layer lists of :func:`rotate_documents` (seq None);
-    the seconds spent land in ``timings`` (``load_s``: waiting on the stream, ``rope_s``: the rest)."""
+    :func:`~.filled_kv.filled_sequence`; keys and values None) or the per-layer lists of
+    :func:`rotate_documents` (seq None); the seconds spent land in ``timings`` (``load_s``: waiting on the
+    stream, ``rope_s``: the rest)."""
     t0 = time.perf_counter()
-    seq = None if new_tokens is None else _filled_sequence(lm, docs, segments, prefix, new_tokens)
+    seq = None
+    if new_tokens is not None and docs.fill is not None and lm.device.type == "cpu":
+        cos, sin = rope_cos_sin(lm.rotary_emb, document_positions(segments, docs).to(lm.device), torch.float32)
+        n_new = sum(s.length for s in segments if s.kind in ("link", "question"))
+        seq = filled_sequence(lm, docs, cos, sin, prefix, n_new + max(new_tokens, 1))
     doc_k, doc_v = rotate_documents(lm, docs, segments, prefix) if seq is None else (None, None)
     timings.load_s = docs.wait_s
     timings.rope_s = time.perf_counter() - t0 - docs.wait_s
     return seq, doc_k, doc_v
-
-
-def _filled_sequence(lm: LoadedModel, docs: LayeredDocuments, segments: list[Segment], prefix: PrefixKV | None,
-                     new_tokens: int) -> SequenceKV | None:
-    """The runner's sequence for a linked context, holding the prefix and every document's keys rotated on their
-    way from the store or the memory tier straight into its blocks (one pass, no per-layer buffers), with room
-    for the link and question tokens and ``new_tokens``; None where the source cannot write into it (the caller
-    rotates layer by layer instead)."""
-    if docs.fill is None or lm.device.type != "cpu":
-        return None
-    p_len, n = (prefix.num_tokens if prefix is not None else 0), sum(docs.num_tokens)
-    n_new = sum(s.length for s in segments if s.kind in ("link", "question"))
-    seq = SequenceKV([], lm.num_layers, int(lm.config.num_key_value_heads), lm.head_dim, lm.kv_dtype, lm.device,
-                     p_len + n + n_new + max(new_tokens, 1))
-    runs = seq.own_runs(0, p_len + n)
-    if len(runs) != 1:
-        seq.release()
-        return None
-    run_k, run_v = runs[0]  # [layers, kv_heads, P + n, head_dim] views of its blocks
-    if prefix is not None:
-        run_k[:, :, :p_len], run_v[:, :, :p_len] = prefix.keys, prefix.values
-    pos = document_positions(segments, docs).to(lm.device)
-    keys, values = block_writers(*rope_cos_sin(lm.rotary_emb, pos, torch.float32))
-    for i in range(lm.num_layers):
-        docs.fill(i, run_k[i][:, p_len:], run_v[i][:, p_len:], keys, values)
-    seq.commit(p_len + n)
-    return seq
-
-
-def _filled(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, sin: torch.Tensor, prefix: PrefixKV | None
-            ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """:func:`rotate_documents` from a source that writes into the consumer's buffers: each layer is one fresh
-    ``[kv_heads, P + doc_tokens, head_dim]`` pair in the compute dtype, the prefix copied in and every document's
-    keys rotated on their way from the store (:func:`~kvlink_rag.linking.rope_rows.block_writers`: one pass)."""
-    keys_w, values_w = block_writers(cos, sin)
-    p_len, n = (prefix.num_tokens if prefix is not None else 0), sum(docs.num_tokens)
-    heads = int(lm.config.num_key_value_heads)
-    keys, values = [], []
-    for i in range(lm.num_layers):
-        k = torch.empty(heads, p_len + n, lm.head_dim, dtype=lm.dtype)  # k, v: [kv_heads, P + n, head_dim]
-        v = torch.empty_like(k)
-        if prefix is not None:
-            k[:, :p_len], v[:, :p_len] = prefix.keys[i], prefix.values[i]
-        docs.fill(i, k[:, p_len:], v[:, p_len:], keys_w, values_w)
-        keys.append(k)
-        values.append(v)
-    return keys, values
 
 
 def link(
@@ -264,9 +222,9 @@ def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor] | None, doc_v:
                        segments: list[Segment], slot_links: list[torch.Tensor], question_ids: torch.Tensor,
                        anchored: bool, doc_pos: torch.Tensor, new_tokens: int, seq: SequenceKV | None = None):
     """:func:`_forward_new_tokens` through the model runner: the cached KV (per layer ``[kv_heads, tokens,
-    head_dim]``) copied once into a sequence (or ``seq``, already holding it: :func:`_filled_sequence`), the new
-    tokens computed after it. Returns the cache (a view of the sequence), the ``[vocab]`` logits after the question
-    and the storage positions."""
+    head_dim]``) copied once into a sequence (or ``seq``, already holding it:
+    :func:`~.filled_kv.filled_sequence`), the new tokens computed after it. Returns the cache (a view of the
+    sequence), the ``[vocab]`` logits after the question and the storage positions."""
     embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
     if seq is None:
         n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
