@@ -86,7 +86,7 @@ def kernels():
     from torch.utils.cpp_extension import load
 
     try:
-        flags = [*CFLAGS, *ISAS[name][1]]
+        flags = [*CFLAGS, *ISAS[name][1], *(["-mavx512bf16"] if name == "avx512" and "avx512_bf16" in _cpu_flags() else [])]
         return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash(flags)}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
                     extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler / ninja: callers keep torch's kernels

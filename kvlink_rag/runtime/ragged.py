@@ -10,9 +10,11 @@ queries to that request's own keys and values (:func:`attend`, called per row by
 tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
 (a decode token sees everything before it).
 
-Attention per row is torch's SDPA over the row's keys (the fused kernels; its causal path for a row that
-opens its sequence); a one-token decode row goes to :mod:`kvlink_rag.runtime.decode_attention` (each KV
-head's query heads as its query rows; several shared chunks never copied).
+Attention per row over bfloat16 KV on an AVX512-BF16 CPU is the runner's prefill kernel
+(:mod:`kvlink_rag.runtime.prefill_attention`: float32 scores, pieces read in place), elsewhere torch's SDPA
+over the row's keys (the fused kernels; its causal path for a row that opens its sequence); a one-token decode
+row goes to :mod:`kvlink_rag.runtime.decode_attention` (each KV head's query heads as its query rows; several
+shared chunks never copied).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .decode_attention import attend_decode
+from .prefill_attention import attend_prefill
 from .kv_sequence import KVChunk, SequenceKV
 
 __all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "mask_rows"]
@@ -115,7 +118,8 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
            scale: float, causal: bool = False) -> torch.Tensor:
     """Attention of one request's queries over its KV pieces (grouped-query aware).
 
-    One piece, or several pieces under more than one query (a prefill), goes to torch's
+    Several queries (a prefill) over bfloat16 KV on an AVX512-BF16 CPU go to the runner's prefill kernel
+    (:func:`~.prefill_attention.attend_prefill`, pieces read in place), elsewhere to torch's
     ``scaled_dot_product_attention`` (its fused CPU/CUDA kernels; several pieces are joined first, a copy
     that a prefill amortises); a one-token decode goes to :func:`~.decode_attention.attend_decode` (query heads
     folded into their KV head's rows, several pieces never copied).
@@ -134,7 +138,10 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     kv_dtype = pieces[0][0].dtype
     if q.dtype != kv_dtype:
         return attend(q.to(kv_dtype), pieces, mask, scale, causal).to(q.dtype)
-    if causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]:
+    causal = causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]
+    if q.shape[1] > 1 and (out := attend_prefill(q, pieces, mask, scale, causal)) is not None:
+        return out
+    if causal:
         k, v = pieces[0]
         return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, scale=scale,
                                               enable_gqa=q.shape[0] != k.shape[0])[0]
