@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..model.loader import LoadedModel
-from ..runtime.ragged import SequenceKV
+from ..runtime.kv_sequence import SequenceKV, pooled_sequence
 from ..types import LayeredDocuments
 from .context import PrefixKV
 from .rope_rows import block_writers
@@ -22,8 +22,7 @@ def filled_sequence(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, 
     (the caller rotates layer by layer instead). ``docs`` must have a ``fill``; ``cos``/``sin``: ``[doc tokens,
     head_dim]`` at the documents' positions."""
     p_len, n = (prefix.num_tokens if prefix is not None else 0), sum(docs.num_tokens)
-    seq = SequenceKV([], lm.num_layers, int(lm.config.num_key_value_heads), lm.head_dim, lm.kv_dtype, lm.device,
-                     p_len + n + room)
+    seq = pooled_sequence(lm, p_len + n + room)
     runs = seq.own_runs(0, p_len + n)
     if len(runs) != 1:
         seq.release()

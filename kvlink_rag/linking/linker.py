@@ -14,7 +14,7 @@ import torch
 
 from ..model.loader import LoadedModel
 from ..runtime.hf_cache import cache_view, prefill, runs_on_runner
-from ..runtime.ragged import SequenceKV
+from ..runtime.kv_sequence import SequenceKV, pooled_sequence
 from ..types import ContextTooLong, DocumentKV, LayeredDocuments
 from .context import LinkedContext, PrefixKV, Segment, Timings
 from .kvcache import build_cache
@@ -228,9 +228,7 @@ def _runner_new_tokens(lm: LoadedModel, doc_k: list[torch.Tensor] | None, doc_v:
     embeds, new_pos, mask, storage_pos = _new_token_inputs(lm, segments, slot_links, question_ids, anchored, doc_pos)
     if seq is None:
         n_cached, n_new = int(doc_k[0].shape[1]), int(embeds.shape[0])
-        cfg = lm.config
-        seq = SequenceKV([], lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device,
-                         n_cached + n_new + max(new_tokens, 1))
+        seq = pooled_sequence(lm, n_cached + n_new + max(new_tokens, 1))
         for i, (k, v) in enumerate(zip(doc_k, doc_v)):
             seq.write(i, k, v)
         seq.commit(n_cached)

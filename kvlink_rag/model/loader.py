@@ -49,6 +49,8 @@ class LoadedModel:
         runner: the model runner, built on first use (:func:`kvlink_rag.runtime.model_runner.get_runner`).
         kv_pool: the KV block pool of the scheduler's sequences, made on first use
             (:func:`kvlink_rag.runtime.block_pool.kv_pool`).
+        scratch_pool: the one-request paths' KV pool, one arena as long as the longest sequence so far, reused
+            so that their writes land in touched pages (:func:`kvlink_rag.runtime.kv_sequence.pooled_sequence`).
     """
 
     model: torch.nn.Module
@@ -61,6 +63,7 @@ class LoadedModel:
     weight_format: str = "native"
     runner: Runner | None = field(default=None, repr=False, compare=False)
     kv_pool: object | None = field(default=None, repr=False, compare=False)
+    scratch_pool: object | None = field(default=None, repr=False, compare=False)
 
     @property
     def config(self):

@@ -83,12 +83,16 @@ def test_bad_sizes_are_refused():
         BlockPool(1, 1, 1, torch.float32, block_size=0)
 
 
-def test_an_arena_without_a_block_in_use_is_given_back_but_the_first():
+def test_an_arena_without_a_block_in_use_is_given_back_but_the_first_and_one_spare():
     p = pool()
-    first, second = p.allocate(8), p.allocate(3)
-    assert p.num_blocks == 16 and second == [8, 9, 10]
+    first, second, third = p.allocate(8), p.allocate(3), p.allocate(8)
+    assert p.num_blocks == 24 and second == [8, 9, 10] and third == list(range(16, 24))
+    spare = p.arenas[1][0].data_ptr()
     p.decref(second)
-    assert p.num_blocks == 8 and p.arenas[1] is None and p.free_blocks == 0
+    assert p.num_blocks == 24 and p.free_blocks == 8  # arena 1 empty: kept as the spare
+    p.decref(third)
+    assert p.num_blocks == 16 and p.arenas[2] is None  # a second empty arena goes
     p.decref(first)
-    assert p.num_blocks == 8 and p.free_blocks == 8  # the first arena stays
-    assert p.allocate(9) == list(range(9)) and p.num_blocks == 16  # the given-back slot is used again
+    assert p.num_blocks == 16 and p.free_blocks == 16  # the first arena stays
+    assert p.allocate(9) == list(range(9)) and p.arenas[1][0].data_ptr() == spare  # the spare's pages are reused
+    assert len(p.allocate(9)) == 9 and p.num_blocks == 24 and p.arenas[2] is not None  # the given-back slot again
