@@ -9,6 +9,7 @@ the decode-and-time loop).
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Generator
 
@@ -60,6 +61,8 @@ class Engine(EngineDocuments):
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
+        self.token_memo = functools.lru_cache(maxsize=4096)(
+            lambda text, title: self.template.document_ids(tok, text, title))
         self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
                                settings.chunk_tokens)
 

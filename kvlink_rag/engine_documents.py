@@ -1,10 +1,12 @@
 """The engine's documents: a document's ids, cache keys and chunks, the token budget a document may take,
 its encoding, and the resolution of a request's documents to cached or fresh KV (what the linker and the
-batching scheduler read). :class:`~kvlink_rag.engine.Engine` is built on it; it holds no state of its own.
+batching scheduler read). :class:`~kvlink_rag.engine.Engine` is built on it; it holds no state of its own but
+a memo of documents' token ids.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,10 +45,13 @@ class EngineDocuments:
     min_question_tokens: int
     cache: DocumentCache
     chunker: Chunker
+    token_memo: Callable[[str, str], torch.Tensor]
 
     def document_ids(self, doc: Document) -> torch.Tensor:
-        """``[tokens]`` int64 ids of ``doc`` tokenised alone. Raises ValueError if empty."""
-        return self.template.document_ids(self.lm.tokenizer, doc.text, doc.title)
+        """``[tokens]`` int64 ids of ``doc`` tokenised alone (memoised per text and title: a request's documents
+        were tokenised twice at admission, for the fit check and the layout, and again by the chunker; callers
+        must not modify the tensor). Raises ValueError if empty."""
+        return self.token_memo(doc.text, doc.title)
 
     def cache_key(self, doc: Document, cache: DocumentCache | None = None) -> str:
         """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text.
