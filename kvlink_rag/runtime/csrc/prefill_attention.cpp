@@ -115,27 +115,6 @@ Packed pack(const std::vector<torch::Tensor>& ks, const std::vector<torch::Tenso
   return out;
 }
 
-// Scores of R query rows (bfloat16 pairs q32[r][p]) over keys [0, extent) (a multiple of 64) into s[r][*].
-template <int R>
-void scores(const uint32_t* const* q32, const uint32_t* kh, int64_t extent, float* const* s) {
-  for (int64_t j = 0; j < extent; j += 64) {
-    __m512 acc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
-    const uint32_t* kb = kh + (j / 16) * P * 16;
-    for (int p = 0; p < P; ++p) {
-      __m512bh kv[4];
-      for (int c = 0; c < 4; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(kb + c * P * 16 + p * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512bh qb = (__m512bh)_mm512_set1_epi32(static_cast<int>(q32[r][p]));
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qb, kv[c]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(s[r] + j + 16 * c, acc[r][c]);
-  }
-}
-
 // A row's masked-in lanes of 16 keys from j (the first `left` of them) as float32; the rest read as 0.
 inline __m512 mask16(const uint16_t* m, __mmask16 in) {
   const __m256i x = _mm256_maskz_loadu_epi16(in, m);
@@ -147,21 +126,54 @@ inline __mmask16 first(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
 }
 
-// Row r's scores scaled and masked in place (additive mask row `mrow` or none, keys >= `visible` masked),
-// softmax in float32 over [0, extent) (a multiple of 32), the probabilities as bfloat16 in prob; returns 1 / sum.
+// One task's query rows as the score pass reads them.
 template <typename M>
-float softmax_row(float* s, const M* mrow, int64_t visible, int64_t extent, float scale, uint16_t* prob) {
-  __m512 vmax = _mm512_set1_ps(kMasked);
-  const __m512 sc = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < extent; j += 16) {
-    const __mmask16 in = first(visible - j);
-    __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + j), sc);
-    if (mrow != nullptr) x = _mm512_add_ps(x, mask16(mrow + j, in));
-    x = _mm512_mask_blend_ps(in, _mm512_set1_ps(kMasked), x);
-    _mm512_storeu_ps(s + j, x);
-    vmax = _mm512_max_ps(vmax, x);
+struct RowSet {
+  const uint32_t* q32[kTaskRows];  // the row's bfloat16 query as 32 dim pairs
+  const M* mask[kTaskRows];        // its additive mask row, or null
+  int64_t visible[kTaskRows];      // keys at or past this are masked
+  float* s[kTaskRows];             // its scores, then (in place) nothing more: probabilities go to prob
+  float max[kTaskRows][16];        // running maximum per lane
+};
+
+// Scores of rows r0..r0+R over keys [0, extent) (a multiple of 64): q.k in float32 from bfloat16 pairs, times the
+// scale, plus the mask, masked past `visible`, stored, with each row's running maximum.
+template <int R, typename M>
+void scores(RowSet<M>& rs, int r0, const uint32_t* kh, int64_t extent, float scale) {
+  const __m512 sc = _mm512_set1_ps(scale), masked = _mm512_set1_ps(kMasked);
+  for (int64_t j = 0; j < extent; j += 64) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    const uint32_t* kb = kh + (j / 16) * P * 16;
+    for (int p = 0; p < P; ++p) {
+      __m512bh kv[4];
+      for (int c = 0; c < 4; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(kb + c * P * 16 + p * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh qb = (__m512bh)_mm512_set1_epi32(static_cast<int>(rs.q32[r0 + r][p]));
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], kv[c], qb);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      __m512 mx = _mm512_loadu_ps(rs.max[r0 + r]);
+      for (int c = 0; c < 4; ++c) {
+        const int64_t at = j + 16 * c;
+        const __mmask16 in = first(rs.visible[r0 + r] - at);
+        __m512 x = _mm512_mul_ps(acc[r][c], sc);
+        if (rs.mask[r0 + r] != nullptr) x = _mm512_add_ps(x, mask16(rs.mask[r0 + r] + at, in));
+        x = _mm512_mask_blend_ps(in, masked, x);
+        _mm512_storeu_ps(rs.s[r0 + r] + at, x);
+        mx = _mm512_max_ps(mx, x);
+      }
+      _mm512_storeu_ps(rs.max[r0 + r], mx);
+    }
   }
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+}
+
+// Row r's softmax in float32 over its scores [0, extent) (a multiple of 32), the probabilities as bfloat16 in
+// prob; returns 1 / sum (0 for a row with every key masked: its output is zeros).
+inline float softmax_row(const float* s, const float* lane_max, int64_t extent, uint16_t* prob) {
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_loadu_ps(lane_max)));
   const __m512 floor = _mm512_set1_ps(-1e30f);  // at or below: masked (the mask's finfo.min or -inf)
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < extent; j += 32) {
@@ -174,7 +186,7 @@ float softmax_row(float* s, const M* mrow, int64_t visible, int64_t extent, floa
     _mm512_storeu_si512(prob + j, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
   }
   const float sum = _mm512_reduce_add_ps(vsum);
-  return sum > 0.f ? 1.f / sum : 0.f;  // a row with every key masked gives zeros
+  return sum > 0.f ? 1.f / sum : 0.f;
 }
 
 // Outputs of R rows: sum over key pairs of (p[2jp], p[2jp+1]) . vp[jp], times 1 / sum, rounded to bfloat16.
@@ -219,25 +231,24 @@ void task(const torch::Tensor& q, const Packed& kvp, int64_t g, const M* mask, i
   const int64_t last = causal ? L - n + t0 + rows : L;  // keys the task's last row sees
   const int64_t kext = (last + 63) / 64 * 64, pext = (last + 31) / 32 * 32;
   const uint16_t* qb = reinterpret_cast<const uint16_t*>(q.data_ptr()) + hh * q.stride(0);
-  const uint32_t* q32[kTaskRows];
-  float* srow[kTaskRows];
+  RowSet<M> rs;
   const uint32_t* p32[kTaskRows];
   uint16_t* orow[kTaskRows];
   float inv[kTaskRows];
   for (int64_t r = 0; r < rows; ++r) {
-    q32[r] = reinterpret_cast<const uint32_t*>(qb + (t0 + r) * q.stride(1));
-    srow[r] = s + r * kvp.padded;
+    const int64_t t = t0 + r;
+    rs.q32[r] = reinterpret_cast<const uint32_t*>(qb + t * q.stride(1));
+    rs.mask[r] = mask == nullptr ? nullptr : mask + t * mstride;
+    rs.visible[r] = causal ? L - n + t + 1 : L;
+    rs.s[r] = s + r * kvp.padded;
+    std::fill(rs.max[r], rs.max[r] + 16, kMasked);
     p32[r] = reinterpret_cast<const uint32_t*>(prob + r * kvp.padded);
-    orow[r] = ob + (hh * n + t0 + r) * D;
+    orow[r] = ob + (hh * n + t) * D;
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += 4)
-    Rows<4>::call(static_cast<int>(std::min<int64_t>(4, rows - r0)),
-                  [&](auto R) { scores<decltype(R)::value>(q32 + r0, kh, kext, srow + r0); });
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = t0 + r, visible = causal ? L - n + t + 1 : L;
-    inv[r] = softmax_row<M>(srow[r], mask == nullptr ? nullptr : mask + t * mstride, visible, pext, scale,
-                            prob + r * kvp.padded);
-  }
+  for (int64_t r0 = 0; r0 < rows; r0 += 6)
+    Rows<6>::call(static_cast<int>(std::min<int64_t>(6, rows - r0)),
+                  [&](auto R) { scores<decltype(R)::value, M>(rs, static_cast<int>(r0), kh, kext, scale); });
+  for (int64_t r = 0; r < rows; ++r) inv[r] = softmax_row(rs.s[r], rs.max[r], pext, prob + r * kvp.padded);
   for (int64_t r0 = 0; r0 < rows; r0 += 6)
     Rows<6>::call(static_cast<int>(std::min<int64_t>(6, rows - r0)),
                   [&](auto R) { values<decltype(R)::value>(p32 + r0, inv + r0, vh, pext, orow + r0); });
