@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from factories import tiny_text_engine
 from kvlink_rag.types import ContextTooLong, Document
@@ -76,3 +77,16 @@ def test_a_long_document_counts_as_one_document_of_its_chunks(engine, monkeypatc
                             f"{5 * len(chunks)}, question {question}) plus 1 new token(s); the model's context holds "
                             f"96 tokens (document 'notes' has {tokens} tokens in {len(chunks)} chunks)")
     assert calls == [] and all(eng.cache.get(eng.cache_key(c)) is None for c in chunks)
+
+
+def test_a_documents_ids_are_tokenised_once_and_stay_its_own(engine, monkeypatch):
+    calls = []
+    template = engine.template
+    real = type(template).document_ids
+    monkeypatch.setattr(type(template), "document_ids", lambda self, *a: calls.append(a[1:]) or real(self, *a))
+    doc = Document("a memo a memo a memo", "Memo title")
+    first = engine.document_ids(doc)
+    engine.check_fits([doc, Document("a memo a memo a memo", "Memo title")], 12)
+    assert torch.equal(engine.document_ids(doc), first) and len(calls) == 1
+    other = engine.document_ids(Document("a memo a memo a memo", "Another title"))  # the title is part of the key
+    assert len(calls) == 2 and not torch.equal(other, first)

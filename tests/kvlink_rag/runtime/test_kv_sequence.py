@@ -69,3 +69,29 @@ def test_a_garbage_sequence_gives_its_blocks_back():
     assert pool.free_blocks == 5
     del seq
     assert pool.free_blocks == 8
+
+
+def scratch_model(**kw):
+    """What :func:`pooled_sequence` reads of a loaded model: its shape, KV dtype, device and scratch pool."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(num_layers=2, config=SimpleNamespace(num_key_value_heads=1), head_dim=3,
+                           kv_dtype=torch.float32, device=torch.device("cpu"), scratch_pool=None, **kw)
+
+
+def test_one_request_sequences_reuse_the_scratch_pool_pages():
+    from kvlink_rag.runtime.kv_sequence import pooled_sequence
+
+    lm = scratch_model()
+    first = pooled_sequence(lm, 40)
+    arena = lm.scratch_pool.arenas[0][0].data_ptr()
+    assert len(first.own_runs(0, 40)) == 1
+    first.release()
+    second = pooled_sequence(lm, 33)  # the next request: the same pool, the same touched pages, one run
+    assert lm.scratch_pool.arenas[0][0].data_ptr() == arena and len(second.own_runs(0, 33)) == 1
+    third = pooled_sequence(lm, 40)  # while the second lives: a second arena of the same pool
+    assert len(third.own_runs(0, 40)) == 1 and third.own_runs(0, 40)[0][0].data_ptr() != arena
+    longer = pooled_sequence(lm, 100)  # longer than the arenas: a new pool sized to it
+    assert lm.scratch_pool.arena_blocks == 7 and len(longer.own_runs(0, 100)) == 1
+    second.append(tokens(33), -tokens(33))
+    assert torch.equal(second.own_kv()[0], tokens(33))  # the old pool lives on with its sequences
