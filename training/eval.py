@@ -120,12 +120,12 @@ def document_bytes(engine: Engine, ctx, n_docs: int) -> float:
     return kept * per_token * elem / max(1, n_docs)
 
 
-@torch.inference_mode()
 def mode_k(mode: str) -> int | None:
     """Link tokens a linked ``mode`` uses: 0 for naive reuse and CacheBlend, None (the engine's K) otherwise."""
     return 0 if mode.startswith(("naive", "cacheblend")) else None
 
 
+@torch.inference_mode()  # the adapter's parameters require grad: no graph for the answer's scoring forward
 def score_mode(engine: Engine, mode: str, question: str, docs: list[Document], answer: str,
                max_new_tokens: int, retention: Retention = Retention()) -> dict:
     """One question under one mode: ``{"answer", "ttft_s", "nll"}`` (and ``bytes_per_doc`` for linked modes).
