@@ -1,17 +1,19 @@
 // Prefill attention over bfloat16 KV with float32 scores from AVX512-BF16 dot products (vdpbf16ps).
 //
-// torch's CPU SDPA reaches ~110-140 GFLOP/s on bfloat16 prefill rows here, against ~400 for a GEMM of the
+// torch's CPU SDPA reaches ~80-140 GFLOP/s on bfloat16 prefill rows here, against ~400 for a GEMM of the
 // same shape (BENCHMARKS.md, issue 24): the link-and-question forward at 4k tokens and a full prefill spend
 // most of their time there. This kernel computes, per query row, every score in one pass (bfloat16 products
 // accumulated in float32, the softmax scale, the additive mask), the softmax in float32 over the whole row
 // (exact maximum, no online rescaling), the probabilities rounded to bfloat16 (as flash attention's P @ V),
 // and P @ V accumulated in float32 in registers over all keys; the output is rounded to bfloat16 once.
 //
-// Layouts (repacked once per call, per KV head, from the pieces in storage order, keys padded to 32):
+// Layouts (repacked once per call, per KV head, from the pieces in storage order, keys padded to 64 with zeros):
 //   kp[h][block of 16 keys][pair p of dims][key i]  = (k[2p], k[2p+1]) of key 16 * block + i  (32 bits)
 //   vp[h][pair of keys jp][dim d]                  = (v[2 jp][d], v[2 jp + 1][d])            (32 bits)
 // so a score vector is 32 vdpbf16ps of a broadcast query pair against kp, and an output vector 1 vdpbf16ps per
 // key pair of a broadcast probability pair against vp. Tasks are (query head, 12 tokens), in parallel.
+// Scratch (the packed KV in the calling thread, scores and probabilities per worker) is grow-only per thread:
+// ~3 MB and ~0.3 MB a thread at 4k keys, kept for the next call.
 #include "kernels.h"
 #include <ATen/Parallel.h>
 #include <algorithm>
