@@ -3,9 +3,9 @@ with chunked prefill (the settings' step budget) and without (one step takes the
 tree is off, so every full request computes its whole prompt (with it, repeats would be served from it).
 
 Sample ``i`` sends the query :data:`FIRST_ARRIVAL_S` + ``i`` x :data:`ARRIVAL_STEP_S` seconds after the long
-request, so the samples land at different phases of its steps: with one fixed delay every sample arrived at the
-same point of the same step, and the median was that step's remaining time (one run 1.8x idle, the next 5.1x,
-on the same code)."""
+request, wrapped into the first 80% of the previous long request's duration, so the samples land at different
+phases of its steps and always while it runs: with one fixed delay every sample arrived at the same point of the
+same step, and the median was that step's remaining time (one run 1.8x idle, the next 5.1x, on the same code)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
             t0 = time.perf_counter()
             worker = threading.Thread(target=lambda: _ttft(q, f"{examples[1].question} ({i})", ["long"], "full", 1))
             worker.start()
-            time.sleep(FIRST_ARRIVAL_S + ARRIVAL_STEP_S * i)  # the full prefill is under way, at another phase
+            span = 0.8 * full_s[-1] - FIRST_ARRIVAL_S if full_s else 0.0
+            offset = ARRIVAL_STEP_S * i
+            time.sleep(FIRST_ARRIVAL_S + (offset % span if span > 0 else offset))  # under way, at another phase
             busy.append(_ttft(q, examples[0].question, ["short"]))
             worker.join()
             full_s.append(time.perf_counter() - t0)
