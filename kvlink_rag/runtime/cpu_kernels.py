@@ -34,6 +34,9 @@ ISAS = {
                ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"]),
     "avx2": ({"avx2", "f16c", "fma"}, ["-mavx2", "-mf16c", "-mfma"]),
 }
+# instruction set -> {CPU flag: compiler flag} of extensions used where the CPU has them (prefill_attention.cpp
+# compiles its kernel only under -mavx512bf16; without it the module reports it unavailable)
+OPTIONAL = {"avx512": {"avx512_bf16": "-mavx512bf16"}}
 
 
 def _cpu_flags() -> set[str]:
@@ -86,7 +89,8 @@ def kernels():
     from torch.utils.cpp_extension import load
 
     try:
-        flags = [*CFLAGS, *ISAS[name][1], *(["-mavx512bf16"] if name == "avx512" and "avx512_bf16" in _cpu_flags() else [])]
+        cpu = _cpu_flags()
+        flags = [*CFLAGS, *ISAS[name][1], *(f for flag, f in OPTIONAL.get(name, {}).items() if flag in cpu)]
         return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash(flags)}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
                     extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler / ninja: callers keep torch's kernels

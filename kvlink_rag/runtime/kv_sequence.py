@@ -249,10 +249,11 @@ def pooled_sequence(lm, capacity: int) -> SequenceKV:
     one comes), kept between requests, so that a one-request path (``ask``, ``eval``, the TTFT bench) writes into
     pages an earlier request touched. A fresh buffer per request page-faulted on its first writes: ~65 ms of a
     4k-token linked TTFT on the development machine. Its blocks go back when it is released or garbage."""
-    blocks = -(-max(capacity, 1) // 16)
+    bs = 16
+    blocks = -(-max(capacity, 1) // bs)
     pool = lm.scratch_pool
     if not isinstance(pool, BlockPool) or pool.dtype != lm.kv_dtype or pool.arena_blocks < blocks:
         pool = BlockPool(lm.num_layers, int(lm.config.num_key_value_heads), lm.head_dim, lm.kv_dtype, lm.device,
-                         16, arena_blocks=blocks)
+                         bs, arena_blocks=blocks)
         lm.scratch_pool = pool
     return SequenceKV([], *pool.shape, pool.dtype, pool.device, capacity, pool=pool)

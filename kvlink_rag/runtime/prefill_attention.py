@@ -42,13 +42,14 @@ def available() -> bool:
 
 
 def _fits(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None) -> bool:
-    k = pieces[0][0]
+    """The kernel's case: CPU, bfloat16 queries and every piece bfloat16, head_dim 64 with unit stride, key rows
+    on 32-bit boundaries, a bfloat16 or float32 mask with unit column stride."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16 or q.shape[-1] != 64 or q.stride(-1) != 1:
         return False
     if mask is not None and (mask.dtype not in MASK_DTYPES or mask.stride(-1) != 1):
         return False
-    return k.dtype == torch.bfloat16 and all(k.stride(-1) == 1 and v.stride(-1) == 1 and k.stride(1) % 2 == 0
-                                             for k, v in pieces)
+    return all(k.dtype == v.dtype == torch.bfloat16 and k.stride(-1) == v.stride(-1) == 1 and k.stride(1) % 2 == 0
+               for k, v in pieces)
 
 
 def attend_prefill(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None, scale: float, causal: bool

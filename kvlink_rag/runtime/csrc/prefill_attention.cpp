@@ -134,7 +134,7 @@ struct RowSet {
   const uint32_t* q32[kTaskRows];  // the row's bfloat16 query as 32 dim pairs
   const M* mask[kTaskRows];        // its additive mask row, or null
   int64_t visible[kTaskRows];      // keys at or past this are masked
-  float* s[kTaskRows];             // its scores, then (in place) nothing more: probabilities go to prob
+  float* s[kTaskRows];             // its scores, scaled and masked (the probabilities go to a buffer of their own)
   float max[kTaskRows][16];        // running maximum per lane
 };
 

@@ -114,6 +114,8 @@ def test_cases_outside_the_kernel_are_left_to_sdpa():
     q, pieces = make(5, [12])
     assert attend_prefill(q.float(), [(k.float(), v.float()) for k, v in pieces], None, SCALE, False) is None
     assert attend_prefill(q, pieces, torch.zeros(5, 12, dtype=torch.float16), SCALE, False) is None
+    mixed = [*pieces, (torch.randn(3, 4, 64), torch.randn(3, 4, 64))]  # a float32 piece after a bfloat16 one
+    assert attend_prefill(q, mixed, None, SCALE, False) is None
     q96 = torch.randn(9, 5, 96).bfloat16()
     assert attend_prefill(q96, [(torch.randn(3, 12, 96).bfloat16(),) * 2], None, SCALE, False) is None
 
