@@ -1,11 +1,11 @@
 """Attention of a prefill row (several query tokens) over bfloat16 KV pieces with the runner's C++ kernel.
 
-torch's CPU SDPA runs bfloat16 prefill attention at ~90-140 GFLOP/s on this 2-core AVX512-BF16 CPU against
+torch's CPU SDPA runs bfloat16 prefill attention at ~60-140 GFLOP/s on this 2-core AVX512-BF16 CPU against
 ~400 for a GEMM of the same shape; at 4k keys that was most of a linked request's link-and-question forward
 and of a full prefill (BENCHMARKS.md, issue 24). ``csrc/prefill_attention.cpp`` computes each query row's
 scores as bfloat16 products accumulated in float32 (AVX512-BF16 ``vdpbf16ps``), the scale and additive mask,
 an exact-maximum softmax in float32, the probabilities rounded to bfloat16 for ``P @ V`` (as flash attention's
-kernels do) and the output rounded to bfloat16 once: 2.2-4.4x SDPA on these shapes, its error against a
+kernels do) and the output rounded to bfloat16 once: 2.2-4.6x SDPA on these shapes, its error against a
 float32 reference no larger than SDPA's own in bfloat16 (tests). Several pieces are read in place (no join);
 a causal row skips the keys past its diagonal.
 

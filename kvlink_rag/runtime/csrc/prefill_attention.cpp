@@ -1,6 +1,6 @@
 // Prefill attention over bfloat16 KV with float32 scores from AVX512-BF16 dot products (vdpbf16ps).
 //
-// torch's CPU SDPA reaches ~80-140 GFLOP/s on bfloat16 prefill rows here, against ~400 for a GEMM of the
+// torch's CPU SDPA reaches ~60-140 GFLOP/s on bfloat16 prefill rows here, against ~400 for a GEMM of the
 // same shape (BENCHMARKS.md, issue 24): the link-and-question forward at 4k tokens and a full prefill spend
 // most of their time there. This kernel computes, per query row, every score in one pass (bfloat16 products
 // accumulated in float32, the softmax scale, the additive mask), the softmax in float32 over the whole row
