@@ -28,9 +28,10 @@ def _ttft(queries, question: str, doc_ids: list[str], mode: str = "linked", new:
     return float(r.timings["ttft_s"])
 
 
-def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_tokens: int, samples: int,
-                log) -> dict:
-    rt = runtime(engine, max_step_tokens=step_tokens, prefix_cache_bytes=0)  # no tree: every full request prefills
+def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_tokens: int, cap: int,
+                samples: int, log) -> dict:
+    rt = runtime(engine, max_step_tokens=step_tokens, long_prefill_budget=cap,
+                 prefix_cache_bytes=0)  # no tree: every full request prefills
     try:
         ingest(rt, {"short": examples[0]})
         rt.documents.ingest(TENANT, "long", long_text)
@@ -50,31 +51,34 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
             busy.append(_ttft(q, examples[0].question, ["short"]))
             worker.join()
             full_s.append(time.perf_counter() - t0)
-        log(f"step budget {step_tokens}: idle {statistics.median(idle):.2f} s, busy {statistics.median(busy):.2f} s "
+        log(f"step budget {step_tokens}, long-prefill cap {cap}: idle {statistics.median(idle):.2f} s, busy {statistics.median(busy):.2f} s "
             f"(max {max(busy):.2f})")
     finally:
         rt.close()
-    return {"step_tokens": step_tokens, "idle_ttft_p50_s": statistics.median(idle),
+    return {"step_tokens": step_tokens, "long_prefill_budget": cap, "idle_ttft_p50_s": statistics.median(idle),
             "busy_ttft_p50_s": statistics.median(busy), "busy_ttft_max_s": max(busy), "busy_ttft_s": busy,
             "ratio": statistics.median(busy) / statistics.median(idle),
             "full_request_s": statistics.median(full_s)}
 
 
 def prefill_interference(engine: Engine, examples: list[NQExample], long_tokens: int = 3300, samples: int = 3,
-                         step_tokens: int = 256, log=print) -> dict:
-    """Rows for the settings' chunked budget and for an unchunked scheduler, side by side in one run."""
+                         step_tokens: int = 256, long_prefill_budget: int = 0, log=print) -> dict:
+    """Rows for the settings' chunked budget (with its long-prefill cap, then without it when one is set) and for
+    an unchunked scheduler, side by side in one run."""
     text = _long_text(examples, engine, long_tokens, 100)
     n = int(engine.document_ids(type(examples[0].gold)(text)).numel())
-    rows = [_one_budget(engine, examples, text, b, samples, log) for b in (step_tokens, UNCHUNKED)]
+    budgets = [(step_tokens, long_prefill_budget)] + ([(step_tokens, 0)] if long_prefill_budget else [])
+    rows = [_one_budget(engine, examples, text, b, cap, samples, log) for b, cap in budgets + [(UNCHUNKED, 0)]]
     return {"full_prompt_document_tokens": n, "rows": rows}
 
 
 def markdown(result: dict) -> str:
     lines = [f"## A cached query while a {result['full_prompt_document_tokens']}-token full prefill runs (scheduler)", "",
-             "| step budget (tokens) | idle TTFT p50 s | TTFT while the full prefill runs, p50 s | ratio | full request s |",
-             "|---|---|---|---|---|"]
+             "| step budget (tokens) | long-prefill cap | idle TTFT p50 s | TTFT while the full prefill runs, p50 s | "
+             "ratio | full request s |", "|---|---|---|---|---|---|"]
     for r in result["rows"]:
         budget = "unchunked" if r["step_tokens"] == UNCHUNKED else str(r["step_tokens"])
-        lines.append(f"| {budget} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | {r['ratio']:.1f}x | "
+        cap = r.get("long_prefill_budget") or "none"
+        lines.append(f"| {budget} | {cap} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | {r['ratio']:.1f}x | "
                      f"{r['full_request_s']:.1f} |")
     return "\n".join(lines) + "\n"

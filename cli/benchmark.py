@@ -217,8 +217,8 @@ def bench_interference(
     samples: Annotated[int, typer.Option(help="Cached queries timed idle and while the long prefill runs.")] = 3,
     json_out: Annotated[Optional[Path], typer.Option("--json")] = None,
 ) -> None:
-    """A cached query's TTFT idle and while a long full-mode prefill runs, chunked (KVLINK_RAG_MAX_STEP_TOKENS)
-    and unchunked, side by side."""
+    """A cached query's TTFT idle and while a long full-mode prefill runs, chunked (KVLINK_RAG_MAX_STEP_TOKENS, with
+    and without KVLINK_RAG_LONG_PREFILL_BUDGET's cap) and unchunked, side by side."""
     if tokens < 100 or samples < 1:
         fail("--tokens must be >= 100 and --samples >= 1")
     from bench.prefill_interference import markdown, prefill_interference
@@ -232,7 +232,7 @@ def bench_interference(
     engine = make_engine(settings)
     with results_only_stdout():
         result = prefill_interference(engine, examples, tokens, samples, settings.max_step_tokens,
-                                      log=lambda m: console.print(m))
+                                      settings.long_prefill_budget, log=lambda m: console.print(m))
     out.print(markdown(result))
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2))

@@ -123,7 +123,8 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
     running = settings.max_running_requests if settings.scheduler else 1  # off: one request at a time
     limits = SchedulerLimits(max_running=running, max_waiting=settings.max_waiting_requests,
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
-                             max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens)
+                             max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens,
+                             long_prefill_budget=settings.long_prefill_budget)
     configure_pool(engine.lm, settings.kv_pool_bytes, settings.kv_block_size)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits,
                      policy=make_policy(settings.admission_policy))

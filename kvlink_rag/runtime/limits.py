@@ -30,6 +30,9 @@ class SchedulerLimits:
             would unload an adapter in use); a request for another waits until one is free.
         max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
             shortest remaining prefill first, in the room left (:func:`kvlink_rag.runtime.step_budget.allot`).
+        long_prefill_budget: token-equivalents a prefill with more than ``max_step_tokens`` left computes a step
+            (tokens weighted by the attention over the keys before them, :func:`~kvlink_rag.runtime.step_budget.key_weight`),
+            so a step of a long prompt stays short for whoever arrives during it; 0: no cap.
     """
 
     max_running: int = 16
@@ -39,6 +42,7 @@ class SchedulerLimits:
     bucket_bounds: tuple[int, int] = (64, 256)
     max_adapters: int = 4
     max_step_tokens: int = 256
+    long_prefill_budget: int = 128
 
     def bucket(self, tokens: int) -> str:
         """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""

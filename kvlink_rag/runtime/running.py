@@ -92,6 +92,11 @@ class RunningRequest:
         """Tokens of :attr:`pending` not yet computed (0 when finished)."""
         return 0 if self.pending is None else self.pending.num_tokens - self.fed
 
+    @property
+    def context_keys(self) -> int:
+        """Keys its next token attends to before its own: every token of its KV so far (shared and own)."""
+        return 0 if self.seq is None else self.seq.num_tokens
+
     def next_chunk(self, n: int) -> PendingPrefill:
         """The next ``n`` (at most :attr:`pending_left`) tokens of :attr:`pending` to compute, with their rows of
         its mask over every key up to the chunk's last token (chunked prefill: the same attention as one
