@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+from kvlink_rag.runtime.omp_pool import release_thread_pool
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -65,5 +66,8 @@ def explanation(eng: Engine, plan, attention: tuple | None, answer_ids: list[int
     from kvlink_rag.explain.leave_one_out import leave_one_out, with_leave_one_out
 
     with lock if lock is not None else nullcontext():
-        drops = leave_one_out(eng, plan.question, docs, answer_ids, plan.k, plan.retention)
+        try:
+            drops = leave_one_out(eng, plan.question, docs, answer_ids, plan.k, plan.retention)
+        finally:
+            release_thread_pool()  # this request's thread hands the model back (kvlink_rag.runtime.omp_pool)
     return with_leave_one_out(body, drops)

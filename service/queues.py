@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from kvlink_rag.runtime.omp_pool import release_thread_pool
 from service.errors import QueueUnavailable
 
 if TYPE_CHECKING:
@@ -108,7 +109,10 @@ class EmbeddedQueue:
         while self.model_busy is not None and self.model_busy() and time.monotonic() < deadline:
             time.sleep(0.005)
         with self.model_lock:
-            yield
+            try:
+                yield
+            finally:
+                release_thread_pool()  # the scheduler's thread runs the next forwards (kvlink_rag.runtime.omp_pool)
 
     def _run(self, tenant: str, doc_id: str, version: int) -> None:
         from kvlink_rag.linking.document_prefill import chunk_guard
@@ -121,6 +125,7 @@ class EmbeddedQueue:
             self.documents.mark_failed(tenant, doc_id, version, f"{type(e).__name__}: {e}")
         finally:
             chunk_guard.reset(token)
+            release_thread_pool()  # what ran outside the chunks (scoring, storing) opened a team too
             with self._count_lock:
                 self._pending -= 1
 

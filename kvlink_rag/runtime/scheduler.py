@@ -26,7 +26,8 @@ from .block_pool import PoolExhausted, kv_pool
 from ..model.loader import LoadedModel
 from .gen_request import GenRequest, GenResult, RequestHandle
 from .limits import SchedulerLimits
-from .step_budget import allot
+from .omp_pool import release_thread_pool
+from .step_budget import allot, key_weight
 from .waiting import Waiting, WaitingQueue
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class Scheduler:
         if isinstance(lm, LoadedModel):  # a full pool asks the tree to evict its LRU leaves first
             kv_pool(lm).add_reclaimer(tree.shrink)
         self.limits = limits or SchedulerLimits()
+        self.key_weight = key_weight(lm) if isinstance(lm, LoadedModel) else 0.0  # chunk cost of attention
         self.policy = policy or BucketPolicy()
         self.observe = observe
         self.waiting = WaitingQueue(self.limits, self.policy)  # the admission choice of each step
@@ -58,6 +60,7 @@ class Scheduler:
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="kvlink-scheduler", daemon=True)
         self.steps = 0  # the thread starts with the first request: workers and CLI commands never need it
+        release_thread_pool()  # the model's forwards run on the scheduler's thread: this one (that loaded it) stops
 
     # -- front-end side ---------------------------------------------------------------------------
     def submit(self, request: GenRequest, link_k: int = 0) -> RequestHandle:
@@ -68,6 +71,7 @@ class Scheduler:
         """
         handle = RequestHandle(request)
         tokens = request.estimated_new_tokens(link_k)
+        release_thread_pool()  # whatever this thread computed for the request, the scheduler's team runs it
         with self._cond:
             self.waiting.add(handle, tokens)
             if not self._thread.is_alive() and not self._stop:
@@ -101,6 +105,8 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
+                if not self._stop and not self.waiting and not self.running:
+                    release_thread_pool()  # idle: other threads' model work (precompute) runs at full speed
                 while not self._stop and not self.waiting and not self.running:
                     self._cond.wait(timeout=1.0)
                 if self._stop:
@@ -144,7 +150,8 @@ class Scheduler:
                     self.running.append((w.handle, rr))
             self._drop_cancelled()
             groups: dict = defaultdict(list)
-            for h, rr, n in allot(self.running, self.limits.max_step_tokens):
+            cap = self.limits.long_prefill_budget or None
+            for h, rr, n in allot(self.running, self.limits.max_step_tokens, cap, self.key_weight):
                 groups[rr.adapter].append((h, rr, rr.next_chunk(n)))
             rows = 0
             for adapter, members in groups.items():

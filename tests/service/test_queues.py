@@ -42,3 +42,15 @@ def test_a_precompute_chunk_waits_while_the_scheduler_is_busy_then_takes_the_mod
     with q._model_turn():
         assert lock.locked()
     assert time.monotonic() - t0 < 1
+
+
+def test_a_precompute_chunk_gives_back_its_threads_openmp_team(monkeypatch):
+    import service.queues as queues
+    from service.model_lock import FairLock
+
+    calls = []
+    monkeypatch.setattr(queues, "release_thread_pool", lambda: calls.append("released"))
+    q = EmbeddedQueue(FairLock(), threads=0)
+    with q._model_turn():  # the chunk's forward ran with this thread's team
+        assert calls == []
+    assert calls == ["released"]  # the scheduler's team stays the only one (kvlink_rag.runtime.omp_pool)
