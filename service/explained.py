@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from kvlink_rag.runtime.omp_pool import release_thread_pool
+from kvlink_rag.omp_pool import release_thread_pool
 from service.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -69,5 +69,5 @@ def explanation(eng: Engine, plan, attention: tuple | None, answer_ids: list[int
         try:
             drops = leave_one_out(eng, plan.question, docs, answer_ids, plan.k, plan.retention)
         finally:
-            release_thread_pool()  # this request's thread hands the model back (kvlink_rag.runtime.omp_pool)
+            release_thread_pool()  # this request's thread hands the model back (kvlink_rag.omp_pool)
     return with_leave_one_out(body, drops)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from kvlink_rag.runtime.omp_pool import release_thread_pool
+from kvlink_rag.omp_pool import release_thread_pool
 from service.errors import QueueUnavailable
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class EmbeddedQueue:
             try:
                 yield
             finally:
-                release_thread_pool()  # the scheduler's thread runs the next forwards (kvlink_rag.runtime.omp_pool)
+                release_thread_pool()  # the scheduler's thread runs the next forwards (kvlink_rag.omp_pool)
 
     def _run(self, tenant: str, doc_id: str, version: int) -> None:
         from kvlink_rag.linking.document_prefill import chunk_guard

@@ -39,7 +39,7 @@ FORBIDDEN = {
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (
-    ("types", "retention", "bounds", "cache", "encodable", "home", "settings"),  # kernel
+    ("types", "retention", "bounds", "cache", "encodable", "home", "settings", "omp_pool"),  # kernel
     ("model",),  # loading, families, LoRA, attention capture
     ("text",),  # chat-template framing, conversations, chunks
     ("linking",),  # RoPE, mask, precompute, link tokens, linker
@@ -58,6 +58,7 @@ STORE_KERNEL = {
     "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
     "kvlink_rag.bounds": "the range of a retention (retention.py re-exports its check)",
     "kvlink_rag.encodable": "which texts and JSON values can be stored and served, and the normal form keys hash",
+    "kvlink_rag.omp_pool": "helper threads that copy KV beside a forward open no OpenMP team of their own",
     "kvlink_rag.home": "the home folder, the settings base every layer's class derives from, the check of a name "
                        "against a registry",
 }

@@ -3,7 +3,8 @@
 Split as nano-vllm splits its engine:
 
 - engine loop: :mod:`.scheduler` (the thread: admit, allot the step's tokens, one packed forward per
-  adapter, sample, finish);
+  adapter, sample, finish), :mod:`kvlink_rag.omp_pool` (other threads give back their OpenMP teams, so the scheduler's
+  is the only one spinning);
 - scheduling: :mod:`.waiting` (the waiting queue: which requests a step admits), :mod:`.admission` (the
   admission policy), :mod:`.step_budget` (chunked prefill mixed with decode);
 - requests: :mod:`.gen_request` (request, handle, result), :mod:`.running` (a running request's state),

@@ -26,7 +26,7 @@ from .block_pool import PoolExhausted, kv_pool
 from ..model.loader import LoadedModel
 from .gen_request import GenRequest, GenResult, RequestHandle
 from .limits import SchedulerLimits
-from .omp_pool import release_thread_pool
+from ..omp_pool import release_thread_pool
 from .step_budget import allot, key_weight
 from .waiting import Waiting, WaitingQueue
 

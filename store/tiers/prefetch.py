@@ -23,6 +23,7 @@ from store.records.ordered_layout import record_importance
 from store.records.codec import target_dtype
 from store.records.one_thread import write_into
 from store.tiers.reader_depth import reader_depth
+from kvlink_rag.omp_pool import serial_thread
 from store.tiers.tier_fill import TIER_FILLER
 
 
@@ -153,6 +154,7 @@ class _StoredReader(_Reader):
 
     def run(self) -> None:
         """The background reader: layers decoded ``depth`` ahead of the consumer."""
+        serial_thread()  # beside the consumer's forward: no OpenMP team of its own (kvlink_rag.omp_pool)
         try:
             for i in range(self.n_layers):
                 if not self._hand_over(self._layer(i)):
@@ -193,6 +195,7 @@ class _LayerReader(_Reader):
         return kv.keys[i][:, pos], kv.values[i][:, pos]
 
     def run(self) -> None:
+        serial_thread()  # beside the consumer's forward: no OpenMP team of its own (kvlink_rag.omp_pool)
         try:
             got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
                 j: [] for j in self.iters} if self.on_retained is not None else {}

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kvlink_rag.omp_pool import serial_thread
+
 if TYPE_CHECKING:
     from kvlink_rag.types import DocumentKV
 
@@ -50,6 +52,7 @@ class _TierFiller:
 
     def _run(self) -> None:
         _lower_priority()
+        serial_thread()  # its copies never open an OpenMP team beside the serving threads' (kvlink_rag.omp_pool)
         while True:
             item = self.queue.get()
             if item is None:  # closed

@@ -53,4 +53,4 @@ def test_a_precompute_chunk_gives_back_its_threads_openmp_team(monkeypatch):
     q = EmbeddedQueue(FairLock(), threads=0)
     with q._model_turn():  # the chunk's forward ran with this thread's team
         assert calls == []
-    assert calls == ["released"]  # the scheduler's team stays the only one (kvlink_rag.runtime.omp_pool)
+    assert calls == ["released"]  # the scheduler's team stays the only one (kvlink_rag.omp_pool)

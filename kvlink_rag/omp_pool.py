@@ -14,7 +14,8 @@ called on the main thread once the model was loaded, the copy on the scheduler's
 So every thread that ran model work and now hands the model to another gives its team back
 (:func:`release_thread_pool`): the thread that built the scheduler, embedded precompute after each chunk, a
 request's leave-one-out forwards, and the scheduler itself when it goes idle. A thread that opens a parallel
-region again gets a new team (one ``pthread_create`` per worker, microseconds).
+region again gets a new team (one ``pthread_create`` per worker, microseconds). Helper threads that copy KV beside
+a forward (the store's layer readers, the memory-tier filler) never open one (:func:`serial_thread`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ _RUNTIMES = ("libgomp", "libiomp5", "libomp.")  # OpenMP runtimes torch builds l
 
 
 @lru_cache(maxsize=1)
-def _pause():
-    """``omp_pause_resource_all`` of the OpenMP runtime loaded in this process (the one torch uses), or None
-    (no OpenMP runtime loaded, not Linux, or a runtime older than OpenMP 5.0)."""
+def _runtime() -> ctypes.CDLL | None:
+    """The OpenMP runtime loaded in this process (the one torch links), or None (none loaded, not Linux)."""
     import torch  # noqa: F401 - loads the OpenMP runtime torch links
 
     try:
@@ -39,12 +39,20 @@ def _pause():
         return None
     for path in sorted(paths):
         try:
-            fn = ctypes.CDLL(path).omp_pause_resource_all
-        except (OSError, AttributeError):
+            return ctypes.CDLL(path)
+        except OSError:
             continue
-        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-        return fn
     return None
+
+
+@lru_cache(maxsize=1)
+def _pause():
+    """``omp_pause_resource_all`` of :func:`_runtime`, or None (no runtime, or one older than OpenMP 5.0)."""
+    lib = _runtime()
+    fn = getattr(lib, "omp_pause_resource_all", None) if lib is not None else None  # an optional C symbol
+    if fn is not None:
+        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
 
 
 def release_thread_pool() -> bool:
@@ -56,3 +64,21 @@ def release_thread_pool() -> bool:
     """
     fn = _pause()
     return fn is not None and fn(OMP_PAUSE_SOFT) == 0
+
+
+def serial_thread() -> bool:
+    """Run the calling thread's torch CPU ops on this thread alone, never opening an OpenMP team (for helper
+    threads beside the model's: copies of KV, tier fills). Only this thread changes: torch's setting for other
+    threads (``torch.set_num_threads``, global) is left as it is.
+
+    Returns:
+        Whether the runtime took it (False without one). Never raises.
+    """
+    import torch
+
+    lib = _runtime()
+    if lib is None:
+        return False
+    torch.get_num_threads()  # torch's own per-thread set-up first, or its first parallel op would undo this
+    lib.omp_set_num_threads(ctypes.c_int(1))
+    return True

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from kvlink_rag.runtime.omp_pool import release_thread_pool
+from kvlink_rag.omp_pool import release_thread_pool, serial_thread
 
 
 def _os_threads() -> int:
@@ -50,3 +50,23 @@ def test_a_submitting_thread_hands_its_team_to_the_scheduler(monkeypatch):
     s = sched.Scheduler(object(), PrefixTree(0), threading.Lock())
     assert calls == [threading.current_thread().name]  # the thread that built it (and loaded the model)
     s.close()
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2 or not os.path.isdir("/proc/self/task"),
+                    reason="needs two torch threads and Linux's /proc")
+def test_a_serial_thread_opens_no_team_and_leaves_the_others_setting_alone():
+    seen = {}
+
+    def work():
+        before = _os_threads()
+        seen["took"] = serial_thread()
+        x = torch.ones(4_000_000)
+        x.mul_(2)  # would open a team on two threads
+        seen["extra"] = _os_threads() - before
+        seen["sum"] = float(x.sum())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == {"took": True, "extra": 0, "sum": 8_000_000.0}
+    assert torch.get_num_threads() >= 2  # this thread's setting untouched
