@@ -13,6 +13,7 @@ Encoding, the meta record and its checks live here; decoding layers into preallo
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -124,13 +125,19 @@ def build_meta(kv: DocumentKV, layers: list[bytes], ids: bytes, int8: bool, trac
 
 
 def parse_meta(buf) -> dict:
-    """Parse a meta record.
+    """Parse a meta record. The dict is shared by every reader of the same bytes (memoised: a layer stream
+    read each document's meta twice, ~6% of a 4k-token load on the development machine): read it, never change it.
 
     Raises:
         CorruptRecordError: not JSON, or fields missing.
     """
+    return _parse_meta(bytes(buf))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_meta(raw: bytes) -> dict:
     try:
-        meta = json.loads(bytes(buf))
+        meta = json.loads(raw)
         n_layers = meta["shape"][0]
         if len(meta["checksum"]["layers"]) != n_layers or len(meta["shape"]) != 4:
             raise ValueError("checksum count does not match the shape")

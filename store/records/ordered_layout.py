@@ -112,7 +112,8 @@ def chunk_checksums(buf, tokens: int) -> list[str]:
 
 
 def token_order(meta: dict) -> torch.Tensor | None:
-    """``[T]`` int64 retention order of an ordered record, or None for a record in positional order.
+    """``[T]`` int64 retention order of an ordered record, or None for a record in positional order (a new
+    tensor each call; the check is memoised per order: a layer stream rebuilt and sorted it per document).
 
     Raises:
         CorruptRecordError: the stored order is not a permutation of the record's tokens.
@@ -120,8 +121,13 @@ def token_order(meta: dict) -> torch.Tensor | None:
     order = meta.get("token_order")
     if order is None:
         return None
+    return _checked_order(tuple(order), meta["shape"][2]).clone()
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_order(order: tuple[int, ...], tokens: int) -> torch.Tensor:
     t = torch.tensor(order, dtype=torch.long)
-    if t.numel() != meta["shape"][2] or not torch.equal(torch.sort(t).values, torch.arange(t.numel())):
+    if t.numel() != tokens or not torch.equal(torch.sort(t).values, torch.arange(t.numel())):
         raise CorruptRecordError("token_order is not a permutation of the record's tokens")
     return t
 

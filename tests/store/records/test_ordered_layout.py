@@ -125,3 +125,18 @@ def test_store_cache_stream_at_full_retention_streams_every_token_as_stored(blob
     for i, (k, v) in enumerate(streamed.layers):
         assert torch.equal(k, torch.cat([kv.keys[i][:, o] for kv, o in zip(docs, orders)], dim=1))
         assert torch.equal(v, torch.cat([kv.values[i][:, o] for kv, o in zip(docs, orders)], dim=1))
+
+
+def test_token_order_is_a_fresh_tensor_each_call_and_a_bad_order_still_raises():
+    import pytest
+
+    from store.records.errors import CorruptRecordError
+    from store.records.ordered_layout import token_order
+
+    meta = {"shape": [2, 1, 4, 8], "token_order": [2, 0, 3, 1]}
+    first = token_order(meta)
+    first[0] = 99  # a caller's change never reaches the next reader
+    assert token_order(meta).tolist() == [2, 0, 3, 1]
+    for _ in range(2):  # not memoised as good
+        with pytest.raises(CorruptRecordError):
+            token_order({"shape": [2, 1, 4, 8], "token_order": [0, 0, 3, 1]})
