@@ -51,8 +51,8 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
             busy.append(_ttft(q, examples[0].question, ["short"]))
             worker.join()
             full_s.append(time.perf_counter() - t0)
-        log(f"step budget {step_tokens}, long-prefill cap {cap}: idle {statistics.median(idle):.2f} s, busy {statistics.median(busy):.2f} s "
-            f"(max {max(busy):.2f})")
+        log(f"step budget {step_tokens}, long-prefill cap {cap}: idle {statistics.median(idle):.2f} s, "
+            f"busy {statistics.median(busy):.2f} s (max {max(busy):.2f})")
     finally:
         rt.close()
     return {"step_tokens": step_tokens, "long_prefill_budget": cap, "idle_ttft_p50_s": statistics.median(idle),
@@ -79,6 +79,6 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         budget = "unchunked" if r["step_tokens"] == UNCHUNKED else str(r["step_tokens"])
         cap = r.get("long_prefill_budget") or "none"
-        lines.append(f"| {budget} | {cap} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | {r['ratio']:.1f}x | "
-                     f"{r['full_request_s']:.1f} |")
+        lines.append(f"| {budget} | {cap} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | "
+                     f"{r['ratio']:.1f}x | {r['full_request_s']:.1f} |")
     return "\n".join(lines) + "\n"

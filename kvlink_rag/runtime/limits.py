@@ -31,8 +31,9 @@ class SchedulerLimits:
         max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
             shortest remaining prefill first, in the room left (:func:`kvlink_rag.runtime.step_budget.allot`).
         long_prefill_budget: token-equivalents a prefill with more than ``max_step_tokens`` left computes a step
-            (tokens weighted by the attention over the keys before them, :func:`~kvlink_rag.runtime.step_budget.key_weight`),
-            so a step of a long prompt stays short for whoever arrives during it; 0: no cap.
+            (tokens weighted by the attention over the keys before them,
+            :func:`~kvlink_rag.runtime.step_budget.key_weight`), so a step of a long prompt stays short for whoever
+            arrives during it; 0: no cap.
     """
 
     max_running: int = 16
