@@ -50,3 +50,21 @@ def test_apply_rope_keeps_dtype():
     x = _x().to(torch.bfloat16)
     cos, sin = rope_cos_sin(rot, torch.arange(37))
     assert apply_rope(x, cos, sin).dtype == torch.bfloat16
+
+
+def test_the_position_table_gives_the_modules_own_angles_bit_for_bit_and_grows():
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from kvlink_rag.linking import rope
+
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=2, max_position_embeddings=32768,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    module = LlamaRotaryEmbedding(cfg)
+    for pos in (torch.tensor([5, 0, 4095, 17]), torch.tensor([4096, 9000, 3]), torch.tensor([*range(0, 20000, 397), 19999])):
+        cos, sin = rope.rope_cos_sin(module, pos, torch.bfloat16)
+        ref_cos, ref_sin = module(torch.empty(1), pos.reshape(1, -1))
+        assert torch.equal(cos, ref_cos[0].to(torch.bfloat16)) and torch.equal(sin, ref_sin[0].to(torch.bfloat16))
+    assert rope._TABLES[module][0].shape[0] == 32768  # grown to the next power of two past 20,000 once
