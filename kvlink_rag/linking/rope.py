@@ -21,7 +21,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> (cos, sin) [positions, head_dim]
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> {device: (cos, sin) [N, head_dim]}
 MIN_TABLE = 4096  # positions a module's first table covers (grown to the next power of two past the largest asked)
 
 
@@ -51,13 +51,14 @@ def rope_cos_sin(rotary_emb: torch.nn.Module, position_ids: torch.Tensor, dtype:
 
 def _table(rotary_emb: torch.nn.Module, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The module's float32 ``(cos, sin)`` ``[N, head_dim]`` on ``device`` with ``N >= n`` (made or grown here)."""
-    table = _TABLES.get(rotary_emb)
-    if table is None or table[0].shape[0] < n or table[0].device != device:
+    tables = _TABLES.setdefault(rotary_emb, {})  # one per device: CPU callers beside a CUDA model never thrash
+    table = tables.get(device)
+    if table is None or table[0].shape[0] < n:
         size = max(MIN_TABLE, 1 << max(n - 1, 0).bit_length())
         probe = torch.empty(1, dtype=torch.float32, device=device)
         cos, sin = rotary_emb(probe, torch.arange(size, device=device).reshape(1, -1))
         table = (cos[0].float(), sin[0].float())
-        _TABLES[rotary_emb] = table  # one assignment: a reader sees the old table or the new one
+        tables[device] = table  # one assignment: a reader sees the old table or the new one
     return table
 
 
