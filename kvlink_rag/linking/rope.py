@@ -21,7 +21,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> {device: (cos, sin) [N, head_dim]}
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rotary module -> CPU (cos, sin) [N, head_dim]
 MIN_TABLE = 4096  # positions a module's first table covers (grown to the next power of two past the largest asked)
 
 
@@ -30,10 +30,11 @@ def rope_cos_sin(rotary_emb: torch.nn.Module, position_ids: torch.Tensor, dtype:
                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables for ``position_ids`` from the model's rotary module.
 
-    The module is called once for positions ``0..N-1`` and its rows are gathered per call (every supported RoPE
-    type is static in the position: the dynamic ones are refused at load): bit-identical to calling it with
-    ``position_ids`` (each angle is one float32 product ``inv_freq * position``), at a fraction of its cost (on the
-    development machine, two threads: 43-50 -> 17-18 us at 16 positions, 473-499 -> 57-73 us at 4,096).
+    On the CPU the module is called once for positions ``0..N-1`` and its rows are gathered per call (every
+    supported RoPE type is static in the position: the dynamic ones are refused at load): bit-identical to calling
+    it with ``position_ids`` (each angle is one float32 product ``inv_freq * position``), at a fraction of its cost
+    (development machine, two threads: 43-50 -> 17-18 us at 16 positions, 473-499 -> 57-73 us at 4,096). On an
+    accelerator the module is called as it is (sizing the table would read the largest position back to the host).
 
     Args:
         rotary_emb: the model's rotary embedding module, called as ``rotary_emb(x, position_ids)``.
@@ -44,21 +45,22 @@ def rope_cos_sin(rotary_emb: torch.nn.Module, position_ids: torch.Tensor, dtype:
     """
     device = torch.device(device if device is not None else position_ids.device)
     pos = position_ids.to(device=device, dtype=torch.long).reshape(-1)
+    if device.type != "cpu":
+        cos, sin = rotary_emb(torch.empty(1, dtype=torch.float32, device=device), pos.reshape(1, -1))
+        return cos[0].to(dtype), sin[0].to(dtype)
     n = int(pos.max()) + 1 if pos.numel() else 0
-    cos, sin = _table(rotary_emb, n, device)
+    cos, sin = _table(rotary_emb, n)
     return cos.index_select(0, pos).to(dtype), sin.index_select(0, pos).to(dtype)
 
 
-def _table(rotary_emb: torch.nn.Module, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The module's float32 ``(cos, sin)`` ``[N, head_dim]`` on ``device`` with ``N >= n`` (made or grown here)."""
-    tables = _TABLES.setdefault(rotary_emb, {})  # one per device: CPU callers beside a CUDA model never thrash
-    table = tables.get(device)
+def _table(rotary_emb: torch.nn.Module, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's float32 CPU ``(cos, sin)`` ``[N, head_dim]`` with ``N >= n`` (made or grown here)."""
+    table = _TABLES.get(rotary_emb)
     if table is None or table[0].shape[0] < n:
         size = max(MIN_TABLE, 1 << max(n - 1, 0).bit_length())
-        probe = torch.empty(1, dtype=torch.float32, device=device)
-        cos, sin = rotary_emb(probe, torch.arange(size, device=device).reshape(1, -1))
+        cos, sin = rotary_emb(torch.empty(1, dtype=torch.float32), torch.arange(size).reshape(1, -1))
         table = (cos[0].float(), sin[0].float())
-        tables[device] = table  # one assignment: a reader sees the old table or the new one
+        _TABLES[rotary_emb] = table  # one assignment: a reader sees the old table or the new one
     return table
 
 
