@@ -31,6 +31,20 @@ def copy_floor(tensors: list[torch.Tensor], repeats: int) -> Timing:
     return measure(run, repeats)
 
 
+def copy_floor_threads(tensors: list[torch.Tensor], repeats: int) -> Timing:
+    """Seconds to copy ``tensors`` into preallocated, touched buffers with torch's threads (``copy_``, which splits a
+    large copy over the intra-op threads): the floor of a load that spreads its writes over the same threads, as the
+    batched load into blocks does (:meth:`kvlink_rag.rows.RowWriter.write_many`)."""
+    src = [t.contiguous() for t in tensors]
+    dst = [torch.ones_like(t) for t in src]  # allocated and touched before timing
+
+    def run() -> None:
+        for s, d in zip(src, dst, strict=True):
+            d.copy_(s)
+
+    return measure(run, repeats)
+
+
 def load_bandwidth(blobs: BlobStore, items: dict[str, DocumentKV], repeats: int = 5) -> dict:
     """Bytes/s of ``blobs.get`` for every key in ``items`` against :func:`copy_floor` (and ``clone``, which
     allocates) of the same tensors.
@@ -64,11 +78,12 @@ def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> d
     no memory-tier fill) into one request's KV blocks of the records' dtype, written straight into them through
     the load path's row writers as the scheduler's ``_rotate_into`` does: values and keys copied (``stream``), and
     keys rotated at their positions on the way as a query needs them (``stream_rope``), each against
-    :func:`copy_floor` of the same KV bytes: the load path's figure (issue 24: >= 0.70 of the floor).
+    :func:`copy_floor` of the same KV bytes (one thread: the load path's figure, issue 24: >= 0.70 of the floor)
+    and :func:`copy_floor_threads` (torch's threads, as many as the load's batched writes use).
 
     Returns:
-        ``{"kv_bytes", "tokens", "stream", "stream_rope", "copy": Timing, "stream_gbps", "copy_gbps",
-        "stream_vs_copy", "stream_rope_vs_copy"}``.
+        ``{"kv_bytes", "tokens", "threads", "stream", "stream_rope", "copy", "copy_threads": Timing, "stream_gbps",
+        "copy_gbps", "copy_threads_gbps", "stream_vs_copy", "stream_rope_vs_copy", "stream_vs_copy_threads"}``.
     """
     from kvlink_rag.linking.rope_rows import block_writers, copy_rows
     from kvlink_rag.runtime.kv_sequence import SequenceKV
@@ -99,9 +114,12 @@ def stream_into_blocks(blobs: BlobStore, keys: list[str], repeats: int = 5) -> d
     stream = measure(lambda: run((copy_rows, copy_rows)), repeats)
     stream_rope = measure(lambda: run(block_writers(*angles)), repeats)
     kvs = [blobs.get(k) for k in keys]
-    floor = copy_floor([t for kv in kvs for t in (kv.keys, kv.values)], repeats)
+    tensors = [t for kv in kvs for t in (kv.keys, kv.values)]
+    floor, floor_threads = copy_floor(tensors, repeats), copy_floor_threads(tensors, repeats)
     nbytes = sum(kv.nbytes for kv in kvs)
-    return {"kv_bytes": nbytes, "tokens": tokens, "stream": stream.as_dict(), "stream_rope": stream_rope.as_dict(),
-            "copy": floor.as_dict(), "stream_gbps": nbytes / stream.median / 1e9,
-            "copy_gbps": nbytes / floor.median / 1e9, "stream_vs_copy": floor.median / stream.median,
-            "stream_rope_vs_copy": floor.median / stream_rope.median}
+    return {"kv_bytes": nbytes, "tokens": tokens, "threads": torch.get_num_threads(), "stream": stream.as_dict(),
+            "stream_rope": stream_rope.as_dict(), "copy": floor.as_dict(), "copy_threads": floor_threads.as_dict(),
+            "stream_gbps": nbytes / stream.median / 1e9, "copy_gbps": nbytes / floor.median / 1e9,
+            "copy_threads_gbps": nbytes / floor_threads.median / 1e9, "stream_vs_copy": floor.median / stream.median,
+            "stream_rope_vs_copy": floor.median / stream_rope.median,
+            "stream_vs_copy_threads": floor_threads.median / stream.median}

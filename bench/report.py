@@ -67,14 +67,17 @@ def _bandwidth_section(results: dict) -> list[str]:
              "Streamed into blocks: the query path's load (layers streamed at retention 1 and written into a "
              "request's KV blocks of the records' dtype, no memory-tier fill); with RoPE: the keys rotated at "
              "their positions on the way, as a query writes them.", "",
+             "Streamed writes spread each layer's documents over torch's threads (one call per layer); "
+             "`blocks / threads floor`: against the same bytes copied by torch's `copy_` on those threads.", "",
              "| format | bytes/token stored | LMDB load GB/s | floor copy GB/s | clone GB/s | load / floor "
-             "| streamed into blocks GB/s | blocks / floor | with RoPE / floor |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| streamed into blocks GB/s | blocks / floor | with RoPE / floor | blocks / threads floor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for fmt, b in results["bandwidth"].items():
         clone = f"{b['clone_gbps']:.2f}" if "clone_gbps" in b else "n/a"
         blocks = b.get("blocks")
         streamed = (f"| {blocks['stream_gbps']:.2f} | {blocks['stream_vs_copy']:.2f} "
-                    f"| {blocks.get('stream_rope_vs_copy', float('nan')):.2f} |") if blocks else "| n/a | n/a | n/a |"
+                    f"| {blocks.get('stream_rope_vs_copy', float('nan')):.2f} "
+                    f"| {blocks.get('stream_vs_copy_threads', float('nan')):.2f} |") if blocks else "| n/a | n/a | n/a | n/a |"
         lines.append(f"| {fmt} | {b['bytes_per_token']:.0f} | {b['load_gbps']:.2f} | {b['copy_gbps']:.2f} | {clone} "
                      f"| {b['load_vs_copy']:.2f} {streamed}")
     return lines

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+
+from .rows import RowWriter, StoredRows, tensor_rows, write_rows
 
 if TYPE_CHECKING:
     import torch
@@ -147,35 +149,6 @@ class RetainedKV:
                              f"{self.retention} cannot serve retention {retention} ({method})")
 
 
-class RowWriter(Protocol):
-    """Writes one document's stored keys or values of one layer into a consumer's buffer: the load path's one
-    pass over the bytes (a plain copy, or keys rotated on the way: :mod:`kvlink_rag.linking.rope_rows`).
-
-    Args:
-        out: ``[kv_heads, n, head_dim]`` CPU view with contiguous rows (a slice of a request's KV blocks).
-        raw: a C-contiguous buffer (numpy array, memoryview) of exactly ``out``'s elements in ``out``'s dtype,
-            ``[n, kv_heads, head_dim]`` when ``token_major`` (an importance-ordered record) else
-            ``[kv_heads, n, head_dim]``; valid only during the call (an LMDB page of a read transaction).
-        start: the index of ``out``'s first row among the rows of the whole fill (the writer's per-row tables,
-            such as RoPE angles, are indexed by it).
-    Raises:
-        ValueError: ``raw`` does not hold ``out``'s bytes.
-    """
-
-    def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None: ...
-
-
-def write_rows(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
-    """``out`` ``[kv_heads, n, head_dim]`` = the in-memory layer tensor ``x`` (same shape, CPU), through ``writer``
-    (None: a plain copy)."""
-    if writer is None:
-        out.copy_(x)
-        return
-    import torch
-
-    writer(out, x.to(out.dtype).contiguous().view(torch.uint8).numpy(), False, start)
-
-
 @dataclass
 class LayeredDocuments:
     """Several documents' KV arriving layer by layer (prefetched from the store while layers are linked).
@@ -269,15 +242,28 @@ class LayeredDocuments:
 
 def _memory_fill(docs: list[DocumentKV]) -> Callable[..., None]:
     """:attr:`LayeredDocuments.fill` over in-memory CPU documents: each document's layer written into its slice
-    of the consumer's buffers (no per-layer concatenation)."""
+    of the consumer's buffers (no per-layer concatenation); with writers, every document of the consumer's dtype
+    in one :meth:`RowWriter.write_many` call per layer."""
     import itertools
 
     bounds = [0, *itertools.accumulate(d.num_tokens for d in docs)]
 
     def fill(i: int, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
              values: RowWriter | None = None) -> None:
+        k_parts: list[StoredRows] = []
+        v_parts: list[StoredRows] = []
         for d, a, b in zip(docs, bounds, bounds[1:]):
-            write_rows(k_out[:, a:b], d.keys[i], keys, a)
-            write_rows(v_out[:, a:b], d.values[i], values, a)
+            shape = (k_out.shape[0], b - a, k_out.shape[2])
+            k = None if keys is None else tensor_rows(d.keys[i], k_out.dtype, shape, a)
+            v = None if values is None else tensor_rows(d.values[i], v_out.dtype, shape, a)
+            if k is None or v is None:  # another dtype or layout: converted on its own
+                write_rows(k_out[:, a:b], d.keys[i], keys, a)
+                write_rows(v_out[:, a:b], d.values[i], values, a)
+            else:
+                k_parts.append(k)
+                v_parts.append(v)
+        if k_parts:  # every document in one call per writer
+            keys.write_many(k_out, k_parts)
+            values.write_many(v_out, v_parts)
 
     return fill

@@ -39,7 +39,7 @@ FORBIDDEN = {
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (
-    ("types", "retention", "bounds", "cache", "encodable", "home", "settings", "omp_pool"),  # kernel
+    ("types", "rows", "retention", "bounds", "cache", "encodable", "home", "settings", "omp_pool"),  # kernel
     ("model",),  # loading, families, LoRA, attention capture
     ("text",),  # chat-template framing, conversations, chunks
     ("linking",),  # RoPE, mask, precompute, link tokens, linker
@@ -54,6 +54,7 @@ CORE_SPANNING = ("runtime",)
 # the core modules the store may import: types, the cache contract, text normalisation (issue 29 item 2)
 STORE_KERNEL = {
     "kvlink_rag.types": "DocumentKV, RetainedKV, LayeredDocuments, Document, dtypes: what the store keeps",
+    "kvlink_rag.rows": "the RowWriter contract by which the store writes stored rows into a consumer's blocks",
     "kvlink_rag.cache": "the DocumentCache contract the store implements",
     "kvlink_rag.retention": "the importance order a stored record's layers follow (retention arithmetic)",
     "kvlink_rag.bounds": "the range of a retention (retention.py re-exports its check)",

@@ -22,7 +22,7 @@ from ..runtime.cpu_kernels import kernels
 from .rope import apply_rope
 
 if TYPE_CHECKING:
-    from kvlink_rag.types import RowWriter
+    from kvlink_rag.rows import RowWriter, StoredRows
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 _SAME_SIZE_INT = {1: (torch.uint8, np.uint8), 2: (torch.int16, np.int16), 4: (torch.int32, np.int32),
@@ -52,13 +52,50 @@ def _numpy_rows(out: torch.Tensor, raw, token_major: bool) -> None:
     np.copyto(out.view(as_torch).numpy(), src.transpose(1, 0, 2) if token_major else src)
 
 
-def copy_rows(out: torch.Tensor, raw, token_major: bool, start: int) -> None:
+def _part_rows(out: torch.Tensor, raw) -> int:
+    """Rows of ``out`` ``[H, N, D]`` the buffer ``raw`` holds (the numpy fallback's slicing; the kernel checks its own).
+
+    Raises:
+        ValueError: ``raw`` holds no whole number of rows.
+    """
+    H, _, D = out.shape
+    row = H * D * out.element_size()
+    nbytes = memoryview(raw).nbytes
+    if nbytes % row:
+        raise ValueError(f"the stored tensor holds {nbytes} bytes, not whole rows of {row}")
+    return nbytes // row
+
+
+def _each(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows]) -> None:
+    """:meth:`RowWriter.write_many` part by part (no kernel here)."""
+    for p in parts:
+        n = _part_rows(out, p.raw)
+        if p.start < 0 or p.start + n > out.shape[1]:
+            raise ValueError(f"rows {p.start}..{p.start + n} fall outside the output's {out.shape[1]}")
+        writer(out[:, p.start:p.start + n], p.raw, p.token_major, p.start)
+
+
+class CopyRows:
     """A :class:`~kvlink_rag.types.RowWriter` that copies the stored rows as they are (values)."""
-    kernels = _kernels(out)
-    if kernels is None:
-        _numpy_rows(out, raw, token_major)
-    else:
-        kernels.kv_rows_into(out, raw, token_major, None, None, 0)
+
+    def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None:
+        kernels = _kernels(out)
+        if kernels is None:
+            _numpy_rows(out, raw, token_major)
+        else:
+            kernels.kv_rows_into(out, raw, token_major, None, None, 0)
+
+    def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
+        """:meth:`~kvlink_rag.types.RowWriter.write_many`: every part in one kernel call where it runs."""
+        kernels = _kernels(out)
+        if kernels is None:
+            _each(self, out, parts)
+        else:
+            kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts],
+                                 [p.start for p in parts], None, None)
+
+
+copy_rows = CopyRows()
 
 
 @dataclass(frozen=True)
@@ -83,8 +120,17 @@ class RopeRows:
         n = out.shape[1]
         out.copy_(apply_rope(out.float(), self.cos[start:start + n], self.sin[start:start + n]))
 
+    def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
+        """:meth:`~kvlink_rag.types.RowWriter.write_many`: every part rotated in one kernel call where it runs."""
+        kernels = _kernels(out)
+        if kernels is None:
+            _each(self, out, parts)
+        else:
+            kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts],
+                                 [p.start for p in parts], self.cos, self.sin)
 
-def block_writers(cos: torch.Tensor, sin: torch.Tensor) -> tuple[RopeRows, "RowWriter"]:
+
+def block_writers(cos: torch.Tensor, sin: torch.Tensor) -> tuple[RopeRows, CopyRows]:
     """``(keys, values)`` writers of a fill whose rows sit at the positions of ``cos``/``sin`` (``[rows,
     head_dim]``, any float dtype and device: made float32 and contiguous on the CPU here, once per fill)."""
     return RopeRows(cos.to("cpu", torch.float32).contiguous(), sin.to("cpu", torch.float32).contiguous()), copy_rows

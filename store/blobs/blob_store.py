@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kvlink_rag.types import write_rows
+from kvlink_rag.rows import StoredRows, tensor_rows, write_rows
 
 if TYPE_CHECKING:
     import torch
 
-    from kvlink_rag.types import DocumentKV, RowWriter
+    from kvlink_rag.rows import RowWriter
+    from kvlink_rag.types import DocumentKV
 
 
 class BlobStoreUnavailable(RuntimeError):
@@ -82,6 +83,19 @@ class LayerFill(Protocol):
     def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
                  values: RowWriter | None = None, start: int = 0) -> None: ...
 
+    def stage(self, dtype: torch.dtype, shape: tuple[int, int, int], start: int, k_parts: list[StoredRows],
+              v_parts: list[StoredRows]) -> bool:
+        """Instead of writing: append the layer's keys and values as :class:`~kvlink_rag.rows.StoredRows` at row
+        ``start`` of the fill, for the caller to write every document at once
+        (:meth:`~kvlink_rag.rows.RowWriter.write_many`, before the source's read session closes), when they
+        are ``shape`` ``[kv_heads, n, head_dim]`` rows of ``dtype`` as stored; else append nothing and return
+        False (the caller then calls the fill).
+
+        Raises:
+            KeyError, store.records.codec.CorruptRecordError: as a call.
+        """
+        ...
+
 
 class DecodedLayer:
     """A :class:`LayerFill` over a layer already decoded (``k``, ``v`` ``[H, T, D]``, position order): what a
@@ -94,6 +108,16 @@ class DecodedLayer:
                  values: RowWriter | None = None, start: int = 0) -> None:
         write_rows(k_out, self.k, keys, start)
         write_rows(v_out, self.v, values, start)
+
+    def stage(self, dtype: torch.dtype, shape: tuple[int, int, int], start: int, k_parts: list[StoredRows],
+              v_parts: list[StoredRows]) -> bool:
+        """:meth:`LayerFill.stage`: the decoded tensors' own bytes when they are ``shape`` rows of ``dtype``."""
+        k, v = tensor_rows(self.k, dtype, shape, start), tensor_rows(self.v, dtype, shape, start)
+        if k is None or v is None:
+            return False
+        k_parts.append(k)
+        v_parts.append(v)
+        return True
 
 
 class BlobStore(ABC):

@@ -22,11 +22,13 @@ import json
 
 import torch
 
-from kvlink_rag.types import DocumentKV, RowWriter
+from kvlink_rag.rows import RowWriter, StoredRows
+from kvlink_rag.types import DocumentKV
 from store.blobs.blob_store import RawRecord
 from store.records import codec, ordered_layout
 from store.records.errors import CorruptRecordError
-from store.records.layer_decode import decode_document, decode_layer_into, decode_layer_stored_into
+from store.records.layer_decode import decode_document, decode_layer_into
+from store.records.stored_order import decode_layer_stored_into, stored_rows
 from store.records.verified import VERIFIED
 
 BLOBS_DB = b"blobs"
@@ -134,7 +136,7 @@ def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, lay
                            v: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
                            start: int = 0) -> None:
     """Decode layer ``layer`` of ``key`` into ``k``/``v`` ``[H, T, D]`` in its stored token order, through the
-    writers when given (:func:`store.records.layer_decode.decode_layer_stored_into`); a layer this process has
+    writers when given (:func:`store.records.stored_order.decode_layer_stored_into`); a layer this process has
     verified at the same place of the memory map is not hashed again (:data:`VERIFIED`).
 
     Raises:
@@ -145,6 +147,24 @@ def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, lay
     seen = None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
     decode_layer_stored_into(buf, meta, layer, k, v, keys, values, start, verified=seen in VERIFIED)
     VERIFIED.add(seen)
+
+
+def stage_layer_stored(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, dtype: torch.dtype,
+                       shape: tuple[int, int, int], start: int) -> tuple[StoredRows, StoredRows] | None:
+    """Layer ``layer`` of ``key`` verified and handed over as the rows of its buffer (valid while ``txn`` is open),
+    or None where it must be decoded (:func:`store.records.stored_order.stored_rows`); a layer this process has
+    verified at the same place of the memory map is not hashed again (:data:`VERIFIED`).
+
+    Raises:
+        KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
+    """
+    _same_meta(txn, db, key, meta_bytes)
+    buf = txn.get(rkey(key, f"L{layer}"), db=db)
+    seen = None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+    parts = stored_rows(buf, meta, layer, dtype, shape, start, verified=seen in VERIFIED)
+    if parts is not None:  # verified (a record of another dtype returns before its checksum)
+        VERIFIED.add(seen)
+    return parts
 
 
 def read_layer_prefix(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, retention: float,

@@ -7,14 +7,13 @@ prefix of each layer that holds the kept tokens.
 
 from __future__ import annotations
 
-import functools
 import threading
 from contextlib import contextmanager, nullcontext
 from collections.abc import Callable, Iterator
 
 import torch
 
-from kvlink_rag.types import RowWriter
+from kvlink_rag.rows import RowWriter, StoredRows
 from store.blobs import lmdb_records as records
 from store.blobs.blob_store import LayerFill
 from store.blobs.lmdb_records import check_key, rkey
@@ -117,17 +116,34 @@ class LayerStreams:
 
     def _fills(self, key: str, meta_bytes: bytes, meta: dict) -> Iterator[LayerFill]:
         for i in range(meta["shape"][0]):
-            yield functools.partial(self._fill, key, meta_bytes, meta, i)
+            yield _StoredLayer(self, key, meta_bytes, meta, i)
         self.touch(key.encode())
 
     def _fill(self, key: str, meta_bytes: bytes, meta: dict, layer: int, k_out: torch.Tensor,
               v_out: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
               start: int = 0) -> None:
+        self._read(key, lambda txn: records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out,
+                                                                   v_out, keys, values, start))
+
+    def _stage(self, key: str, meta_bytes: bytes, meta: dict, layer: int, dtype: torch.dtype,
+               shape: tuple[int, int, int], start: int) -> tuple[StoredRows, StoredRows] | None:
+        pending = self._session.pending
+        if pending is None:  # no session: the rows would not outlive their transaction
+            return None
+        try:  # (no closure per call: this runs once per document and layer of every load)
+            return records.stage_layer_stored(self._session.txn, self.db, key, meta_bytes, meta, layer, dtype, shape,
+                                              start)
+        except CorruptRecordError as e:
+            pending.append((key, e))  # deleted once the session's read closes
+            raise
+
+    def _read(self, key: str, read):
+        """``read(txn)`` in this thread's session's transaction (a corrupt record deleted once it closes) or in a
+        short one of its own (deleted at once)."""
         pending = self._session.pending  # inside a session: its transaction, and a corrupt record deleted after it
         try:
             with nullcontext(self._session.txn) if pending is not None else self.env.read() as txn:
-                records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out, v_out, keys, values,
-                                               start)
+                return read(txn)
         except CorruptRecordError as e:
             if pending is None:
                 self.corrupt(key, e)
@@ -172,3 +188,27 @@ class LayerStreams:
                 raise
             yield kv
         self.touch(key.encode())
+
+
+class _StoredLayer:
+    """:class:`~store.blobs.blob_store.LayerFill` of one layer of an LMDB record, in its stored token order."""
+
+    __slots__ = ("streams", "key", "meta_bytes", "meta", "layer")
+
+    def __init__(self, streams: LayerStreams, key: str, meta_bytes: bytes, meta: dict, layer: int) -> None:
+        self.streams, self.key, self.meta_bytes, self.meta, self.layer = streams, key, meta_bytes, meta, layer
+
+    def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
+                 values: RowWriter | None = None, start: int = 0) -> None:
+        self.streams._fill(self.key, self.meta_bytes, self.meta, self.layer, k_out, v_out, keys, values, start)
+
+    def stage(self, dtype: torch.dtype, shape: tuple[int, int, int], start: int, k_parts: list[StoredRows],
+              v_parts: list[StoredRows]) -> bool:
+        """:meth:`~store.blobs.blob_store.LayerFill.stage`: views of the memory map's pages, inside a
+        :meth:`LayerStreams.session` only (their transaction must outlive the caller's write)."""
+        parts = self.streams._stage(self.key, self.meta_bytes, self.meta, self.layer, dtype, shape, start)
+        if parts is None:
+            return False
+        k_parts.append(parts[0])
+        v_parts.append(parts[1])
+        return True

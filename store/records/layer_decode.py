@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-import warnings
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 
-from kvlink_rag.types import DocumentKV, RowWriter, parse_dtype
+from kvlink_rag.types import DocumentKV, parse_dtype
 from store.records import ordered_layout
 from store.records.codec import INT8_NAMES, KEY_AXIS, VALUE_AXIS, checksum, decode_ids, target_dtype
 from store.records.errors import CorruptRecordError
-from store.records.one_thread import copy_bytes_into, copy_into, write_into
 from store.records.quant import QuantizedTensor, dequantize
 
 _ST_DTYPES: dict[str, torch.dtype] = {
@@ -37,9 +34,9 @@ def _views(buf) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
     """Name -> (dtype, shape, read-only uint8 numpy view into ``buf``) for every tensor of a
     safetensors buffer. (numpy, not ``torch.frombuffer``: plain memcpy, no read-only warning, and
     torch's multi-threaded ``copy_`` can be pathologically slow on small machines.)"""
-    n = int.from_bytes(bytes(buf[:8]), "little")
-    return {name: (dtype, shape, np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=8 + n + start))
-            for name, dtype, shape, start, end in _header(bytes(buf[8 : 8 + n]))}
+    at, header = header_of(buf)
+    return {name: (dtype, shape, np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=at + start))
+            for name, dtype, shape, start, end in header}
 
 
 @functools.lru_cache(maxsize=256)
@@ -47,11 +44,11 @@ def _header(raw: bytes) -> tuple:
     """Parsed safetensors header: ``(name, dtype, shape, start, end)`` per tensor. Memoised: every layer
     of a document (and documents of one length) share one header, so it is parsed once, not per layer."""
     header = json.loads(raw)
-    return tuple((name, _ST_DTYPES[info["dtype"]], info["shape"], *info["data_offsets"])
+    return tuple((name, _ST_DTYPES[info["dtype"]], tuple(info["shape"]), *info["data_offsets"])
                  for name, info in header.items() if name != "__metadata__")
 
 
-def _materialise(dtype: torch.dtype, shape: list[int], raw: np.ndarray) -> torch.Tensor:
+def materialise(dtype: torch.dtype, shape: list[int], raw: np.ndarray) -> torch.Tensor:
     """Aligned tensor of ``dtype``/``shape`` from a uint8 view (one copy)."""
     return torch.from_numpy(raw.copy()).view(dtype).view(shape)
 
@@ -64,7 +61,7 @@ def _fill(dst: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarr
             raise CorruptRecordError("layer payload size does not match its shape")
         dst.view(torch.uint8).view(-1).numpy()[:] = raw  # the one copy, byte for byte
     else:
-        dst.copy_(_materialise(dtype, shape, raw))
+        dst.copy_(materialise(dtype, shape, raw))
 
 
 def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -84,7 +81,7 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
     if cpu and not int8 and "token_order" in meta and parse_dtype(meta["dtype"]) == keys.dtype:
         inverse = torch.argsort(ordered_layout.token_order(meta))  # checked and inverted once per document
         for i, buf in enumerate(bufs):
-            _verified_views(buf, meta, i)
+            verified_views(buf, meta, i)
             ordered_layout.gather_layer_into(buf, inverse, keys[i], values[i])
         return
     if not cpu or not (int8 or parse_dtype(meta["dtype"]) == keys.dtype) or "token_order" in meta:
@@ -98,7 +95,7 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
         parts = {"k": (keys, keys.view(torch.uint8).numpy().reshape(n_layers, -1)),
                  "v": (values, values.view(torch.uint8).numpy().reshape(n_layers, -1))}
     for i, buf in enumerate(bufs):
-        views = _verified_views(buf, meta, i)
+        views = verified_views(buf, meta, i)
         try:
             for name in INT8_NAMES if int8 else ("k", "v"):
                 dtype, shape, raw = views[name]
@@ -112,10 +109,28 @@ def decode_layers_into(bufs: Iterable, meta: dict, keys: torch.Tensor, values: t
         except (KeyError, ValueError) as e:
             raise CorruptRecordError(f"layer {i} could not be parsed: {e}") from None
     if int8:
-        _dequantize_into({name: dst for name, (dst, _) in parts.items()}, meta, keys, values)
+        dequantize_into({name: dst for name, (dst, _) in parts.items()}, meta, keys, values)
 
 
-def _verified_views(buf, meta: dict, layer: int, verified: bool = False
+def check_layer(buf, meta: dict, layer: int, verified: bool = False) -> None:
+    """Raise :class:`CorruptRecordError` unless layer ``layer``'s buffer is there and matches the meta's checksum
+    (not hashed again when ``verified``)."""
+    if buf is None or not verified and checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
+        raise CorruptRecordError(f"layer {layer} failed its checksum")
+
+
+def header_of(buf) -> tuple[int, tuple]:
+    """The payload's start in a safetensors buffer and its parsed header (memoised by the header's bytes:
+    ``(name, dtype, shape, start, end)`` per tensor, offsets from the payload's start).
+
+    Raises:
+        KeyError, ValueError: an unparsable header.
+    """
+    n = int.from_bytes(bytes(buf[:8]), "little")
+    return 8 + n, _header(bytes(buf[8: 8 + n]))
+
+
+def verified_views(buf, meta: dict, layer: int, verified: bool = False
                     ) -> dict[str, tuple[torch.dtype, list[int], np.ndarray]]:
     """:func:`_views` of layer ``layer``'s buffer after its checksum matched the meta's (not hashed again when
     ``verified``).
@@ -123,15 +138,14 @@ def _verified_views(buf, meta: dict, layer: int, verified: bool = False
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch or unparsable header.
     """
-    if buf is None or not verified and checksum(buf, meta["format_version"]) != meta["checksum"]["layers"][layer]:
-        raise CorruptRecordError(f"layer {layer} failed its checksum")
+    check_layer(buf, meta, layer, verified)
     try:
         return _views(buf)
     except (KeyError, ValueError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
 
 
-def _dequantize_into(tensors: dict[str, torch.Tensor], meta: dict, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+def dequantize_into(tensors: dict[str, torch.Tensor], meta: dict, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
     """Dequantise int8 ``k``/``v`` (with their ``*_scale``/``*_zero``) into ``k_out``/``v_out`` of the same
     shape (one layer ``[H, T, D]`` or a whole document ``[L, H, T, D]``), in float32 arithmetic.
 
@@ -154,7 +168,7 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch or unparsable payload.
     """
-    views = _verified_views(buf, meta, layer)
+    views = verified_views(buf, meta, layer)
     if "token_order" in meta:  # importance-ordered layer: decode, then back to positional order
         ordered_layout.decode_ordered_into(buf, meta, layer, k_out, v_out)
         return
@@ -163,85 +177,9 @@ def decode_layer_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: t
             _fill(k_out, *views["k"])
             _fill(v_out, *views["v"])
             return
-        _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
+        dequantize_into({name: materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
     except (KeyError, ValueError, RuntimeError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
-
-
-def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v_out: torch.Tensor,
-                             keys: RowWriter | None = None, values: RowWriter | None = None, start: int = 0,
-                             verified: bool = False) -> None:
-    """Verify and decode layer ``layer`` into ``k_out``/``v_out`` ``[H, T, D]`` in the record's stored token order:
-    an importance-ordered record's rows as stored (row ``r`` is position ``token_order[r]``: the reader carries
-    the order as data, :func:`store.records.ordered_layout.token_order`), any other record in position order.
-    One pass over the bytes after the checksum: a float record of the outputs' dtype goes from the buffer
-    straight through the writers (token-major rows transposed on the way, no gather); others are decoded first.
-
-    Args:
-        k_out, v_out: CPU outputs of any float dtype (converted on the copy); views allowed, e.g. a slice
-            ``[:, a:b]`` of a buffer joining several documents.
-        keys, values: :class:`~kvlink_rag.types.RowWriter` s that write the stored keys / values (None: copied
-            as stored); ``start`` is passed on to them (the outputs' first row in the whole fill).
-        verified: these very bytes already matched their checksum in this process (not hashed again:
-            :mod:`store.records.verified`).
-    Raises:
-        CorruptRecordError: missing buffer, checksum mismatch or a payload that does not fit the outputs.
-    """
-    views = _verified_views(buf, meta, layer, verified)
-    ordered = "token_order" in meta
-    try:
-        if meta["dtype"] == "int8":
-            if not ordered and keys is None and values is None:  # straight into the outputs
-                _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k_out, v_out)
-                return
-            if ordered:  # dequantised in stored order (float32 rows [T, H, D]), then one transposed copy
-                k, v = (x.transpose(0, 1) for x in ordered_layout.decode_ordered(buf, meta, layer))
-            else:
-                k, v = torch.empty(k_out.shape, dtype=k_out.dtype), torch.empty(v_out.shape, dtype=v_out.dtype)
-                _dequantize_into({name: _materialise(*views[name]) for name in INT8_NAMES}, meta, k, v)
-            _fits(k_out, k.shape, transpose=False)
-            write_into(k_out, k, keys, start)
-            write_into(v_out, v, values, start)
-            return
-        stored = [(out, writer, *views[name]) for name, out, writer in (("k", k_out, keys), ("v", v_out, values))]
-        for out, _, dtype, shape, raw in stored:
-            _fits(out, shape, transpose=ordered)
-            if raw.nbytes != math.prod(shape) * dtype.itemsize:
-                raise CorruptRecordError("layer payload size does not match its shape")
-    except (KeyError, ValueError, RuntimeError) as e:
-        raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
-    for out, writer, dtype, shape, raw in stored:  # the record is sound: what fails now is not its fault
-        if writer is not None and dtype == out.dtype:
-            writer(out, raw, ordered, start)  # straight from the buffer
-        elif writer is not None:
-            write_into(out, _stored_tensor(dtype, shape, raw, ordered), writer, start)
-        else:
-            _copy_view(out, dtype, shape, raw, transpose=ordered)
-
-
-def _stored_tensor(dtype: torch.dtype, shape: list[int], raw: np.ndarray, token_major: bool) -> torch.Tensor:
-    """A read-only view of a stored tensor as ``[H, T, D]`` (transposed from ``[T, H, D]`` when token-major)."""
-    with warnings.catch_warnings():  # a read-only LMDB/Redis buffer: only read here
-        warnings.simplefilter("ignore", UserWarning)
-        src = torch.from_numpy(raw).view(dtype).view(shape)
-    return src.transpose(0, 1) if token_major else src
-
-
-def _fits(out: torch.Tensor, shape, transpose: bool) -> None:
-    """Raise :class:`CorruptRecordError` unless ``shape`` (``[T, H, D]`` token-major when ``transpose``, else
-    ``[H, T, D]``) is the shape of ``out`` ``[H, T, D]``."""
-    want = [out.shape[1], out.shape[0], out.shape[2]] if transpose else list(out.shape)
-    if list(shape) != want:
-        raise CorruptRecordError(f"stored tensor {list(shape)} does not fit the output {list(out.shape)}")
-
-
-def _copy_view(out: torch.Tensor, dtype: torch.dtype, shape: list[int], raw: np.ndarray, transpose: bool) -> None:
-    """Copy a stored tensor (a read-only byte view, token-major ``[T, H, D]`` when ``transpose``) into ``out``
-    ``[H, T, D]``, converting its dtype: one strided pass on this thread, no intermediate tensor."""
-    if out.dtype == dtype and out.device.type == "cpu":
-        copy_bytes_into(out, raw, tuple(shape), transpose)  # whole rows, straight from the buffer
-        return
-    copy_into(out, _stored_tensor(dtype, shape, raw, transpose))
 
 
 def decode_document(meta: dict, ids: bytes | memoryview | None, layers: Iterable,

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from kvlink_rag.types import RowWriter, write_rows
+from kvlink_rag.rows import RowWriter, write_rows
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import functools
 import itertools
-import queue
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Callable, Iterator
 
 import torch
 
-from kvlink_rag.retention import check_retention, kept_positions
-from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV, RowWriter
+from kvlink_rag.retention import check_retention
+from kvlink_rag.rows import RowWriter, StoredRows, tensor_rows
+from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore, DecodedLayer
 from store.records.ordered_layout import record_importance
 from store.records.codec import target_dtype
 from store.records.one_thread import write_into
 from store.tiers.reader_depth import reader_depth
 from kvlink_rag.omp_pool import serial_thread
+from store.tiers.layer_queue import Reader
+from store.tiers.retained_reader import RetainedReader, retained_streams
 from store.tiers.tier_fill import TIER_FILLER
 
 
@@ -49,38 +51,7 @@ def _describe(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
 
 
 
-class _Reader:
-    """The queue between a background reader and the consumer: layers handed over ``depth`` ahead, an exception
-    handed over in their place, and the consumer's early close stopping the reader."""
-
-    def __init__(self, n_layers: int, depth: int):
-        self.n_layers = n_layers
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-
-    def _hand_over(self, item) -> bool:
-        """Queue ``item`` unless the consumer has stopped; False when it has."""
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def consume(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The consumer side: the layers in order; closing it early stops the reader."""
-        try:
-            for _ in range(self.n_layers):
-                item = self.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self.stop.set()
-
-
-class _StoredReader(_Reader):
+class _StoredReader(Reader):
     """Retention 1: layer ``i`` of every document decoded straight into the consumer's buffers
     ``[kv_heads, total_tokens, head_dim]`` (:meth:`fill`: a request's KV blocks) or one joined buffer pair per
     layer (:meth:`run`, :meth:`inline`): keyed records in their stored token order (their offsets are carried as
@@ -111,18 +82,32 @@ class _StoredReader(_Reader):
              values: RowWriter | None = None) -> None:
         """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
         with contiguous rows, any float dtype), through the writers when given (:attr:`LayeredDocuments.fill`), in
-        order from layer 0, on the calling thread; the last layer starts the memory-tier fill."""
+        order from layer 0, on the calling thread; the last layer starts the memory-tier fill. With writers, every
+        document stored in the outputs' dtype is handed over as its rows and written in one call per writer
+        (:meth:`~kvlink_rag.rows.RowWriter.write_many`), the others one by one."""
+        staged = keys is not None and values is not None
+        k_parts: list[StoredRows] = []
+        v_parts: list[StoredRows] = []
         with self.session():  # every keyed document's layer in one read of the store
             for j, it in enumerate(self.items):
                 a, b = self.bounds[j], self.bounds[j + 1]
+                shape = (k_out.shape[0], b - a, k_out.shape[2])
                 if j in self.fills:
                     f = next(self.fills[j])
-                    f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
+                    if not (staged and f.stage(k_out.dtype, shape, a, k_parts, v_parts)):
+                        f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
                     if isinstance(f, DecodedLayer) and self.on_loaded is not None:
                         self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
+                elif staged and (k := tensor_rows(it.keys[i], k_out.dtype, shape, a)) is not None and (
+                        v := tensor_rows(it.values[i], v_out.dtype, shape, a)) is not None:
+                    k_parts.append(k)
+                    v_parts.append(v)
                 else:
                     write_into(k_out[:, a:b], it.keys[i], keys, a)
                     write_into(v_out[:, a:b], it.values[i], values, a)
+            if k_parts:  # inside the session: the staged rows are pages of its read
+                keys.write_many(k_out, k_parts)
+                values.write_many(v_out, v_parts)
         if i == self.n_layers - 1:
             self._finish()
 
@@ -175,74 +160,6 @@ class _StoredReader(_Reader):
         return [torch.arange(n) if o is None else o for o, n in zip(orders, self.lengths)]
 
 
-class _LayerReader(_Reader):
-    """Retention below 1: reads layer i of every document's kept tokens (keyed documents through ``iters`` made
-    up front, prefix reads; in-memory ones gathered at ``positions``), concatenates them and queues
-    ``(k_raw, v)``, each ``[kv_heads, total_kept, head_dim]``; each keyed part is handed to ``on_retained`` once
-    read (a tier that holds documents at a retention at most ``retention`` can keep it)."""
-
-    def __init__(self, items: list[DocumentKV | RetainedKV | str], metas: list[dict | None], n_layers: int,
-                 depth: int, positions: list[torch.Tensor], iters: dict[int, Iterator],
-                 on_retained: Callable[[str, RetainedKV, dict], None] | None, retention: float):
-        super().__init__(n_layers, depth)
-        self.items, self.metas, self.positions, self.iters = items, metas, positions, iters
-        self.on_retained, self.retention = on_retained, retention
-
-    def _memory_layer(self, j: int, kv: DocumentKV | RetainedKV, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(kv, RetainedKV):  # a retained part is streamed as it is
-            return kv.keys[i], kv.values[i]
-        pos = self.positions[j].to(kv.keys.device)
-        return kv.keys[i][:, pos], kv.values[i][:, pos]
-
-    def run(self) -> None:
-        serial_thread()  # beside the consumer's forward: no OpenMP team of its own (kvlink_rag.omp_pool)
-        try:
-            got: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {
-                j: [] for j in self.iters} if self.on_retained is not None else {}
-            for i in range(self.n_layers):
-                ks, vs = [], []
-                for j, it in enumerate(self.items):
-                    k, v = next(self.iters[j]) if isinstance(it, str) else self._memory_layer(j, it, i)
-                    if j in got:
-                        got[j].append((k, v))
-                    ks.append(k)
-                    vs.append(v)
-                if not self._hand_over((torch.cat(ks, dim=1), torch.cat(vs, dim=1))):
-                    return  # the consumer stopped early
-            for j, layer_list in got.items():
-                self.on_retained(self.items[j], self._part(j, layer_list), self.metas[j])
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            self.queue.put(e)
-
-    def _part(self, j: int, layer_list: list[tuple[torch.Tensor, torch.Tensor]]) -> RetainedKV:
-        """Keyed document ``j``'s retained tokens as read (``[layers, kv_heads, kept, head_dim]``)."""
-        meta = self.metas[j]
-        return RetainedKV(torch.stack([k for k, _ in layer_list]), torch.stack([v for _, v in layer_list]),
-                          self.positions[j], meta["shape"][2], meta["fingerprint"], meta["encoding"], self.retention)
-
-
-def _retained(blobs: BlobStore, items: list[DocumentKV | str], metas: list[dict | None], retention: float,
-              method: str) -> tuple[list[torch.Tensor], dict[int, Iterator]]:
-    """Per document the sorted offsets kept at ``retention``, and the layer iterators of the keyed ones
-    (prefix reads of importance-ordered records for ``importance``; gathered whole layers otherwise)."""
-    positions: list[torch.Tensor] = []
-    iters: dict[int, Iterator] = {}
-    for j, (it, meta) in enumerate(zip(items, metas)):
-        if isinstance(it, RetainedKV):  # a memory tier's part, already the tokens kept at retention
-            it.check(retention, method)
-            positions.append(it.positions)
-        elif isinstance(it, DocumentKV):
-            positions.append(kept_positions(it.importance, it.num_tokens, retention, method))
-        elif method == "importance":
-            pos, iters[j] = blobs.iter_retained_layers(it, retention)
-            positions.append(pos)
-        else:
-            pos = kept_positions(None, meta["shape"][2], retention, method)
-            iters[j] = ((k[:, pos], v[:, pos]) for k, v in blobs.iter_layers(it))
-            positions.append(pos)
-    return positions, iters
-
-
 def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str], depth: int | None = None,
                     on_loaded: Callable[[str, DocumentKV], None] | None = None, retention: float = 1.0,
                     method: str = "importance",
@@ -285,8 +202,8 @@ def prefetch_layers(blobs: BlobStore, items: list[DocumentKV | RetainedKV | str]
         return LayeredDocuments(num_tokens, fingerprint, stored.consume() if depth > 0 else stored.inline(),
                                 positions=positions, fill=None if depth > 0 else stored.fill,
                                 doc_lengths=None if positions is None else num_tokens)
-    positions, iters = _retained(blobs, items, metas, retention, method)
-    reader = _LayerReader(items, metas, n_layers, max(1, depth), positions, iters,
+    positions, iters = retained_streams(blobs, items, metas, retention, method)
+    reader = RetainedReader(items, metas, n_layers, max(1, depth), positions, iters,
                           on_retained if method == "importance" else None, retention)
     threading.Thread(target=reader.run, name="kv-prefetch", daemon=True).start()
     return LayeredDocuments([int(p.numel()) for p in positions], fingerprint, reader.consume(), positions=positions,

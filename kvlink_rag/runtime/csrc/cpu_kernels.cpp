@@ -175,6 +175,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_rows", &decode_rows, "decode rows' K/V writes and attention of one layer in one call (decode_rows.cpp)");
   m.def("isa", [] { return std::string(kIsa); }, "the instruction set the kernels were compiled for");
   m.def("kv_rows_into", &kv_rows_into, "a stored document's layer tensor into an [H, n, D] view of KV blocks, keys rotated on the way (kv_rows.cpp)");
+  m.def("kv_rows_many", &kv_rows_many, "several documents' layer tensors into rows of one [H, N, D] view of KV blocks in one call (kv_rows.cpp)");
   m.def("prefill_attention", &prefill_attention, "prefill rows' GQA attention over bfloat16 KV pieces, float32 scores by AVX512-BF16 (prefill_attention.cpp)");
   m.def("prefill_attention_available", &prefill_attention_available, "whether prefill_attention was compiled in (AVX512-BF16)");
   m.def("q8q8_mm", &q8q8_mm, "Q8 (16-row tiles, per-row scale left to the caller) x Q8 (per 32) product");

@@ -1,8 +1,9 @@
 // Stored document KV into a request's KV blocks in one pass (the load path of issue 24): one layer's keys or
-// values of one document, read from any buffer (an LMDB page of the memory map, Redis bytes, a tensor's memory),
-// token-major [n, H, D] (importance-ordered records) or head-major [H, n, D], written into an [H, n, D] view of the
-// blocks; keys are optionally rotated on the way (RoPE), so the blocks are written once and never re-read to
-// rotate them.
+// values of one document (kv_rows_into) or of every document of a load in one call (kv_rows_many: the work split in
+// chunks of rows over the caller's torch threads, so the Python per document and the copy on one core no longer
+// bound the load), read from any buffer (an LMDB page of the memory map, Redis bytes, a tensor's memory), token-major
+// [n, H, D] (importance-ordered records) or head-major [H, n, D], written into an [H, n, D] view of the blocks; keys
+// are optionally rotated on the way (RoPE), so the blocks are written once and never re-read to rotate them.
 //
 // The rotation is linking/rope.py's apply_rope on float32 tables, operation for operation:
 //   out[d] = round(x[d] * cos[d] + r[d] * sin[d]),  r = rotate_half(x) = [-x2, x1],
@@ -123,58 +124,133 @@ inline void row(T* dst, const T* src, int64_t D, const float* cos, const float* 
   put_row(dst, y, D * sizeof(T));
 }
 
+// One head's n rows: src row t at src + t * src_row (elements) -> o + t * sn, rotated by cos/sin rows when cos is not null.
 template <typename T>
-void copy_rows(torch::Tensor& out, const char* src, bool token_major, const float* cos, const float* sin) {
-  const int64_t H = out.size(0), n = out.size(1), D = out.size(2);
-  const int64_t sh = out.stride(0), sn = out.stride(1);
-  T* o = static_cast<T*>(out.data_ptr());
-  const T* s = reinterpret_cast<const T*>(src);
-  if (!token_major && cos == nullptr && sn == D) {  // head-major into consecutive rows: one run per head
-    for (int64_t h = 0; h < H; ++h) put_row(o + h * sh, s + h * n * D, n * D * sizeof(T));
-    _mm_sfence();
+void head_rows(T* o, int64_t sn, int64_t n, int64_t D, const T* src, int64_t src_row, const float* cos, const float* sin) {
+  if (cos == nullptr && sn == D && src_row == D) {  // one run
+    put_row(o, src, n * D * sizeof(T));
     return;
   }
-  for (int64_t t = 0; t < n; ++t) {  // the source read in order, each row written to its head's run
-    const float* c = cos == nullptr ? nullptr : cos + t * D;
-    const float* si = sin == nullptr ? nullptr : sin + t * D;
+  for (int64_t t = 0; t < n; ++t)
+    row<T>(o + t * sn, src + t * src_row, D, cos == nullptr ? nullptr : cos + t * D, sin == nullptr ? nullptr : sin + t * D);
+}
+
+// The checks every entry point makes on out ([H, N, D] CPU view, contiguous rows, bfloat16 or float32).
+void check_out(const torch::Tensor& out) {
+  TORCH_CHECK(out.device().is_cpu() && out.dim() == 3 && out.stride(2) == 1, "out must be a CPU [H, n, D] view with contiguous rows");
+  const auto dtype = out.scalar_type();
+  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "out must be bfloat16 or float32");
+  TORCH_CHECK(out.size(2) % 2 == 0 && out.size(2) <= 256, "head_dim must be even and at most 256");
+}
+
+// The rows a stored tensor holds (its bytes over a row's H * D elements), after checking that it is one C-contiguous
+// run of bytes and holds whole rows.
+int64_t buffer_rows(const pybind11::buffer_info& info, int64_t row_bytes) {
+  int64_t stride = info.itemsize;
+  for (int64_t i = info.ndim - 1; i >= 0; --i) {
+    if (info.shape[i] != 1 && info.strides[i] != stride) throw std::invalid_argument("the stored tensor is not contiguous");
+    stride *= info.shape[i];
+  }
+  const int64_t bytes = info.size * info.itemsize;
+  if (bytes % row_bytes != 0)
+    throw std::invalid_argument("the stored tensor holds " + std::to_string(bytes) + " bytes, not whole rows of " +
+                                std::to_string(row_bytes));
+  return bytes / row_bytes;
+}
+
+// cos/sin (float32 [rows, D], contiguous) covering rows start..start + n: their first row's pointers, or nulls.
+std::pair<const float*, const float*> angles(const std::optional<torch::Tensor>& cos, const std::optional<torch::Tensor>& sin,
+                                             int64_t D, int64_t start, int64_t n) {
+  if (!cos.has_value()) return {nullptr, nullptr};
+  TORCH_CHECK(sin.has_value() && cos->scalar_type() == torch::kFloat32 && sin->scalar_type() == torch::kFloat32 &&
+                  cos->is_contiguous() && sin->is_contiguous() && cos->dim() == 2 && cos->size(1) == D &&
+                  sin->sizes() == cos->sizes() && start >= 0 && start + n <= cos->size(0),
+              "cos/sin must be float32 [rows, head_dim] tables covering rows start..start + n");
+  return {cos->data_ptr<float>() + start * D, sin->data_ptr<float>() + start * D};
+}
+
+// Rows t0..t1 of a document (n rows at src, token-major [n, H, D] or head-major [H, n, D]), every head, into out's
+// rows start + t0..start + t1, rotated by the rows' angles c/s (the document's first row's) when c is not null. The
+// token-major source is read in order (each stored row holds every head).
+void document_rows(const torch::Tensor& out, int64_t start, int64_t n, int64_t t0, int64_t t1, const char* src,
+                   bool token_major, const float* c, const float* s) {
+  const int64_t H = out.size(0), D = out.size(2), es = out.element_size(), sh = out.stride(0), sn = out.stride(1);
+  const bool bf16 = out.scalar_type() == torch::kBFloat16;
+  char* base = static_cast<char*>(out.data_ptr()) + (start + t0) * sn * es;
+  const float* ct = c == nullptr ? nullptr : c + t0 * D;
+  const float* st = s == nullptr ? nullptr : s + t0 * D;
+  if (!token_major) {  // head-major: one run of rows per head
     for (int64_t h = 0; h < H; ++h) {
-      const T* r = token_major ? s + (t * H + h) * D : s + (h * n + t) * D;
-      row<T>(o + h * sh + t * sn, r, D, c, si);
+      const char* first = src + (h * n + t0) * D * es;
+      char* o = base + h * sh * es;
+      if (bf16) head_rows<uint16_t>(reinterpret_cast<uint16_t*>(o), sn, t1 - t0, D, reinterpret_cast<const uint16_t*>(first), D, ct, st);
+      else head_rows<float>(reinterpret_cast<float*>(o), sn, t1 - t0, D, reinterpret_cast<const float*>(first), D, ct, st);
+    }
+    return;
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* cr = c == nullptr ? nullptr : c + t * D;
+    const float* sr = s == nullptr ? nullptr : s + t * D;
+    for (int64_t h = 0; h < H; ++h) {
+      const char* r = src + (t * H + h) * D * es;
+      char* o = base + (h * sh + (t - t0) * sn) * es;
+      if (bf16) row<uint16_t>(reinterpret_cast<uint16_t*>(o), reinterpret_cast<const uint16_t*>(r), D, cr, sr);
+      else row<float>(reinterpret_cast<float*>(o), reinterpret_cast<const float*>(r), D, cr, sr);
     }
   }
-  _mm_sfence();  // the streamed stores are visible before the caller reads the blocks
 }
 
 }  // namespace
 
 void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std::optional<torch::Tensor> cos,
                   std::optional<torch::Tensor> sin, int64_t start) {
-  TORCH_CHECK(out.device().is_cpu() && out.dim() == 3 && out.stride(2) == 1, "out must be a CPU [H, n, D] view with contiguous rows");
-  const auto dtype = out.scalar_type();
-  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "out must be bfloat16 or float32");
+  check_out(out);
   const int64_t H = out.size(0), n = out.size(1), D = out.size(2);
-  TORCH_CHECK(D % 2 == 0 && D <= 256, "head_dim must be even and at most 256");
-  pybind11::buffer_info info = src.request();
-  int64_t stride = info.itemsize;  // the stored tensor must be one C-contiguous run of bytes
-  for (int64_t i = info.ndim - 1; i >= 0; --i) {
-    if (info.shape[i] != 1 && info.strides[i] != stride) throw std::invalid_argument("the stored tensor is not contiguous");
-    stride *= info.shape[i];
-  }
+  const pybind11::buffer_info info = src.request();
   const int64_t want = H * n * D * static_cast<int64_t>(out.element_size());
   if (info.size * info.itemsize != want)
     throw std::invalid_argument("the stored tensor holds " + std::to_string(info.size * info.itemsize) + " bytes, the output " +
                                 std::to_string(want));
-  const float *c = nullptr, *s = nullptr;
-  if (cos.has_value()) {
-    TORCH_CHECK(sin.has_value() && cos->scalar_type() == torch::kFloat32 && sin->scalar_type() == torch::kFloat32 &&
-                    cos->is_contiguous() && sin->is_contiguous() && cos->dim() == 2 && cos->size(1) == D &&
-                    sin->sizes() == cos->sizes() && start >= 0 && start + n <= cos->size(0),
-                "cos/sin must be float32 [rows, head_dim] tables covering rows start..start + n");
-    c = cos->data_ptr<float>() + start * D;
-    s = sin->data_ptr<float>() + start * D;
-  }
+  buffer_rows(info, H * D * out.element_size());
+  const auto [c, s] = angles(cos, sin, D, start, n);
   const char* p = static_cast<const char*>(info.ptr);
   pybind11::gil_scoped_release release;  // a reader thread's copy leaves the interpreter to others
-  if (dtype == torch::kBFloat16) copy_rows<uint16_t>(out, p, token_major, c, s);
-  else copy_rows<float>(out, p, token_major, c, s);
+  document_rows(out, 0, n, 0, n, p, token_major, c, s);
+  _mm_sfence();  // the streamed stores are visible before the caller reads the blocks
+}
+
+void kv_rows_many(torch::Tensor out, std::vector<pybind11::buffer> srcs, std::vector<bool> token_major,
+                  std::vector<int64_t> starts, std::optional<torch::Tensor> cos, std::optional<torch::Tensor> sin) {
+  check_out(out);
+  const size_t m = srcs.size();
+  TORCH_CHECK(token_major.size() == m && starts.size() == m, "srcs, token_major and starts must have one entry per document");
+  const int64_t H = out.size(0), N = out.size(1), D = out.size(2);
+  std::vector<pybind11::buffer_info> infos;  // held until the copies are done: each keeps its buffer exported
+  std::vector<int64_t> rows(m);
+  std::vector<std::pair<const float*, const float*>> tables(m);
+  infos.reserve(m);
+  for (size_t j = 0; j < m; ++j) {
+    infos.push_back(srcs[j].request());
+    rows[j] = buffer_rows(infos[j], H * D * out.element_size());
+    if (starts[j] < 0 || starts[j] + rows[j] > N)
+      throw std::invalid_argument("document " + std::to_string(j) + "'s rows " + std::to_string(starts[j]) + ".." +
+                                  std::to_string(starts[j] + rows[j]) + " fall outside the output's " + std::to_string(N));
+    tables[j] = angles(cos, sin, D, starts[j], rows[j]);
+  }
+  // work items of at most kChunk rows of one document, every head: the threads of the caller's team share them
+  constexpr int64_t kChunk = 64;
+  std::vector<std::pair<int64_t, int64_t>> items;  // (document, first row)
+  for (size_t j = 0; j < m; ++j)
+    for (int64_t t = 0; t < rows[j]; t += kChunk) items.emplace_back(static_cast<int64_t>(j), t);
+  // torch's thread count for this thread (1 in the store's reader threads: kvlink_rag.omp_pool.serial_thread)
+  const int threads = at::get_num_threads();
+  const int64_t count = static_cast<int64_t>(items.size());
+  pybind11::gil_scoped_release release;
+#pragma omp parallel for schedule(static) num_threads(threads) if (count > 1 && threads > 1)
+  for (int64_t w = 0; w < count; ++w) {
+    const auto [j, t0] = items[w];
+    document_rows(out, starts[j], rows[j], t0, std::min(t0 + kChunk, rows[j]), static_cast<const char*>(infos[j].ptr),
+                  token_major[j], tables[j].first, tables[j].second);
+  }
+  _mm_sfence();  // this thread's streamed stores (the team's threads fence as they leave the region: OpenMP's flush)
 }

@@ -9,6 +9,7 @@ import torch
 from kvlink_rag.linking import rope_rows
 from kvlink_rag.linking.rope import apply_rope
 from kvlink_rag.linking.rope_rows import RopeRows, block_writers, copy_rows
+from kvlink_rag.rows import StoredRows
 from kvlink_rag.runtime.cpu_kernels import available
 
 H, N, D = 3, 37, 64
@@ -73,3 +74,52 @@ def test_a_head_dim_the_kernel_does_not_take_goes_through_numpy():
     out = torch.empty(H, N, 320, dtype=torch.bfloat16)
     RopeRows(cos, sin)(out, _raw(x, True), True, 0)
     assert torch.equal(out, apply_rope(x.float(), cos, sin).to(torch.bfloat16))
+
+
+def _parts(dtype: torch.dtype, lengths: list[int], starts: list[int], majors: list[bool]):
+    """Documents ``[H, n, D]`` of ``dtype`` and the :class:`StoredRows` a store hands over for them."""
+    torch.manual_seed(1)
+    xs = [torch.randn(H, n, D).to(dtype) for n in lengths]
+    return xs, [StoredRows(_raw(x, tm), tm, a) for x, tm, a in zip(xs, majors, starts)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_write_many_rotates_each_document_at_its_rows_as_one_call_each(path, dtype, threads):
+    lengths, starts, majors = [5, 17, 1, 9], [0, 5, 31, 22], [True, False, True, False]  # rows 32.. untouched
+    xs, parts = _parts(dtype, lengths, starts, majors)
+    cos, sin = torch.randn(40, D), torch.randn(40, D)
+    arena = torch.zeros(H, 50, D, dtype=dtype)
+    out = arena[:, 3:43]  # a strided view, as the blocks of a request that holds other tokens before
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        RopeRows(cos, sin).write_many(out, parts)
+    finally:
+        torch.set_num_threads(old)
+    for x, a, n in zip(xs, starts, lengths):
+        assert torch.equal(out[:, a:a + n], apply_rope(x.float(), cos[a:a + n], sin[a:a + n]).to(dtype))
+    assert out[:, 32:].abs().sum() == 0 and arena[:, :3].abs().sum() == 0
+
+
+def test_write_many_copies_values_as_stored(path):
+    lengths, starts = [7, 4, 12], [4, 11, 15]
+    xs, parts = _parts(torch.bfloat16, lengths, starts, [False, True, True])
+    out = torch.zeros(H, 27, D, dtype=torch.bfloat16)
+    copy_rows.write_many(out, parts)
+    assert all(torch.equal(out[:, a:a + n], x) for x, a, n in zip(xs, starts, lengths))
+    assert out[:, :4].abs().sum() == 0
+
+
+@pytest.mark.parametrize("start", [-1, 20])
+def test_write_many_refuses_rows_outside_the_output(path, start):
+    _, parts = _parts(torch.bfloat16, [3, 8], [0, start], [False, True])
+    out = torch.zeros(H, 27, D, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="outside"):
+        copy_rows.write_many(out, parts)
+
+
+def test_write_many_refuses_a_buffer_of_no_whole_rows(path):
+    raw = torch.zeros(H * D + 1, dtype=torch.bfloat16).view(torch.uint8).numpy()
+    with pytest.raises(ValueError, match="whole rows"):
+        copy_rows.write_many(torch.zeros(H, 4, D, dtype=torch.bfloat16), [StoredRows(raw, False, 0)])

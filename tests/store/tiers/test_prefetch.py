@@ -116,3 +116,39 @@ def test_corrupt_layer_falls_back_to_encoding_and_is_counted(tmp_path):
     assert st.blobs.checksum_failures == 1 and hits == 0
     assert torch.allclose(ctx.last_logits, ref.last_logits, atol=1e-5)
     assert st.blobs.contains(key)  # re-encoded and stored again
+
+
+def test_a_fill_with_writers_mixes_staged_and_decoded_documents_row_for_row(lmdb_env, clock, make_kv):
+    """Keyed bfloat16 records (staged: one write per writer and layer), an int8 record (decoded on its own) and a
+    document in memory, in one fill: each lands at its rows, keys rotated at them, as the writers write one."""
+    import dataclasses
+
+    from kvlink_rag.linking.rope import apply_rope
+    from kvlink_rag.linking.rope_rows import block_writers
+    from store.blobs.lmdb import LmdbBlobStore
+
+    blobs = LmdbBlobStore(lmdb_env, clock=clock)
+    kvs = [make_kv(tokens=n, dtype=torch.bfloat16, seed=s) for n, s in ((9, 0), (14, 1), (6, 2), (11, 3))]
+    kvs[0] = dataclasses.replace(kvs[0], importance=torch.rand(9, generator=torch.Generator().manual_seed(5)))
+    blobs.put("a", kvs[0])
+    blobs.put("b", kvs[1], int8=True)
+    blobs.put("c", kvs[2])
+    items = ["a", "b", kvs[3], "c"]
+    ref = [blobs.get("a"), blobs.get("b"), kvs[3], blobs.get("c")]  # position order, as the store serves them
+    src = prefetch_layers(blobs, items, depth=0)
+    L, H, _, D = kvs[0].keys.shape
+    total = sum(src.num_tokens)
+    cos, sin = torch.randn(total, D), torch.randn(total, D)
+    keys, values = block_writers(cos, sin)
+    starts = [0, 9, 23, 34]
+    for i in range(L):
+        k, v = torch.zeros(H, total + 2, D, dtype=torch.bfloat16), torch.zeros(H, total + 2, D, dtype=torch.bfloat16)
+        src.fill(i, k[:, 1:1 + total], v[:, 1:1 + total], keys, values)
+        for j, (kv, a) in enumerate(zip(ref, starts)):
+            n, order = kv.num_tokens, src.offsets(j)
+            want_k = apply_rope(kv.keys[i][:, order].float(), cos[a:a + n], sin[a:a + n]).to(torch.bfloat16)
+            assert torch.equal(k[:, 1 + a:1 + a + n], want_k)
+            assert torch.equal(v[:, 1 + a:1 + a + n], kv.values[i][:, order].to(torch.bfloat16))
+        assert k[:, 0].abs().sum() == 0 and k[:, -1].abs().sum() == 0
+    TIER_FILLER.join()
+    blobs.close()

@@ -1,0 +1,75 @@
+"""Writing stored documents' rows into a consumer's KV buffers: the :class:`RowWriter` contract of the load path
+(a plain copy, or keys rotated on the way: :mod:`kvlink_rag.linking.rope_rows`), the rows a store hands it
+(:class:`StoredRows`) and the in-memory tensors' way in (:func:`tensor_rows`, :func:`write_rows`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+
+class RowWriter(Protocol):
+    """Writes one document's stored keys or values of one layer into a consumer's buffer: the load path's one
+    pass over the bytes (a plain copy, or keys rotated on the way: :mod:`kvlink_rag.linking.rope_rows`).
+
+    Args:
+        out: ``[kv_heads, n, head_dim]`` CPU view with contiguous rows (a slice of a request's KV blocks).
+        raw: a C-contiguous buffer (numpy array, memoryview) of exactly ``out``'s elements in ``out``'s dtype,
+            ``[n, kv_heads, head_dim]`` when ``token_major`` (an importance-ordered record) else
+            ``[kv_heads, n, head_dim]``; valid only during the call (an LMDB page of a read transaction).
+        start: the index of ``out``'s first row among the rows of the whole fill (the writer's per-row tables,
+            such as RoPE angles, are indexed by it).
+    Raises:
+        ValueError: ``raw`` does not hold ``out``'s bytes.
+    """
+
+    def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None: ...
+
+    def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
+        """Several documents' rows of one layer into ``out`` ``[kv_heads, N, head_dim]`` (the whole fill's view of
+        one layer's blocks) in one call: each part's rows land at ``out[:, part.start : part.start + n]``, as
+        ``self(out[:, start:start + n], part.raw, part.token_major, part.start)`` would write them.
+
+        Raises:
+            ValueError: a part does not hold whole rows of ``out``, or its rows fall outside ``out``.
+        """
+
+
+class StoredRows(NamedTuple):
+    """One document's stored keys or values of one layer, as a :class:`RowWriter` takes them.
+
+    Attributes:
+        raw: a C-contiguous buffer of ``n`` rows in the consumer's dtype, ``[n, kv_heads, head_dim]`` when
+            ``token_major`` else ``[kv_heads, n, head_dim]``; valid only while its source is (an LMDB page lives as
+            long as the read transaction that handed it out).
+        token_major: the rows' layout.
+        start: the index of the document's first row among the rows of the whole fill.
+    """
+
+    raw: object
+    token_major: bool
+    start: int  # a tuple, not a dataclass: one is made per document and layer on the load path
+
+
+def tensor_rows(x: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int, int], start: int) -> StoredRows | None:
+    """The in-memory layer tensor ``x`` ``[kv_heads, n, head_dim]`` as :class:`StoredRows` starting at row ``start``
+    of a fill (a view of its bytes, no copy), or None when it cannot be handed over as it is (another dtype, shape
+    or device, or not contiguous: the caller writes it through :func:`write_rows`)."""
+    if x.dtype != dtype or tuple(x.shape) != tuple(shape) or x.device.type != "cpu" or not x.is_contiguous():
+        return None
+    import torch
+
+    return StoredRows(x.view(torch.uint8).numpy(), False, start)
+
+
+def write_rows(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
+    """``out`` ``[kv_heads, n, head_dim]`` = the in-memory layer tensor ``x`` (same shape, CPU), through ``writer``
+    (None: a plain copy)."""
+    if writer is None:
+        out.copy_(x)
+        return
+    import torch
+
+    writer(out, x.to(out.dtype).contiguous().view(torch.uint8).numpy(), False, start)
