@@ -87,3 +87,23 @@ def test_the_cpu_kernel_attends_over_strided_pieces(sizes, dtype):
 def test_the_cpu_kernels_rms_norm_is_torchs():
     x, w = torch.randn(5, 576), torch.randn(576)
     assert (kernels().rms_norm(x, w, 1e-5) - torch.nn.functional.rms_norm(x, (576,), w, 1e-5)).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")
+@pytest.mark.parametrize("sizes", [[7], [300, 5, 1, 64, 33], [16, 17]])
+@pytest.mark.parametrize("heads", [9, 3, 27])
+def test_bfloat16_valued_queries_over_bfloat16_pieces(sizes, heads):
+    """The decode rows' case (the query rounded to the KV's dtype first): the scores take AVX512-BF16's dot
+    products where the CPU has them, 16 keys summed at a time and the rest one by one; the attention still equals
+    the plain formula on the same inputs (float64: 1e-5), for groups of 1, 3 and 9 query heads per KV head."""
+    g = torch.Generator().manual_seed(sum(sizes) + heads)
+    pieces = []
+    for t in sizes:
+        buf = torch.randn(2, 3, t + 9, 64, generator=g).bfloat16()
+        pieces.append((buf[1, :, :t], buf[0, :, 2: 2 + t]))
+    q = torch.randn(heads, 64, generator=g).bfloat16().float()
+    k = torch.cat([k for k, _ in pieces], 1).float()
+    v = torch.cat([v for _, v in pieces], 1).float()
+    want = _reference(q[:, None], k, v, None, 0.125)[:, 0]
+    got = kernels().decode_attention(q, [k for k, _ in pieces], [v for _, v in pieces], 0.125)
+    assert (got.double() - want).abs().max() < 1e-5
