@@ -14,6 +14,7 @@
 // (cpu_kernels.py), so the scalar code here rounds each multiply and add as torch's elementwise operations do
 // (RoPE's x * cos + x' * sin compiled to one FMA with -mfma).
 #include "kernels.h"
+#include <ATen/Parallel.h>
 #include <cstring>
 #include <vector>
 
@@ -47,13 +48,16 @@ void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tenso
   const float* as = a.data_ptr<float>();
   const float* bs = bt.data_ptr<float>();
   float* ys = y.data_ptr<float>();
-  std::vector<float> h(r);
-  for (int64_t row = 0; row < t; ++row) {
-    for (int64_t j = 0; j < r; ++j) h[j] = dot(xs + row * in, as + j * in, in);
-    float* yr = ys + row * y.stride(0) + start;
-    for (int64_t j = 0; j < r; ++j)
-      for (int64_t c = 0; c < span; ++c) yr[c] += h[j] * bs[j * span + c];
-  }
+  // rows in parallel (each row's arithmetic is the same on any thread: the result does not depend on the count)
+  at::parallel_for(0, t, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> h(r);
+    for (int64_t row = r0; row < r1; ++row) {
+      for (int64_t j = 0; j < r; ++j) h[j] = dot(xs + row * in, as + j * in, in);
+      float* yr = ys + row * y.stride(0) + start;
+      for (int64_t j = 0; j < r; ++j)
+        for (int64_t c = 0; c < span; ++c) yr[c] += h[j] * bs[j * span + c];
+    }
+  });
 }
 
 namespace {
