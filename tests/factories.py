@@ -157,3 +157,16 @@ def randomise_lora(lm: LoadedModel, name: str, seed: int = 0) -> None:
         for n, p in lm.model.named_parameters():
             if f".{name}." in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def corrupt_layer(lmdb_env, key: str, layer: int) -> None:
+    """Flip one payload byte of layer ``layer`` of the LMDB record ``key`` (its checksum then fails)."""
+    db = lmdb_env.db(b"blobs")
+    name = f"{key}/L{layer}".encode()
+
+    def flip(txn):
+        buf = bytearray(txn.get(name, db=db))
+        buf[-3] ^= 0xFF
+        txn.put(name, bytes(buf), db=db)
+
+    lmdb_env.write(flip)

@@ -67,12 +67,24 @@ def _part_rows(out: torch.Tensor, raw) -> int:
 
 
 def _each(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows]) -> None:
-    """:meth:`RowWriter.write_many` part by part (no kernel here)."""
+    """:meth:`~kvlink_rag.rows.RowWriter.write_many` part by part (no kernel here)."""
     for p in parts:
         n = _part_rows(out, p.raw)
         if p.start < 0 or p.start + n > out.shape[1]:
             raise ValueError(f"rows {p.start}..{p.start + n} fall outside the output's {out.shape[1]}")
         writer(out[:, p.start:p.start + n], p.raw, p.token_major, p.start)
+
+
+def _write_many(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows], cos: torch.Tensor | None,
+                sin: torch.Tensor | None) -> None:
+    """Every part through one ``kv_rows_many`` call (rows rotated by ``cos``/``sin`` when given), or part by part
+    through ``writer`` where the kernels do not take ``out``."""
+    kernels = _kernels(out)
+    if kernels is None:
+        _each(writer, out, parts)
+    else:
+        kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts], [p.start for p in parts],
+                             cos, sin)
 
 
 class CopyRows:
@@ -86,13 +98,8 @@ class CopyRows:
             kernels.kv_rows_into(out, raw, token_major, None, None, 0)
 
     def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
-        """:meth:`~kvlink_rag.types.RowWriter.write_many`: every part in one kernel call where it runs."""
-        kernels = _kernels(out)
-        if kernels is None:
-            _each(self, out, parts)
-        else:
-            kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts],
-                                 [p.start for p in parts], None, None)
+        """:meth:`~kvlink_rag.rows.RowWriter.write_many`: every part in one kernel call where it runs."""
+        _write_many(self, out, parts, None, None)
 
 
 copy_rows = CopyRows()
@@ -121,13 +128,8 @@ class RopeRows:
         out.copy_(apply_rope(out.float(), self.cos[start:start + n], self.sin[start:start + n]))
 
     def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
-        """:meth:`~kvlink_rag.types.RowWriter.write_many`: every part rotated in one kernel call where it runs."""
-        kernels = _kernels(out)
-        if kernels is None:
-            _each(self, out, parts)
-        else:
-            kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts],
-                                 [p.start for p in parts], self.cos, self.sin)
+        """:meth:`~kvlink_rag.rows.RowWriter.write_many`: every part rotated in one kernel call where it runs."""
+        _write_many(self, out, parts, self.cos, self.sin)
 
 
 def block_writers(cos: torch.Tensor, sin: torch.Tensor) -> tuple[RopeRows, CopyRows]:

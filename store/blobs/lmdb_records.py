@@ -132,6 +132,19 @@ def read_layer_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
     decode_layer_into(txn.get(rkey(key, f"L{layer}"), db=db), meta, layer, k, v)
 
 
+def _layer_buffer(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
+                  ) -> tuple[memoryview | None, tuple | None]:
+    """Layer ``layer``'s buffer of ``key`` (None: missing) and its place for :data:`VERIFIED` (None without a
+    buffer), after checking the record is still the one whose meta is ``meta_bytes``.
+
+    Raises:
+        KeyError: the record changed.
+    """
+    _same_meta(txn, db, key, meta_bytes)
+    buf = txn.get(rkey(key, f"L{layer}"), db=db)
+    return buf, None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+
+
 def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, k: torch.Tensor,
                            v: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
                            start: int = 0) -> None:
@@ -142,9 +155,7 @@ def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, lay
     Raises:
         KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
     """
-    _same_meta(txn, db, key, meta_bytes)
-    buf = txn.get(rkey(key, f"L{layer}"), db=db)
-    seen = None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+    buf, seen = _layer_buffer(txn, db, key, meta_bytes, meta, layer)
     decode_layer_stored_into(buf, meta, layer, k, v, keys, values, start, verified=seen in VERIFIED)
     VERIFIED.add(seen)
 
@@ -158,9 +169,7 @@ def stage_layer_stored(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: 
     Raises:
         KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
     """
-    _same_meta(txn, db, key, meta_bytes)
-    buf = txn.get(rkey(key, f"L{layer}"), db=db)
-    seen = None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+    buf, seen = _layer_buffer(txn, db, key, meta_bytes, meta, layer)
     parts = stored_rows(buf, meta, layer, dtype, shape, start, verified=seen in VERIFIED)
     if parts is not None:  # verified (a record of another dtype returns before its checksum)
         VERIFIED.add(seen)

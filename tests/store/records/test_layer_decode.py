@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from factories import corrupt_layer
 from store.blobs.lmdb import LmdbBlobStore
 from store.records.errors import CorruptRecordError
 
@@ -59,14 +60,7 @@ def test_stored_layers_convert_to_the_outputs_dtype(blobs, make_kv):
 
 def test_a_corrupt_layer_raises_from_its_fill_and_deletes_the_record(blobs, make_kv, lmdb_env):
     blobs.put("d", _doc(make_kv, True, torch.float32))
-    db = lmdb_env.db(b"blobs")
-
-    def flip(txn):
-        buf = bytearray(txn.get(b"d/L1", db=db))
-        buf[-3] ^= 0xFF
-        txn.put(b"d/L1", bytes(buf), db=db)
-
-    lmdb_env.write(flip)
+    corrupt_layer(lmdb_env, "d", 1)
     _, fills = blobs.iter_stored_layers("d")
     k = torch.empty(2, 37, 8)
     next(fills)(k, torch.empty_like(k))  # layer 0 is intact

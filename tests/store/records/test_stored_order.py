@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from factories import corrupt_layer
 from store.blobs.lmdb import LmdbBlobStore
 from store.records.errors import CorruptRecordError
 from store.records.verified import VERIFIED
@@ -79,14 +80,7 @@ class _none:
 
 def test_a_corrupt_layer_raises_from_stage_and_the_record_is_deleted_after_the_session(blobs, make_kv, lmdb_env):
     _put(blobs, make_kv)
-    db = lmdb_env.db(b"blobs")
-
-    def flip(txn):
-        buf = bytearray(txn.get(b"d/L0", db=db))
-        buf[-3] ^= 0xFF
-        txn.put(b"d/L0", bytes(buf), db=db)
-
-    lmdb_env.write(flip)
+    corrupt_layer(lmdb_env, "d", 0)
     VERIFIED.clear()
     _, fills = blobs.iter_stored_layers("d")
     with pytest.raises(CorruptRecordError):
