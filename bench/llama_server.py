@@ -6,6 +6,7 @@ with its reason when the binary is absent (:func:`bench.llama_cpp.find_binary`).
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import statistics
 import subprocess
@@ -39,6 +40,8 @@ def _start(binary: Path, gguf: Path, threads: int, extra: list[str]) -> tuple[su
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {_exit_reason(proc.returncode)} before serving")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
@@ -47,6 +50,17 @@ def _start(binary: Path, gguf: Path, threads: int, extra: list[str]) -> tuple[su
             time.sleep(0.5)
     proc.kill()
     raise RuntimeError("llama-server did not become healthy in 120 s")
+
+
+def _exit_reason(code: int) -> str:
+    """``code`` of an exited process in words (a signal by name: SIGILL is a build for instructions this CPU
+    lacks, e.g. llama.cpp's native flags on a VM that advertises more than it runs)."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}" + (" (SIGILL: built for instructions this CPU lacks?)" if code == 132 else "")
 
 
 def _server_rows(binary: Path, gguf: Path, threads: int, prompts: list[list[int]], new: int, extra: list[str]) -> dict:
@@ -81,24 +95,28 @@ def _engine_rows(engine: Engine, cases: list, new: int, linked: bool) -> dict:
 def peer_e2e(engine: Engine, examples: list[NQExample], gguf: Path, threads: int, questions: int = 3,
              new_tokens: tuple[int, ...] = (24, 200), log=print) -> dict:
     """Rows per (system, new tokens): median TTFT, decode tok/s and end-to-end seconds; documents are cached
-    for the linked rows before timing (the product's case), every other row prefills them."""
+    for the linked rows before timing (the product's case), every other row prefills them. A llama-server that
+    is absent, exits or is not healthy in 120 s leaves our rows and ``skipped`` says why."""
     binary = find_binary("llama-server")
     cases = [(examples[i].question, build_documents(examples, i, 10, "middle")[0]) for i in range(questions)]
     prompts = [engine.prompt_ids(q, d).tolist() for q, d in cases]
     for q, d in cases:  # warm the document caches (and the code paths) once
         engine.answer(q, d, max_new_tokens=1)
-    rows = []
+    rows, failed = [], None
     for new in new_tokens:
         log(f"peer e2e: {new} new tokens")
         rows.append({"system": "kvlink-rag linked (cached documents)", "new": new, **_engine_rows(engine, cases, new, True)})
         rows.append({"system": "kvlink-rag full prefill", "new": new, **_engine_rows(engine, cases, new, False)})
-        if binary is None:
+        if binary is None or failed is not None:
             continue
-        rows.append({"system": "llama-server full prefill", "new": new,
-                     **_server_rows(binary, gguf, threads, prompts, new, [])})
-        rows.append({"system": "llama-server --cache-reuse 256", "new": new,
-                     **_server_rows(binary, gguf, threads, prompts, new, ["--cache-reuse", "256"])})
-    skipped = None if binary else "no llama-server binary (set KVLINK_RAG_LLAMA_CPP to llama.cpp's build/bin)"
+        try:
+            rows.append({"system": "llama-server full prefill", "new": new,
+                         **_server_rows(binary, gguf, threads, prompts, new, [])})
+            rows.append({"system": "llama-server --cache-reuse 256", "new": new,
+                         **_server_rows(binary, gguf, threads, prompts, new, ["--cache-reuse", "256"])})
+        except (RuntimeError, OSError) as e:  # the peer failed: our rows stand, its own are skipped with why
+            failed = f"llama-server failed: {e}"
+    skipped = failed if binary else "no llama-server binary (set KVLINK_RAG_LLAMA_CPP to llama.cpp's build/bin)"
     return {"rows": rows, "skipped": skipped, "prompt_tokens": statistics.median(len(p) for p in prompts)}
 
 
