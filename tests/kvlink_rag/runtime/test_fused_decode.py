@@ -232,3 +232,29 @@ def test_a_mixed_step_runs_its_decode_rows_fused(monkeypatch):
     assert widths == [2] * (3 * lm.config.num_hidden_layers)
     assert got.shape == want.shape == (3, lm.config.vocab_size)
     assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_lowrank_add_is_the_same_at_any_thread_count(rows):
+    """The LoRA terms split over the threads by rank and columns (few rows) or by rows (many): each value is
+    summed by one thread in one order, so one thread and two give the same bits, and both the float64 value."""
+    from kvlink_rag.runtime.cpu_kernels import kernels
+
+    g = torch.Generator().manual_seed(rows)
+    x, a, b_t = torch.randn(rows, 576, generator=g), torch.randn(48, 576, generator=g), torch.randn(48, 960, generator=g)
+    y0 = torch.randn(rows, 1000, generator=g)
+    got = []
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            y = y0.clone()
+            kernels().lowrank_add(y, x, a, b_t, 17)
+            got.append(y)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(got[0], got[1])
+    ref = y0.double()
+    ref[:, 17:977] += (x.double() @ a.double().t()) @ b_t.double()
+    assert torch.allclose(got[0].double(), ref, rtol=1e-5, atol=1e-3)
