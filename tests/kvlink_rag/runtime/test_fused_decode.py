@@ -242,7 +242,8 @@ def test_lowrank_add_is_the_same_at_any_thread_count(rows):
     from kvlink_rag.runtime.cpu_kernels import kernels
 
     g = torch.Generator().manual_seed(rows)
-    x, a, b_t = torch.randn(rows, 576, generator=g), torch.randn(48, 576, generator=g), torch.randn(48, 960, generator=g)
+    x, a = torch.randn(rows, 576, generator=g), torch.randn(48, 576, generator=g)
+    b_t = torch.randn(48, 960, generator=g)
     y0 = torch.randn(rows, 1000, generator=g)
     got = []
     old = torch.get_num_threads()
