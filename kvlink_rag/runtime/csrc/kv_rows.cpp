@@ -251,6 +251,6 @@ void kv_rows_many(torch::Tensor out, std::vector<pybind11::buffer> srcs, std::ve
     const auto [j, t0] = items[w];
     document_rows(out, starts[j], rows[j], t0, std::min(t0 + kChunk, rows[j]), static_cast<const char*>(infos[j].ptr),
                   token_major[j], tables[j].first, tables[j].second);
+    _mm_sfence();  // this thread's streamed stores are visible before any thread reads the blocks
   }
-  _mm_sfence();  // this thread's streamed stores (the team's threads fence as they leave the region: OpenMP's flush)
 }
