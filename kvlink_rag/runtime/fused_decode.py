@@ -60,7 +60,7 @@ def fits(w: ModelWeights, lora: list[LayerLora] | None, h: torch.Tensor) -> bool
 def _lora(term: FusedLowRank | None) -> Lora:
     if term is None:
         return None, None, 0
-    a, b_t = term.stacks()
+    a, b_t = term.kernel_stacks()
     return a, b_t, term.start
 
 

@@ -49,7 +49,7 @@ class FusedLowRank:
         self.terms = terms
         self.start, self.end = min(t.start for t in terms), max(t.end for t in terms)
         self._versions: tuple[int, ...] | None = None
-        self.a = self.b_t = None
+        self.a = self.b_t = self.kernel_a = self.kernel_b_t = None
 
     def _build(self) -> None:
         t0 = self.terms[0]
@@ -61,6 +61,14 @@ class FusedLowRank:
             b[t.start - self.start: t.end - self.start, at: at + r] = t.b * t.scale
             at += r
         self.b_t = b.t().contiguous()  # [sum rank, span]
+        self.kernel_a, self.kernel_b_t = _narrowed(self.a), _narrowed(self.b_t)
+
+    def kernel_stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`stacks` as the kernel (``lowrank_add``) reads them: bfloat16 when every value is one (a shipped
+        adapter's weights are stored in bfloat16 and its scale is a power of two: the same values in half the bytes,
+        the same sums, since the kernel widens them exactly), else the float32 stacks themselves."""
+        self.stacks()
+        return self.kernel_a, self.kernel_b_t
 
     def stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``A`` ``[sum rank, in]`` and ``B^T`` ``[sum rank, end - start]`` (scales folded in), rebuilt first
@@ -77,7 +85,7 @@ class FusedLowRank:
         The tokens of decode rows (``split.small``; without a split, a call of at most
         :data:`~.linear.MAX_SMALL_TOKENS` tokens) take the kernel where it fits (see the class docstring), the
         others two torch GEMMs, as a :class:`~.linear.SplitLinear` splits its formats."""
-        a, b_t = self.stacks()
+        a, b_t = self.kernel_stacks()
         rows = self._kernel_rows(y, x, split)
         if rows is None:
             self._gemm(y, x)
@@ -110,6 +118,14 @@ class FusedLowRank:
 
 
 _ALL = slice(None)  # FusedLowRank._kernel_rows: every row
+
+
+def _narrowed(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (float32) in bfloat16 when that holds every value exactly, else ``t`` itself."""
+    if t.dtype != torch.float32:
+        return t
+    b = t.to(torch.bfloat16)
+    return b if torch.equal(b.float(), t) else t
 
 
 def _version(t: torch.Tensor) -> int:

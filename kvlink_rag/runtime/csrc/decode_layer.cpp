@@ -15,40 +15,37 @@
 // (RoPE's x * cos + x' * sin compiled to one FMA with -mfma).
 #include "kernels.h"
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
+// A weight as float32: bfloat16 bits widened exactly (the same value a float32 copy of it holds).
+inline float wide(float w) { return w; }
+inline float wide(uint16_t w) { return c10::BFloat16(w, c10::BFloat16::from_bits()); }
+
+template <typename W>
+float dot(const float* a, const W* b, int64_t n) {
   float acc[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];  // 16 lanes: the compiler's vector multiply-adds
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * wide(b[i + l]);  // 16 lanes: the compiler's vector multiply-adds
   float s = 0.f;
   for (int l = 0; l < 16; ++l) s += acc[l];
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += a[i] * wide(b[i]);
   return s;
 }
 
 }  // namespace
 
-// y[:, start : start + span] += (x A^T) B_t in place, in plain loops, each row on its own (its result depends on
-// neither the other rows nor the thread count): y [T, *] float32 (unit column stride), x [T, in], A [rank, in],
-// B_t [rank, span] float32 contiguous. A decode step's LoRA terms are a few thousand multiply-adds a row; as two
-// torch GEMMs each they cost ~15 us of dispatch apiece, 240 of them a step (~4 ms at one row, BENCHMARKS.md).
-void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tensor bt, int64_t start) {
-  TORCH_CHECK(a.scalar_type() == torch::kFloat32 && bt.scalar_type() == torch::kFloat32 && a.is_contiguous() &&
-              bt.is_contiguous() && a.dim() == 2 && bt.dim() == 2 && a.size(1) == x.size(1) && bt.size(0) == a.size(0) &&
-              start >= 0 && start + bt.size(1) <= y.size(1), "LoRA terms must be float32 A [rank, in] and B_t [rank, span] inside y");
-  TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kFloat32 &&
-              x.is_contiguous() && y.stride(1) == 1 && x.size(0) == y.size(0), "x [T, in] and y [T, *] must be float32 rows");
-  const int64_t t = x.size(0), in = x.size(1), r = a.size(0), span = bt.size(1);
-  const float* xs = x.data_ptr<float>();
-  const float* as = a.data_ptr<float>();
-  const float* bs = bt.data_ptr<float>();
-  float* ys = y.data_ptr<float>();
+namespace {
+
+// lowrank_add's loops over weights of type W (float32, or bfloat16 bits widened as they are read).
+template <typename W>
+void lowrank_rows(float* ys, int64_t ystride, const float* xs, const W* as, const W* bs, int64_t t, int64_t in,
+                  int64_t r, int64_t span, int64_t start) {
   // Each value is computed by one thread in the serial order, so the result does not depend on the thread count.
   // With at least two rows a thread, rows split alone (one pass, each row whole on one thread: fewer regions).
   // Fewer rows: two passes, each split over the caller's threads: h = x A^T per (row, rank), then y += h B_t per
@@ -59,9 +56,9 @@ void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tenso
       std::vector<float> hr(r);
       for (int64_t row = r0; row < r1; ++row) {
         for (int64_t j = 0; j < r; ++j) hr[j] = dot(xs + row * in, as + j * in, in);
-        float* yr = ys + row * y.stride(0) + start;
+        float* yr = ys + row * ystride + start;
         for (int64_t j = 0; j < r; ++j)
-          for (int64_t c = 0; c < span; ++c) yr[c] += hr[j] * bs[j * span + c];
+          for (int64_t c = 0; c < span; ++c) yr[c] += hr[j] * wide(bs[j * span + c]);
       }
     });
     return;
@@ -75,12 +72,37 @@ void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tenso
   at::parallel_for(0, t * chunks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t row = i / chunks, c0 = (i % chunks) * kCols, c1 = std::min(span, c0 + kCols);
-      float* yr = ys + row * y.stride(0) + start;
+      float* yr = ys + row * ystride + start;
       const float* hr = h.data() + row * r;
       for (int64_t j = 0; j < r; ++j)
-        for (int64_t c = c0; c < c1; ++c) yr[c] += hr[j] * bs[j * span + c];
+        for (int64_t c = c0; c < c1; ++c) yr[c] += hr[j] * wide(bs[j * span + c]);
     }
   });
+}
+
+}  // namespace
+
+// y[:, start : start + span] += (x A^T) B_t in place, each value in the same order on any thread count: y [T, *]
+// float32 (unit column stride), x [T, in] float32, A [rank, in], B_t [rank, span] contiguous, both float32 or
+// both bfloat16 (widened exactly as read: the same sums as float32 copies of those values, from half the bytes).
+// A decode step's LoRA terms are a few thousand multiply-adds a row; as two torch GEMMs each they cost ~15 us of
+// dispatch apiece, 240 of them a step (~4 ms at one row, BENCHMARKS.md).
+void lowrank_add(torch::Tensor y, torch::Tensor x, torch::Tensor a, torch::Tensor bt, int64_t start) {
+  const auto wt = a.scalar_type();
+  TORCH_CHECK((wt == torch::kFloat32 || wt == torch::kBFloat16) && bt.scalar_type() == wt && a.is_contiguous() &&
+              bt.is_contiguous() && a.dim() == 2 && bt.dim() == 2 && a.size(1) == x.size(1) && bt.size(0) == a.size(0) &&
+              start >= 0 && start + bt.size(1) <= y.size(1),
+              "LoRA terms must be float32 or bfloat16 A [rank, in] and B_t [rank, span] inside y");
+  TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kFloat32 &&
+              x.is_contiguous() && y.stride(1) == 1 && x.size(0) == y.size(0), "x [T, in] and y [T, *] must be float32 rows");
+  const int64_t t = x.size(0), in = x.size(1), r = a.size(0), span = bt.size(1);
+  if (wt == torch::kFloat32)
+    lowrank_rows<float>(y.data_ptr<float>(), y.stride(0), x.data_ptr<float>(), a.data_ptr<float>(), bt.data_ptr<float>(),
+                        t, in, r, span, start);
+  else
+    lowrank_rows<uint16_t>(y.data_ptr<float>(), y.stride(0), x.data_ptr<float>(),
+                           reinterpret_cast<const uint16_t*>(a.data_ptr()), reinterpret_cast<const uint16_t*>(bt.data_ptr()),
+                           t, in, r, span, start);
 }
 
 namespace {

@@ -259,3 +259,27 @@ def test_lowrank_add_is_the_same_at_any_thread_count(rows):
     ref = y0.double()
     ref[:, 17:977] += (x.double() @ a.double().t()) @ b_t.double()
     assert torch.allclose(got[0].double(), ref, rtol=1e-5, atol=1e-3)
+
+
+@needs_kernel
+def test_lora_stacks_of_bfloat16_values_are_read_in_half_the_bytes_with_the_same_sums():
+    """An adapter whose weights are bfloat16 values (the shipped one is stored so; its scale 2 keeps them so) hands
+    the kernel bfloat16 stacks: the same bits out as its float32 stacks; one trained off that grid keeps float32."""
+    from kvlink_rag.runtime.cpu_kernels import kernels
+    from kvlink_rag.runtime.lora import FusedLowRank, LowRank
+
+    g = torch.Generator().manual_seed(11)
+    a1, b1, a2, b2 = (torch.randn(*s, generator=g).bfloat16().float() for s in ((16, 576), (192, 16), (16, 576),
+                                                                                  (576, 16)))
+    term = FusedLowRank([LowRank(0, 192, a1, b1, 2.0), LowRank(192, 768, a2, b2, 2.0)])
+    a, b_t = term.stacks()
+    ka, kb = term.kernel_stacks()
+    assert a.dtype == torch.float32 and ka.dtype == kb.dtype == torch.bfloat16
+    for rows in (1, 16):
+        x, y0 = torch.randn(rows, 576, generator=g), torch.randn(rows, 800, generator=g)
+        y32, y16 = y0.clone(), y0.clone()
+        kernels().lowrank_add(y32, x, a, b_t, 5)
+        kernels().lowrank_add(y16, x, ka, kb, 5)
+        assert torch.equal(y32, y16)
+    off = FusedLowRank([LowRank(0, 192, a1 + 1e-3, b1, 2.0)])
+    assert off.kernel_stacks()[0].dtype == torch.float32 and off.kernel_stacks()[0] is off.stacks()[0]
