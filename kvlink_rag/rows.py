@@ -64,6 +64,20 @@ def tensor_rows(x: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int, int]
     return StoredRows(x.view(torch.uint8).numpy(), False, start)
 
 
+def stage_tensors(k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int, int], start: int,
+                  k_parts: list[StoredRows], v_parts: list[StoredRows]) -> bool:
+    """Append the in-memory layer tensors ``k`` and ``v`` (``[kv_heads, n, head_dim]``) to ``k_parts`` /
+    ``v_parts`` as :class:`StoredRows` at row ``start`` when both can be handed over as they are
+    (:func:`tensor_rows`); else append nothing and return False (the caller writes them through
+    :func:`write_rows`)."""
+    kr, vr = tensor_rows(k, dtype, shape, start), tensor_rows(v, dtype, shape, start)
+    if kr is None or vr is None:
+        return False
+    k_parts.append(kr)
+    v_parts.append(vr)
+    return True
+
+
 def write_rows(out: torch.Tensor, x: torch.Tensor, writer: RowWriter | None, start: int) -> None:
     """``out`` ``[kv_heads, n, head_dim]`` = the in-memory layer tensor ``x`` (same shape, CPU), through ``writer``
     (None: a plain copy)."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .rows import RowWriter, StoredRows, tensor_rows, write_rows
+from .rows import RowWriter, StoredRows, stage_tensors, write_rows
 
 if TYPE_CHECKING:
     import torch
@@ -250,18 +250,14 @@ def _memory_fill(docs: list[DocumentKV]) -> Callable[..., None]:
 
     def fill(i: int, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
              values: RowWriter | None = None) -> None:
+        staged = keys is not None and values is not None
         k_parts: list[StoredRows] = []
         v_parts: list[StoredRows] = []
         for d, a, b in zip(docs, bounds, bounds[1:]):
             shape = (k_out.shape[0], b - a, k_out.shape[2])
-            k = None if keys is None else tensor_rows(d.keys[i], k_out.dtype, shape, a)
-            v = None if values is None else tensor_rows(d.values[i], v_out.dtype, shape, a)
-            if k is None or v is None:  # another dtype or layout: converted on its own
-                write_rows(k_out[:, a:b], d.keys[i], keys, a)
+            if not (staged and stage_tensors(d.keys[i], d.values[i], k_out.dtype, shape, a, k_parts, v_parts)):
+                write_rows(k_out[:, a:b], d.keys[i], keys, a)  # another dtype or layout: converted on its own
                 write_rows(v_out[:, a:b], d.values[i], values, a)
-            else:
-                k_parts.append(k)
-                v_parts.append(v)
         if k_parts:  # every document in one call per writer
             keys.write_many(k_out, k_parts)
             values.write_many(v_out, v_parts)

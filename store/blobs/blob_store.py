@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kvlink_rag.rows import StoredRows, tensor_rows, write_rows
+from kvlink_rag.rows import StoredRows, stage_tensors, write_rows
 
 if TYPE_CHECKING:
     import torch
@@ -112,12 +112,7 @@ class DecodedLayer:
     def stage(self, dtype: torch.dtype, shape: tuple[int, int, int], start: int, k_parts: list[StoredRows],
               v_parts: list[StoredRows]) -> bool:
         """:meth:`LayerFill.stage`: the decoded tensors' own bytes when they are ``shape`` rows of ``dtype``."""
-        k, v = tensor_rows(self.k, dtype, shape, start), tensor_rows(self.v, dtype, shape, start)
-        if k is None or v is None:
-            return False
-        k_parts.append(k)
-        v_parts.append(v)
-        return True
+        return stage_tensors(self.k, self.v, dtype, shape, start, k_parts, v_parts)
 
 
 class BlobStore(ABC):

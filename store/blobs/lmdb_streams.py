@@ -122,28 +122,23 @@ class LayerStreams:
     def _fill(self, key: str, meta_bytes: bytes, meta: dict, layer: int, k_out: torch.Tensor,
               v_out: torch.Tensor, keys: RowWriter | None = None, values: RowWriter | None = None,
               start: int = 0) -> None:
-        self._read(key, lambda txn: records.read_layer_stored_into(txn, self.db, key, meta_bytes, meta, layer, k_out,
-                                                                   v_out, keys, values, start))
+        self._read(key, records.read_layer_stored_into, key, meta_bytes, meta, layer, k_out, v_out, keys, values,
+                   start)
 
     def _stage(self, key: str, meta_bytes: bytes, meta: dict, layer: int, dtype: torch.dtype,
                shape: tuple[int, int, int], start: int) -> tuple[StoredRows, StoredRows] | None:
-        pending = self._session.pending
-        if pending is None:  # no session: the rows would not outlive their transaction
+        if self._session.pending is None:  # no session: the rows would not outlive their transaction
             return None
-        try:  # (no closure per call: this runs once per document and layer of every load)
-            return records.stage_layer_stored(self._session.txn, self.db, key, meta_bytes, meta, layer, dtype, shape,
-                                              start)
-        except CorruptRecordError as e:
-            pending.append((key, e))  # deleted once the session's read closes
-            raise
+        return self._read(key, records.stage_layer_stored, key, meta_bytes, meta, layer, dtype, shape, start)
 
-    def _read(self, key: str, read):
-        """``read(txn)`` in this thread's session's transaction (a corrupt record deleted once it closes) or in a
-        short one of its own (deleted at once)."""
+    def _read(self, key: str, read, *args):
+        """``read(txn, db, *args)`` in this thread's session's transaction (a corrupt record deleted once it
+        closes) or in a short one of its own (deleted at once). Arguments, not a closure: this runs once per
+        document and layer of every load."""
         pending = self._session.pending  # inside a session: its transaction, and a corrupt record deleted after it
         try:
             with nullcontext(self._session.txn) if pending is not None else self.env.read() as txn:
-                return read(txn)
+                return read(txn, self.db, *args)
         except CorruptRecordError as e:
             if pending is None:
                 self.corrupt(key, e)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kvlink_rag.retention import check_retention
-from kvlink_rag.rows import RowWriter, StoredRows, tensor_rows
+from kvlink_rag.rows import RowWriter, StoredRows, stage_tensors
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore, DecodedLayer
 from store.records.ordered_layout import record_importance
@@ -98,11 +98,7 @@ class _StoredReader(Reader):
                         f(k_out[:, a:b], v_out[:, a:b], keys, values, a)
                     if isinstance(f, DecodedLayer) and self.on_loaded is not None:
                         self.decoded.setdefault(j, []).append(f)  # already in memory: the tiers take it as it is
-                elif staged and (k := tensor_rows(it.keys[i], k_out.dtype, shape, a)) is not None and (
-                        v := tensor_rows(it.values[i], v_out.dtype, shape, a)) is not None:
-                    k_parts.append(k)
-                    v_parts.append(v)
-                else:
+                elif not (staged and stage_tensors(it.keys[i], it.values[i], k_out.dtype, shape, a, k_parts, v_parts)):
                     write_into(k_out[:, a:b], it.keys[i], keys, a)
                     write_into(v_out[:, a:b], it.values[i], values, a)
             if k_parts:  # inside the session: the staged rows are pages of its read

@@ -42,6 +42,13 @@ float dot(const float* a, const W* b, int64_t n) {
 
 namespace {
 
+// yr[c] += sum over j of hr[j] * B_t[j][c] for columns c0..c1, j in order (B_t [r, span]).
+template <typename W>
+inline void add_terms(float* yr, const float* hr, const W* bs, int64_t r, int64_t span, int64_t c0, int64_t c1) {
+  for (int64_t j = 0; j < r; ++j)
+    for (int64_t c = c0; c < c1; ++c) yr[c] += hr[j] * wide(bs[j * span + c]);
+}
+
 // lowrank_add's loops over weights of type W (float32, or bfloat16 bits widened as they are read).
 template <typename W>
 void lowrank_rows(float* ys, int64_t ystride, const float* xs, const W* as, const W* bs, int64_t t, int64_t in,
@@ -56,9 +63,7 @@ void lowrank_rows(float* ys, int64_t ystride, const float* xs, const W* as, cons
       std::vector<float> hr(r);
       for (int64_t row = r0; row < r1; ++row) {
         for (int64_t j = 0; j < r; ++j) hr[j] = dot(xs + row * in, as + j * in, in);
-        float* yr = ys + row * ystride + start;
-        for (int64_t j = 0; j < r; ++j)
-          for (int64_t c = 0; c < span; ++c) yr[c] += hr[j] * wide(bs[j * span + c]);
+        add_terms(ys + row * ystride + start, hr.data(), bs, r, span, 0, span);
       }
     });
     return;
@@ -71,11 +76,8 @@ void lowrank_rows(float* ys, int64_t ystride, const float* xs, const W* as, cons
   const int64_t chunks = (span + kCols - 1) / kCols;
   at::parallel_for(0, t * chunks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t row = i / chunks, c0 = (i % chunks) * kCols, c1 = std::min(span, c0 + kCols);
-      float* yr = ys + row * ystride + start;
-      const float* hr = h.data() + row * r;
-      for (int64_t j = 0; j < r; ++j)
-        for (int64_t c = c0; c < c1; ++c) yr[c] += hr[j] * wide(bs[j * span + c]);
+      const int64_t row = i / chunks, c0 = (i % chunks) * kCols;
+      add_terms(ys + row * ystride + start, h.data() + row * r, bs, r, span, c0, std::min(span, c0 + kCols));
     }
   });
 }
