@@ -153,6 +153,16 @@ class SplitLinear:
 WEIGHT_FORMATS = ("native", "bfloat16", "int8", "int4", "int4-bf16", "int4-f32", "q4q8-bf16", "q4q8-f32")
 
 
+def bfloat16_linear(weight: torch.Tensor, bias: torch.Tensor | None, pack: bool = True) -> Linear:
+    """``weight`` (and ``bias``) in bfloat16: packed once for oneDNN where this CPU runs it
+    (:class:`~.packed_linear.PackedLinear`, bit for bit the same outputs), else a :class:`DenseLinear`."""
+    from .packed_linear import PackedLinear, packing_available
+
+    w = weight.detach().to(torch.bfloat16)
+    b = None if bias is None else bias.detach().to(torch.bfloat16)
+    return PackedLinear(w, b) if pack and packing_available(w) else DenseLinear(w, b)
+
+
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Linear:
     """A :class:`Linear` of ``weight`` ``[out, in]`` in format ``fmt`` (one of :data:`WEIGHT_FORMATS`).
 
@@ -166,7 +176,7 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Li
     if fmt == "native":
         return DenseLinear(weight, bias)
     if fmt == "bfloat16":
-        return DenseLinear(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
+        return bfloat16_linear(weight, bias)
     if fmt == "int8":
         return Int8Linear(weight, bias)
     if fmt == "int4":

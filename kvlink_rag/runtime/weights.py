@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.families import family_of
-from .linear import Linear, make_linear
+from .linear import Linear, bfloat16_linear, make_linear
 
 # The LM head of the int4 formats stays exact in bfloat16: the default model's layer weights sit exactly on Q4_1's
 # group-32 grid (re-quantised with 0.2% error, from the kernel's bfloat16 scales), but its tied embedding is
@@ -115,7 +115,8 @@ def _head(module: torch.nn.Module, fmt: str) -> Linear:
     from .head import RescoredHead
     from .linear import SplitLinear
 
-    exact = _one(module, "bfloat16")
+    lin = base_linear(module)  # the exact head keeps a plain weight: RescoredHead reads candidate rows of it
+    exact = bfloat16_linear(lin.weight, lin.bias, pack=False)
     large = _one(module, "native") if fmt in ("int4-f32", "q4q8-f32") else exact
     approx = None
     if fmt.startswith("q4q8"):
