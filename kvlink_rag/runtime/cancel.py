@@ -73,3 +73,14 @@ class CancellableCache(DocumentCache):
             close = getattr(layers, "close", None)
             if close is not None:
                 close()  # the prefetch reader stops before its next layer
+
+
+def cancellable_engine(engine, cancelled: Callable[[], bool]):
+    """A shallow copy of ``engine`` (a :class:`~kvlink_rag.engine.Engine`) whose cache is a
+    :class:`CancellableCache` over its own: it stops loading once ``cancelled()`` is true. The engine a request's
+    ``make_engine`` returns may be shared: it is not changed."""
+    import copy
+
+    view = copy.copy(engine)
+    view.cache = CancellableCache(engine.cache, cancelled)
+    return view

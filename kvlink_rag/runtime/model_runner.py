@@ -10,6 +10,8 @@ the exactness tests compare against (1e-4 in float32).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -70,7 +72,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor,
-                adapter: str | None = None) -> torch.Tensor:
+                adapter: str | None = None, between_layers: Callable[[], None] | None = None) -> torch.Tensor:
         """One packed forward; returns the logits after each row's last new token.
 
         Args:
@@ -78,6 +80,9 @@ class ModelRunner:
             embeds: ``[T_total, hidden]`` input embeddings (compute dtype).
             position_ids: ``[T_total]`` int64 RoPE position of each new token.
             adapter: the query-side LoRA adapter to apply (None: the base model).
+            between_layers: called after each decoder layer but the last of the general path (not the fused
+                decode rows'): the scheduler runs forwards of other sequences there (a long prompt's step yields to
+                new short requests); this forward's state is its own (``h``, its rows' uncommitted KV).
         Returns:
             ``[rows, vocab]`` float32 logits.
         """
@@ -86,7 +91,7 @@ class ModelRunner:
         if fits and len(batch.rows) > 1:
             decode = [j for j, r in enumerate(batch.rows) if fused_decode.plain_decode(r)]
             if 0 < len(decode) < len(batch.rows):
-                return self._split_forward(batch, embeds, position_ids, adapter, decode)
+                return self._split_forward(batch, embeds, position_ids, adapter, decode, between_layers)
         lengths = [r.length for r in batch.rows]
         split = TokenSplit.of_rows(lengths, embeds.device)  # each row's tokens take its own weight format
         rows = fused_decode.DecodeRows.of(batch) if fits else None
@@ -105,13 +110,15 @@ class ModelRunner:
                 h = fused_decode.layer_post(w, layer, term, h, fused_decode.attend(w, i, qkv, rows))
             else:
                 h = self._layer(i, layer, term, h, cos, sin, batch, split)
+                if between_layers is not None and i + 1 < len(w.layers):
+                    between_layers()
         batch.commit()
         last = torch.tensor([r.start + r.length - 1 for r in batch.rows], device=h.device)
         x = rms_norm(h[last], w.norm, w.eps)  # [rows, hidden]
         return w.lm_head(x, TokenSplit.of_rows(lengths, x.device, one_per_row=True)).float()
 
     def _split_forward(self, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor,
-                       adapter: str | None, decode: list[int]) -> torch.Tensor:
+                       adapter: str | None, decode: list[int], between_layers=None) -> torch.Tensor:
         """A step mixing decode rows (indexes ``decode``) with others (prefills, masked or explained rows): the
         decode rows as one fused forward, the rest as one general forward. Rows never see each other's
         tokens, and a decode row's linears take the small format either way (:class:`~.linear.TokenSplit`),
@@ -121,7 +128,7 @@ class ModelRunner:
         for idx in (decode, [j for j in range(len(batch.rows)) if j not in keep]):
             sub, take = batch.subset(idx)
             take = take.to(embeds.device)
-            logits = self.forward(sub, embeds[take], position_ids[take], adapter)
+            logits = self.forward(sub, embeds[take], position_ids[take], adapter, between_layers)
             out = logits.new_empty(len(batch.rows), logits.shape[1]) if out is None else out
             out[idx] = logits
         return out
@@ -196,8 +203,8 @@ def get_runner(lm: LoadedModel) -> ModelRunner:
     return lm.runner
 
 
-def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor
-                   ) -> torch.Tensor:
+def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, position_ids: torch.Tensor,
+                   between_layers: Callable[[], None] | None = None) -> torch.Tensor:
     """:meth:`ModelRunner.forward` of ``lm``'s runner with the adapter :func:`kvlink_rag.model.lora.adapter_scope`
     turned on (``lm.active_adapter``).
 
@@ -205,6 +212,7 @@ def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, po
         batch: the rows (in packing order); each row's sequence is extended by its new tokens.
         embeds: ``[T_total, hidden]`` input embeddings of the packed new tokens (compute dtype).
         position_ids: ``[T_total]`` int64 position of each new token (RoPE).
+        between_layers: see :meth:`ModelRunner.forward`.
     Returns:
         ``[rows, vocab]`` float32 logits.
     Raises:
@@ -212,4 +220,4 @@ def forward_ragged(lm: LoadedModel, batch: RaggedBatch, embeds: torch.Tensor, po
     """
     if lm.active_adapter is not None and lm.active_adapter not in lm.adapters:
         raise KeyError(f"adapter {lm.active_adapter!r} was unloaded while a request was using it")
-    return get_runner(lm).forward(batch, embeds, position_ids, lm.active_adapter)
+    return get_runner(lm).forward(batch, embeds, position_ids, lm.active_adapter, between_layers)

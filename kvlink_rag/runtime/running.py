@@ -93,6 +93,11 @@ class RunningRequest:
         return 0 if self.pending is None else self.pending.num_tokens - self.fed
 
     @property
+    def prefill_tokens(self) -> int:
+        """Tokens of :attr:`pending`, computed or not (the whole prefill being chunked; 1 while decoding)."""
+        return 0 if self.pending is None else self.pending.num_tokens
+
+    @property
     def context_keys(self) -> int:
         """Keys its next token attends to before its own: every token of its KV so far (shared and own)."""
         return 0 if self.seq is None else self.seq.num_tokens

@@ -62,10 +62,11 @@ class WaitingQueue:
         """Estimated prefill tokens of every waiting request."""
         return sum(w.tokens for w in self.items)
 
-    def choose(self, running: list[tuple[RequestHandle, object]]) -> list[Waiting]:
+    def choose(self, running: list[tuple[RequestHandle, object]], max_tokens: int | None = None) -> list[Waiting]:
         """Take the requests to admit now beside ``running`` (``(handle, running request)``): cancelled ones
         dropped, then in the policy's order within the step's slot, token and adapter budget, one request per
-        document set not yet computed (unless it is starved)."""
+        document set not yet computed (unless it is starved). ``max_tokens``: only requests of at most that many
+        estimated prefill tokens (the short ones a long prompt's step lets in between its layers)."""
         self.items = [w for w in self.items if not w.handle.cancelled]
         slots = self.limits.max_running - len(running)
         if slots <= 0 or not self.items:
@@ -77,6 +78,8 @@ class WaitingQueue:
         chosen, tokens, prefixes = [], 0, set()
         adapters = {h.request.adapter for h, _ in running}
         for w in order:
+            if max_tokens is not None and w.tokens > max_tokens:
+                continue
             if len(chosen) == slots or (chosen and tokens + w.tokens > self.limits.max_prefill_tokens):
                 break
             if w.handle.request.adapter not in adapters and len(adapters) >= self.limits.max_adapters:

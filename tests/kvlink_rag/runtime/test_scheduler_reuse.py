@@ -86,9 +86,9 @@ def test_reuse_requests_share_steps_with_a_plain_query(engine, sched, monkeypatc
 
     rows_per_forward, real = [], mr.forward_ragged
 
-    def counting(lm, batch, embeds, positions):
+    def counting(lm, batch, embeds, positions, between_layers=None):
         rows_per_forward.append(len(batch.rows))
-        return real(lm, batch, embeds, positions)
+        return real(lm, batch, embeds, positions, between_layers)
 
     monkeypatch.setattr(mr, "forward_ragged", counting)
     whole = {"ignore_eos": True}  # every request decodes its whole budget
@@ -113,8 +113,8 @@ def test_a_request_cancelled_during_a_step_frees_its_kv_when_the_step_ends(engin
     next(tokens)  # decoding now
     seen, real = {}, mr.forward_ragged
 
-    def cancelling(lm, batch, embeds, positions):
-        out = real(lm, batch, embeds, positions)
+    def cancelling(lm, batch, embeds, positions, between_layers=None):
+        out = real(lm, batch, embeds, positions, between_layers)
         if "rr" not in seen:
             seen["rr"] = next(rr for h, rr in sched.running if h is handle)
             handle.cancel()  # the client leaves while the step's forward runs

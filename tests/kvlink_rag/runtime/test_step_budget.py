@@ -11,6 +11,7 @@ from kvlink_rag.runtime.step_budget import MIN_CHUNK, allot, key_weight, tokens_
 class _Req:
     pending_left: int
     context_keys: int = 0
+    prefill_tokens: int = 0
 
 
 def _tokens(running, budget):
@@ -78,3 +79,11 @@ def test_the_cap_leaves_short_prefills_and_decodes_alone():
     assert got == {"dec": 1, "q": 200, "long": MIN_CHUNK}  # q completes: the long prompt gets the minimum
     got = {h: n for h, _, n in allot([("long", _Req(3000, 100_000))], 256, 64, W)}
     assert got == {"long": MIN_CHUNK}  # a cap below the minimum chunk still moves it on
+
+
+def test_the_last_chunks_of_a_long_prefill_stay_capped():
+    """The 3.3k-token prompt's tail (225 tokens left after ~3.1k keys) once ran as one uncapped 390 ms step."""
+    tail = _Req(225, context_keys=3075, prefill_tokens=3300)
+    assert {h: n for h, _, n in allot([("long", tail)], 256, 128, W)} == {"long": tokens_for_cost(128, 3075, W)}
+    short = _Req(225, context_keys=3075, prefill_tokens=225)  # a prefill that was never long: no cap
+    assert {h: n for h, _, n in allot([("q", short)], 256, 128, W)} == {"q": 225}
