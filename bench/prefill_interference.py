@@ -23,9 +23,12 @@ UNCHUNKED = 1 << 20  # a step budget no prefill reaches: the scheduler as it was
 FIRST_ARRIVAL_S, ARRIVAL_STEP_S = 0.3, 0.37  # sample i's query arrives 0.3 + 0.37 i s into the long prefill
 
 
-def _ttft(queries, question: str, doc_ids: list[str], mode: str = "linked", new: int = 8) -> float:
-    r = queries.answer(queries.plan(TENANT, question, doc_ids, mode=mode, max_new_tokens=new, temperature=0.0))
-    return float(r.timings["ttft_s"])
+def _ttft(queries, question: str, doc_ids: list[str], mode: str = "linked", new: int = 8) -> tuple[float, float]:
+    """TTFT and the whole answer's seconds (``new`` tokens, all of them: the decode steps the long prompt's steps
+    delay count too)."""
+    r = queries.answer(queries.plan(TENANT, question, doc_ids, mode=mode, max_new_tokens=new, temperature=0.0,
+                                    ignore_eos=True))
+    return float(r.timings["ttft_s"]), float(r.timings["total_s"])
 
 
 def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_tokens: int, cap: int,
@@ -39,7 +42,7 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
             time.sleep(0.05)
         q = rt.queries
         _ttft(q, examples[0].question, ["short"])  # warm: the short document is cached, the prefix tree warm
-        idle = [_ttft(q, examples[0].question, ["short"]) for _ in range(samples)]
+        idle = [_ttft(q, examples[0].question, ["short"]) for _ in range(samples)]  # (ttft, total) each
         busy, full_s = [], []
         for i in range(samples):
             t0 = time.perf_counter()
@@ -51,14 +54,16 @@ def _one_budget(engine: Engine, examples: list[NQExample], long_text: str, step_
             busy.append(_ttft(q, examples[0].question, ["short"]))
             worker.join()
             full_s.append(time.perf_counter() - t0)
-        log(f"step budget {step_tokens}, long-prefill cap {cap}: idle {statistics.median(idle):.2f} s, "
-            f"busy {statistics.median(busy):.2f} s (max {max(busy):.2f})")
     finally:
         rt.close()
-    return {"step_tokens": step_tokens, "long_prefill_budget": cap, "idle_ttft_p50_s": statistics.median(idle),
-            "busy_ttft_p50_s": statistics.median(busy), "busy_ttft_max_s": max(busy), "busy_ttft_s": busy,
-            "ratio": statistics.median(busy) / statistics.median(idle),
-            "full_request_s": statistics.median(full_s)}
+    p50 = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731 - 0: TTFT, 1: whole answer
+    log(f"step budget {step_tokens}, long-prefill cap {cap}: idle {p50(idle, 0):.2f} s, busy {p50(busy, 0):.2f} s "
+        f"(max {max(b[0] for b in busy):.2f}); whole answer idle {p50(idle, 1):.2f} s, busy {p50(busy, 1):.2f} s")
+    return {"step_tokens": step_tokens, "long_prefill_budget": cap, "idle_ttft_p50_s": p50(idle, 0),
+            "busy_ttft_p50_s": p50(busy, 0), "busy_ttft_max_s": max(b[0] for b in busy),
+            "busy_ttft_s": [b[0] for b in busy], "ratio": p50(busy, 0) / p50(idle, 0),
+            "idle_answer_p50_s": p50(idle, 1), "busy_answer_p50_s": p50(busy, 1),
+            "answer_ratio": p50(busy, 1) / p50(idle, 1), "full_request_s": statistics.median(full_s)}
 
 
 def prefill_interference(engine: Engine, examples: list[NQExample], long_tokens: int = 3300, samples: int = 3,
@@ -75,10 +80,11 @@ def prefill_interference(engine: Engine, examples: list[NQExample], long_tokens:
 def markdown(result: dict) -> str:
     lines = [f"## A cached query while a {result['full_prompt_document_tokens']}-token full prefill runs (scheduler)", "",
              "| step budget (tokens) | long-prefill cap | idle TTFT p50 s | TTFT while the full prefill runs, p50 s | "
-             "ratio | full request s |", "|---|---|---|---|---|---|"]
+             "ratio | whole answer (8 tokens) idle / busy, p50 s | full request s |", "|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         budget = "unchunked" if r["step_tokens"] == UNCHUNKED else str(r["step_tokens"])
         cap = r.get("long_prefill_budget") or "none"
         lines.append(f"| {budget} | {cap} | {r['idle_ttft_p50_s']:.2f} | {r['busy_ttft_p50_s']:.2f} | "
-                     f"{r['ratio']:.1f}x | {r['full_request_s']:.1f} |")
+                     f"{r['ratio']:.1f}x | {r['idle_answer_p50_s']:.2f} / {r['busy_answer_p50_s']:.2f} | "
+                     f"{r['full_request_s']:.1f} |")
     return "\n".join(lines) + "\n"

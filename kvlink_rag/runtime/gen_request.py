@@ -120,6 +120,16 @@ class GenResult:
     hit_sizes: dict[str, int] = field(default_factory=dict)
     logprobs: list | None = None
 
+    @classmethod
+    def of(cls, req: GenRequest, rr) -> GenResult:
+        """The result of ``req`` from its finished :class:`~kvlink_rag.runtime.running.RunningRequest` ``rr``
+        (``total_s`` measured now from ``req.t0``)."""
+        timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
+        return cls(list(rr.tokens), rr.finish_reason or "length", rr.context_tokens, rr.cached_tokens,
+                   rr.tree_tokens, set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
+                   rr.explained(), encoded_tokens=rr.encoded_tokens, hit_sizes=dict(rr.hit_sizes),
+                   logprobs=rr.logprobs)
+
 
 class RequestHandle:
     """The answer of one request as it is generated: iterate for token ids, get the result at the end.

@@ -9,6 +9,8 @@ request's new tokens: a decode token for requests already generating, the prefil
 step's prefills are of similar cost; the oldest request's bucket goes first, and any request that waited
 longer than ``max_wait_s`` is admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
 documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.runtime.prefix_tree.PrefixTree`.
+A long prompt's chunk runs last in its step and yields between its layers to new short requests and to the others'
+decode steps (:mod:`kvlink_rag.runtime.interjection`).
 
 The model lock is taken per step, so other model work (embedded precompute, in chunks) runs between
 steps rather than stalling every request for a whole document.
@@ -25,6 +27,7 @@ from .admission import AdmissionPolicy, BucketPolicy
 from .block_pool import PoolExhausted, kv_pool
 from .cancel import cancellable_engine
 from ..model.loader import LoadedModel
+from .interjection import LayerSlices
 from .gen_request import GenRequest, GenResult, RequestHandle
 from .limits import SchedulerLimits
 from ..omp_pool import release_thread_pool
@@ -48,19 +51,18 @@ class Scheduler:
 
     def __init__(self, lm, tree, model_lock, limits: SchedulerLimits | None = None, observe=None,
                  policy: AdmissionPolicy | None = None):
-        self.lm, self.tree, self.model_lock = lm, tree, model_lock
+        self.lm, self.tree, self.model_lock, self.observe = lm, tree, model_lock, observe
         if isinstance(lm, LoadedModel):  # a full pool asks the tree to evict its LRU leaves first
             kv_pool(lm).add_reclaimer(tree.shrink)
         self.limits = limits or SchedulerLimits()
         self.key_weight = key_weight(lm) if isinstance(lm, LoadedModel) else 0.0  # chunk cost of attention
         self.policy = policy or BucketPolicy()
-        self.observe = observe
         self.waiting = WaitingQueue(self.limits, self.policy)  # the admission choice of each step
         self.running: list[tuple[RequestHandle, object]] = []
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="kvlink-scheduler", daemon=True)
-        self._interjecting = False  # a forward of new short requests runs inside a long prompt's step
+        self.slices = LayerSlices()  # the long prompt's forward in flight that yields between its layers
         self.steps = 0  # the thread starts with the first request: workers and CLI commands never need it
         release_thread_pool()  # the model's forwards run on the scheduler's thread: this one (that loaded it) stops
 
@@ -166,46 +168,53 @@ class Scheduler:
 
     def _run(self, running: list[tuple[RequestHandle, object]], preemptible: bool) -> int:
         """One forward per adapter over ``running``'s tokens of this step (:func:`allot`); returns the rows run.
-        ``preemptible``: a forward carrying a long prompt's chunk yields to new short requests between its
-        layers (:meth:`_interject`)."""
+        ``preemptible``: long prompts' chunks run last, in forwards that yield between their layers
+        (:mod:`.interjection`)."""
         groups: dict = defaultdict(list)
-        long_groups = set()
+        yielding: dict = defaultdict(list)
         cap = self.limits.long_prefill_budget or None
         for h, rr, n in allot(running, self.limits.max_step_tokens, cap, self.key_weight):
-            if preemptible and rr.pending_left > 1 and is_long(rr, self.limits.max_step_tokens):
-                long_groups.add(rr.adapter)
-            groups[rr.adapter].append((h, rr, rr.next_chunk(n)))
+            long = preemptible and rr.pending_left > 1 and is_long(rr, self.limits.max_step_tokens)
+            (yielding if long else groups)[rr.adapter].append((h, rr, rr.next_chunk(n)))
+        t0 = time.perf_counter()
         for adapter, members in groups.items():
-            self._forward(adapter, members, adapter in long_groups)
-        return sum(len(m) for m in groups.values())
+            self._forward(adapter, members)
+        others_s = time.perf_counter() - t0
+        for adapter, members in yielding.items():
+            self.slices.pause([rr for _, rr, _ in members], others_s)
+            try:
+                self._forward(adapter, members, preemptible=True)
+            finally:
+                self.slices.clear()
+        return sum(len(m) for m in groups.values()) + sum(len(m) for m in yielding.values())
 
     def _interject(self) -> None:
-        """Between two layers of a forward that carries a long prompt's chunk: admit the short requests that
-        arrived meanwhile (at most a step's budget of prefill tokens each) and compute their prefill now, in
-        forwards of their own, then let the long chunk go on from where it stopped. A cached query sent while a
-        long prompt is prefilled then waits for one decoder layer of that step, not its rest (a step at 3k keys
-        took ~140 ms on the 2-core development CPU, a query's own ~50 ms). Not nested; the paused forward's rows
-        are untouched (other sequences, its KV uncommitted until it ends)."""
-        if self._interjecting or not self.waiting.items:  # the common case: a list's length, no lock
+        """Between two layers of a long prompt's forward: new short requests' prefill, due decode steps."""
+        sl = self.slices
+        if sl.active:
             return
-        with self._cond:
-            chosen = self.waiting.choose(self.running, max_tokens=self.limits.max_step_tokens)
-        if not chosen:
+        chosen = []
+        if self.waiting.items:  # the common case reads a list's length, no lock
+            with self._cond:
+                chosen = self.waiting.choose(self.running, max_tokens=self.limits.max_step_tokens)
+        due = sl.decode_due(self.running)
+        if not chosen and not due:
             return
-        self._interjecting = True
+        sl.active, t0 = True, time.perf_counter()
         try:
             admitted, waits = self._admit(chosen)
-            rows = self._run(admitted, preemptible=False)
+            rows = self._run(due + admitted, preemptible=False)
             self.steps += 1
         finally:
-            self._interjecting = False
+            sl.active = False
+            sl.ran(time.perf_counter() - t0)
         if self.observe is not None:
             self.observe(rows, waits)
 
     def _forward(self, adapter, members, preemptible: bool = False) -> None:
         """One packed forward for ``members`` (same adapter): ``(handle, request, chunk)``; requests whose
-        prefill this chunk completes (and decoding ones) sample, emit and maybe finish. ``preemptible``: new
-        short requests are served between its layers (:meth:`_interject`)."""
+        prefill this chunk completes (and decoding ones) sample, emit and maybe finish. ``preemptible``: other
+        requests are served between its layers (:meth:`_interject`)."""
         import torch
 
         from kvlink_rag.model.lora import runner_adapter
@@ -279,7 +288,7 @@ class Scheduler:
         if error is not None:
             h.fail(error)
         elif not cancelled:
-            h.finish(_result(h.request, rr))
+            h.finish(GenResult.of(h.request, rr))
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -289,11 +298,3 @@ class Scheduler:
             w.handle.fail(error)
         for h, rr in running:
             self._end(h, rr, error=error)
-
-
-def _result(req: GenRequest, rr) -> GenResult:
-    timings = dict(rr.timings, total_s=time.perf_counter() - req.t0)
-    return GenResult(list(rr.tokens), rr.finish_reason or "length", rr.context_tokens, rr.cached_tokens,
-                     rr.tree_tokens, set(rr.tree_docs), rr.engine, timings, rr.logits, rr.last_layer_kv,
-                     rr.explained(), encoded_tokens=rr.encoded_tokens, hit_sizes=dict(rr.hit_sizes),
-                     logprobs=rr.logprobs)

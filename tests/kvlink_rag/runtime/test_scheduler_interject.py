@@ -72,3 +72,38 @@ def test_nothing_waits_nothing_is_interjected(engine, monkeypatch):
     finally:
         sched.close()
     assert sched.steps == len(calls) and set(calls) == {1}
+
+
+def test_generating_requests_decode_between_the_layers_of_a_long_prompt(engine, monkeypatch):
+    """Once their turn has come (here at once), the requests already generating take their decode steps inside the
+    long prompt's forward; every answer is still the one each request gets alone."""
+    import kvlink_rag.runtime.model_runner as mr
+    from kvlink_rag.runtime.interjection import LayerSlices
+
+    real_pause = LayerSlices.pause
+    monkeypatch.setattr(LayerSlices, "pause", lambda self, members, owed_s: real_pause(self, members, 0.0))
+    sched = make_scheduler(engine, max_step_tokens=32)
+    inside, depth, real = [], [0], mr.forward_ragged
+
+    def forward(lm, batch, embeds, positions, between_layers=None):
+        if depth[0]:
+            inside.append([r.length for r in batch.rows])
+        depth[0] += between_layers is not None
+        try:
+            return real(lm, batch, embeds, positions, between_layers)
+        finally:
+            depth[0] -= between_layers is not None
+
+    monkeypatch.setattr(mr, "forward_ragged", forward)
+    try:
+        short_h = sched.submit(request(engine, "say kiwi", DOCS[:1], max_new_tokens=40, ignore_eos=True))
+        stream = short_h.tokens()
+        first = next(stream)  # generating before the long prompt arrives
+        long_h = sched.submit(request(engine, " ".join(QUESTIONS * 8), DOCS, "full"))
+        short_toks = [first] + list(stream)
+        long_toks = list(long_h.tokens())
+    finally:
+        sched.close()
+    assert [1] in inside  # a decode step ran inside the long prompt's forward
+    assert short_toks == engine.answer("say kiwi", DOCS[:1], max_new_tokens=40, ignore_eos=True).token_ids
+    assert long_toks == engine.answer_full(" ".join(QUESTIONS * 8), DOCS).token_ids

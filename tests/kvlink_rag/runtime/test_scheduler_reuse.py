@@ -81,23 +81,16 @@ def test_explain_in_the_scheduler_equals_the_captured_attribution(engine, sched)
         assert [p[2] for p in a.passages] == pytest.approx([p[2] for p in b.passages], abs=1e-6)
 
 
-def test_reuse_requests_share_steps_with_a_plain_query(engine, sched, monkeypatch):
-    import kvlink_rag.runtime.model_runner as mr
-
-    rows_per_forward, real = [], mr.forward_ragged
-
-    def counting(lm, batch, embeds, positions, between_layers=None):
-        rows_per_forward.append(len(batch.rows))
-        return real(lm, batch, embeds, positions, between_layers)
-
-    monkeypatch.setattr(mr, "forward_ragged", counting)
+def test_reuse_requests_share_steps_with_a_plain_query(engine, sched):
+    rows_per_step = []
+    sched.observe = lambda rows, waits: rows_per_step.append(rows)
     whole = {"ignore_eos": True}  # every request decodes its whole budget
     reqs = [request(engine, DOCS[0:2], sampling=whole), request(engine, DOCS[2:4], sampling=whole, explain=True),
             request(engine, DOCS[4:6], sampling=whole, retention=0.5),
             request(engine, DOCS[6:8], sampling=whole, recompute_ratio=0.3)]
     results = run_all(sched, reqs)
     assert all(len(t) == 5 for t, _ in results) and results[1][1].attention is not None
-    assert max(rows_per_forward) == 4  # all four computed in the same forwards
+    assert max(rows_per_step) == 4  # all four computed in the same steps
     alone = [run_all(sched, [request(engine, r.docs, retention=r.retention, recompute_ratio=r.recompute_ratio,
                                      explain=r.explain)])[0] for r in reqs]
     for (t, res), (_, one) in zip(results, alone):
