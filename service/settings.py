@@ -81,9 +81,9 @@ class ServiceSettings(LayerSettings):
     max_step_tokens: int = Field(256, ge=16, description="Tokens one scheduler step computes: every decode token, "
                                  "then chunks of prefills (chunked prefill), so a long prefill never stalls the rest.")
     long_prefill_budget: int = Field(
-        128, ge=0, description="Token-equivalents a prefill with more than max_step_tokens left computes per step "
-        "(its tokens weighted by their attention over the keys before them), so a step of a long prompt stays short "
-        "for a query arriving during it (vLLM's long_prefill_token_threshold); 0 = no cap beyond max_step_tokens.")
+        0, ge=0, description="Token-equivalents a long prefill (more than max_step_tokens) computes per step (its "
+        "tokens weighted by their attention over the keys before them; vLLM's long_prefill_token_threshold); 0 = no "
+        "cap beyond max_step_tokens: its steps yield between layers to new queries and the others' decode steps.")
     max_queue_wait_s: float = Field(2.0, gt=0, description="A request waiting longer is admitted before any other.")
     prefix_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bytes of shared prompt-prefix KV (the prefix "
                                     "tree: system prompt, documents in order, earlier chat turns); 0 = no sharing.")

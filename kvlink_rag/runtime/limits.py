@@ -30,10 +30,10 @@ class SchedulerLimits:
             would unload an adapter in use); a request for another waits until one is free.
         max_step_tokens: tokens one step computes (chunked prefill): every decode token, then prefill chunks,
             shortest remaining prefill first, in the room left (:func:`kvlink_rag.runtime.step_budget.allot`).
-        long_prefill_budget: token-equivalents a prefill with more than ``max_step_tokens`` left computes a step
-            (tokens weighted by the attention over the keys before them,
-            :func:`~kvlink_rag.runtime.step_budget.key_weight`), so a step of a long prompt stays short for whoever
-            arrives during it; 0: no cap.
+        long_prefill_budget: token-equivalents a long prefill computes a step (tokens weighted by the attention
+            over the keys before them, :func:`~kvlink_rag.runtime.step_budget.key_weight`); 0: no cap. Off by
+            default: a long prompt's forward yields between its layers (:mod:`~kvlink_rag.runtime.interjection`),
+            so its step's length no longer delays anyone, and the cap's extra steps cost the long prompt ~28%.
     """
 
     max_running: int = 16
@@ -43,7 +43,7 @@ class SchedulerLimits:
     bucket_bounds: tuple[int, int] = (64, 256)
     max_adapters: int = 4
     max_step_tokens: int = 256
-    long_prefill_budget: int = 128
+    long_prefill_budget: int = 0
 
     def bucket(self, tokens: int) -> str:
         """``short`` / ``medium`` / ``long`` for a prefill of ``tokens``."""

@@ -200,11 +200,12 @@ class Scheduler:
         due = sl.decode_due(self.running)
         if not chosen and not due:
             return
-        sl.active, t0 = True, time.perf_counter()
+        sl.active, t0, rows, waits = True, time.perf_counter(), 0, []
         try:
             admitted, waits = self._admit(chosen)
-            rows = self._run(due + admitted, preemptible=False)
-            self.steps += 1
+            rows, self.steps = self._run(due + admitted, preemptible=False), self.steps + 1
+        except Exception:  # noqa: BLE001 - never fail the paused forward's requests for another's step
+            log.exception("an interjected step failed")
         finally:
             sl.active = False
             sl.ran(time.perf_counter() - t0)
@@ -292,8 +293,7 @@ class Scheduler:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
-            waiting = self.waiting.drain()
-            running = list(self.running)
+            waiting, running = self.waiting.drain(), list(self.running)
         for w in waiting:
             w.handle.fail(error)
         for h, rr in running:
