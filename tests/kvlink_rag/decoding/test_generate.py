@@ -67,8 +67,8 @@ def test_decode_stops_at_the_context_end_and_never_feeds_a_position_past_it():
                                               with_kwargs=True)  # the prefill (transformers)
     runner = get_runner(lm)  # the decode steps (the model runner)
     runner_forward = runner.forward
-    runner.forward = lambda batch, embeds, pos, adapter=None: (fed.append(int(pos.max())),
-                                                                runner_forward(batch, embeds, pos, adapter))[1]
+    runner.forward = lambda batch, embeds, pos, adapter=None, between=None: (
+        fed.append(int(pos.max())), runner_forward(batch, embeds, pos, adapter, between))[1]
     ctx = full_prefill(lm, random_ids(50, 0))
     toks = list(decode(lm, ctx, SamplingParams(max_new_tokens=100)))
     hook.remove()
