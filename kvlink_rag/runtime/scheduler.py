@@ -144,7 +144,7 @@ class Scheduler:
             if w.handle.cancelled:  # its client left while an earlier request of this step was admitted
                 continue
             try:
-                eng = cancellable_engine(req.make_engine(), lambda: w.handle.cancelled)
+                eng = cancellable_engine(req.make_engine(), lambda h=w.handle: h.cancelled)  # this one's handle
                 rr = admit(eng, self.tree, req.docs, req.text_ids, req.params, req.mode, req.k,
                            Reuse(req.retention, req.recompute_ratio, req.explain), req.cold)
                 rr.logits = [] if req.keep_logits else None

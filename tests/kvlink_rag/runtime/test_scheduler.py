@@ -205,3 +205,25 @@ def test_a_request_decodes_over_one_piece_and_lends_its_prompt_to_the_tree(engin
         assert first == engine.answer("who wrote it and when?", DOCS[1:3]).token_ids
     finally:
         sched.close()
+
+
+def test_each_admitted_request_watches_its_own_cancellation(engine, monkeypatch):
+    """The cache view of a request stops when *that* request is cancelled, not the last one admitted with it."""
+    from kvlink_rag.runtime import scheduler as scheduler_module
+
+    watched, real = [], scheduler_module.cancellable_engine
+
+    def recording(eng, cancelled):
+        watched.append(cancelled)
+        return real(eng, cancelled)
+
+    monkeypatch.setattr(scheduler_module, "cancellable_engine", recording)
+    sched = make_scheduler(engine)
+    try:
+        handles = [sched.submit(request(engine, q, DOCS[i: i + 2])) for i, q in enumerate(QUESTIONS[:3])]
+        for h in handles:
+            list(h.tokens())
+        handles[-1].cancel()  # after the fact: only its own view sees it
+        assert len(watched) == 3 and [c() for c in watched] == [False, False, True]
+    finally:
+        sched.close()
