@@ -3,7 +3,7 @@
 # running; outputs to /tmp/ab/ then copied here
 export KVLINK_RAG_NQ_PATH=/work/shared/data/nq-open-oracle-dev.jsonl.gz
 PY=/work/main/.venv/bin/python
-S=/work/main/docs/bench/interject-2026-12-05/serving_levels.py
+S=/work/main/docs/bench/prefill-kernel-2026-12-05/serving_levels.py  # identical copy used in the run
 for i in 1 2; do
   for v in old new; do
     (cd /tmp/$v && PYTHONPATH=/tmp/$v $PY $S /tmp/ab/serving-$v-$i.jsonl > /tmp/ab/serving-$v-$i.log 2>&1)
