@@ -23,11 +23,12 @@ from .linking.context import LinkedContext
 from .linking.document_prefill import encode_prefix, encoding_fingerprint
 from .linking.link_tokens import LinkTokens, initial_link_tokens, load_link_tokens, shipped_link_tokens
 from .model.loader import LoadedModel, load_model
-from .model.lora import adapter_scope, add_lora
+from .model.lora import add_lora, forward_scope
 from .retention import check_retention
 from .reuse.blend import check_recompute_ratio
 from .reuse.doc_side import check_query_side, document_adapter
 from .reuse.methods import ReuseInputs, reuse_method
+from .runtime.hf_cache import runs_on_runner
 from .runtime.model_runner import get_runner
 from .settings import EngineSettings
 from .text.chunking import Chunker
@@ -171,15 +172,20 @@ class Engine(EngineDocuments):
         hits = sum(found)
         lookup_s = time.perf_counter() - t0
         try:
-            with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
+            with torch.inference_mode(), self._link_scope(rr):
                 ctx = self._link(docs, source, embeds, q_ids, rr)
         except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
             kvs = LayeredDocuments.from_documents([self.get_or_encode(d)[0] for d in docs], r, method)
-            with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
+            with torch.inference_mode(), self._link_scope(rr):
                 ctx = self._link(docs, kvs, embeds, q_ids, rr)
             hits = 0
         ctx.timings.load_s += lookup_s
         return ctx, hits
+
+    def _link_scope(self, recompute_ratio: float):
+        """The query-side adapter's scope for the link forward (inside inference mode): the runner alone runs it
+        unless CacheBlend recomputes (a transformers forward) or an attention capture is open (explain)."""
+        return forward_scope(self.lm, self.adapter, recompute_ratio > 0 or not runs_on_runner())
 
     def _link(self, docs: list[Document], source, embeds, q_ids: torch.Tensor, recompute_ratio: float) -> LinkedContext:
         """The context of the request's reuse method (:mod:`kvlink_rag.reuse.methods`: link tokens, or with a recompute
@@ -221,7 +227,7 @@ class Engine(EngineDocuments):
         Raises:
             ContextTooLong: no position left for a new token.
         """
-        with torch.inference_mode(), adapter_scope(self.lm, self.adapter):
+        with torch.inference_mode(), forward_scope(self.lm, self.adapter, not runs_on_runner()):
             return full_prefill(self.lm, self.prompt_ids(question, docs), new_tokens=1)
 
     def stream(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,

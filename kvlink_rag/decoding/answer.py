@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from ..linking.context import LinkedContext
 from ..model.loader import LoadedModel
-from ..model.lora import adapter_scope
+from ..model.attention import capturing
+from ..model.lora import forward_scope
 from .generate import SamplingParams, answer_text, decode, stream_text
 
 
@@ -63,7 +64,7 @@ def generate_answer(lm: LoadedModel, adapter: str | None, ctx: LinkedContext, pa
             ids.append(tok)
             yield tok
 
-    with adapter_scope(lm, adapter):
+    with forward_scope(lm, adapter, capturing()):  # decode steps take transformers only under a capture (explain)
         tokens = timed(decode(lm, ctx, params))
         if pieces:
             yield from stream_text(lm.tokenizer, tokens)

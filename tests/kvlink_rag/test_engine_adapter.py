@@ -1,0 +1,31 @@
+"""The one-request engine applies its query-side adapter the same whether the runner alone runs (no peft layers
+switched) or transformers does (peft switched: explain's attention capture)."""
+
+from __future__ import annotations
+
+import torch
+
+from factories import randomise_lora, tiny_text_engine
+from kvlink_rag.model.attention import capture_attention
+from kvlink_rag.model.lora import add_lora
+from kvlink_rag.types import Document
+
+DOCS = [Document(f"Document {i} says the code word is kiwi{i}.", f"T{i}") for i in range(3)]
+
+
+def test_the_adapter_applies_on_the_runner_as_through_peft(tmp_path):
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32")
+    lm = engine.lm
+    add_lora(lm, "q")
+    randomise_lora(lm, "q", seed=3)
+    engine.adapter = "q"
+    runner_ctx, _ = engine.link_context("what is the code word?", DOCS)
+    with capture_attention(lm, lambda layer, weights: None):  # transformers' forward, peft layers switched on
+        peft_ctx, _ = engine.link_context("what is the code word?", DOCS)
+    engine.adapter = None
+    base_ctx, _ = engine.link_context("what is the code word?", DOCS)
+    assert (runner_ctx.last_logits - peft_ctx.last_logits).abs().max() < 1e-4
+    assert (runner_ctx.last_logits - base_ctx.last_logits).abs().max() > 1e-3  # the adapter really did something
+    full_runner = engine.full_context("what is the code word?", DOCS).last_logits
+    engine.adapter = "q"
+    assert not torch.equal(engine.full_context("what is the code word?", DOCS).last_logits, full_runner)
