@@ -124,3 +124,25 @@ def test_a_newer_format_in_the_shared_tier_is_a_miss_even_with_an_old_local_copy
     r, key = server.client(db=5), a.shared.layout.key("doc", "meta")
     r.set(key, json.dumps({**json.loads(r.get(key)), "format_version": 99}))
     assert b.get("doc") is None and not b.local.contains("doc")
+
+
+def test_a_vouched_local_copy_streams_in_stored_order_and_a_shared_one_decoded(host, make_kv):
+    """A local hit takes the local store's own stored-order fills (LMDB's staged path, inside its layer session);
+    without a local copy the fills decode the shared stream; both give the record's layers."""
+    from store.blobs.blob_store import DecodedLayer
+
+    a, b = host("a"), host("b")
+    kv = make_kv(seed=4, layers=3, dtype=torch.bfloat16)
+    a.put("doc", kv)
+    for store, local in ((a, True), (b, False)):
+        order, fills = store.iter_stored_layers("doc")
+        assert order is None
+        L, H, T, D = kv.keys.shape
+        for i, fill in enumerate(fills):
+            assert isinstance(fill, DecodedLayer) is not local
+            k, v = torch.empty(H, T, D, dtype=torch.bfloat16), torch.empty(H, T, D, dtype=torch.bfloat16)
+            with store.layer_session():
+                fill(k, v)
+            assert torch.equal(k, kv.keys[i]) and torch.equal(v, kv.values[i])
+        b.drain()
+    assert a.events()["local_hit"] == 1 and b.events()["shared_hit"] == 1
