@@ -22,6 +22,7 @@ from kvlink_rag.settings import DEFAULT_MODEL
 from service.settings import Settings
 from kvlink_rag.types import Document
 from store.factory import open_store
+from store.tiers.tier_fill import TIER_FILLER
 
 from .bandwidth import bytes_per_token, load_bandwidth
 from .contexts import documents_for_budget
@@ -76,6 +77,8 @@ def shared_ttft(engine: Engine, docs: list[Document], question: str, url: str, h
         keys = [engine.cache_key(d) for d in docs]
 
         def drop_memory() -> None:
+            TIER_FILLER.join()  # the last repeat's memory-tier fill ends first (it belongs to that query), as run.py
+            st.blobs.drain()  # and its local-tier fills from the shared tier
             for k in keys:
                 st.tiered.invalidate(k)
 
