@@ -34,11 +34,13 @@ import torch
 
 from kvlink_rag.types import DocumentKV
 from store.records import codec
-from store.records.layer_decode import decode_document, decode_layer_into
+from store.records.layer_decode import decode_document
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable, RawRecord, RecordSink, RecordSource
 from store.records.errors import CorruptRecordError
 from store.lmdb_env import StoreFullError
 from store.blobs.breakers import TierSkipped
+from store.records import ordered_layout
+from store.tiers.shared_stream import decoded_layers, stored_fills
 from store.tiers.shared_records import kept as _kept, local_meta as _local_meta, same as _same
 
 log = logging.getLogger(__name__)
@@ -193,47 +195,41 @@ class TieredBlobStore(BlobStore):
         if opened is None:
             self.counters["miss"] += 1
             raise KeyError(key)
-        yield from self._stream(key, *opened, dtype)
+        meta, ids, it = opened
+        yield from decoded_layers(meta, ids, it, dtype, lambda e: self._failed_read(key, e),
+                                  lambda layers: self._kept_locally(key, RawRecord(meta, ids, layers)))
 
     def iter_stored_layers(self, key: str) -> tuple[torch.Tensor | None, Iterator]:
-        """:meth:`BlobStore.iter_stored_layers`: a vouched-for local copy's own (LMDB's staged path: the RoPE stage of
-        a 4k-token linked query 16-19 ms, 85-90 ms through the default's gather), else the shared tier's stream."""
-        if self._fenced_local(key, self._shared_meta(key)):
+        """:meth:`BlobStore.iter_stored_layers`: a vouched-for local copy's own (LMDB's staged path), else the shared
+        tier's payloads as stored-order fills (:mod:`store.tiers.shared_stream`), then kept locally. Raises as
+        :meth:`iter_layers` (a bad order here, a lost record or a bad layer from the fills)."""
+        smeta = self._shared_meta(key)
+        if self._fenced_local(key, smeta):
             try:
                 stored = self.local.iter_stored_layers(key)
                 self.counters["local_hit"] += 1
                 return stored
             except KeyError:
                 pass  # gone since the check: the shared tier's stream
-        return super().iter_stored_layers(key)
+        try:
+            opened = self._source.open_record(key) if isinstance(smeta, dict) else None
+            order = None if opened is None else ordered_layout.token_order(opened[0])
+        except (BlobStoreUnavailable, CorruptRecordError) as e:
+            opened = self._failed_read(key, e)
+        if opened is None:
+            self.counters["miss"] += 1
+            raise KeyError(key)
+        meta, ids, it = opened
+        return order, stored_fills(meta, ids, it, lambda e: self._failed_read(key, e),
+                                   lambda layers: self._kept_locally(key, RawRecord(meta, ids, layers)))
+
+    def _kept_locally(self, key: str, record: RawRecord) -> None:
+        self.counters["shared_hit"] += 1
+        self._filler.submit(self._fill, key, record)  # off the query's path
 
     def layer_session(self):
         """:meth:`BlobStore.layer_session`: the local store's."""
         return self.local.layer_session()
-
-    def _stream(self, key: str, meta: dict, ids: bytes, it: Iterator[bytes], dtype) -> Iterator:
-        """Decode the shared payloads as they arrive; the record is kept locally before the last layer is
-        handed over (a consumer that takes exactly ``L`` layers never resumes the generator after it)."""
-        L, H, T, D = meta["shape"]
-        out = codec.target_dtype(meta, dtype)
-        layers: list[bytes] = []
-        try:
-            for i in range(L):
-                buf = next(it, None)
-                k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
-                decode_layer_into(buf, meta, i, k, v)
-                layers.append(buf)
-                if i == L - 1:
-                    codec.decode_ids(ids, meta)
-                    self.counters["shared_hit"] += 1
-                    self._filler.submit(self._fill, key, RawRecord(meta, ids, layers))  # off the query's path
-                yield k, v
-        except (KeyError, BlobStoreUnavailable) as e:
-            self._failed_read(key, e)
-            raise KeyError(f"{key}: the shared tier lost it mid-stream ({e})") from e
-        except CorruptRecordError as e:
-            self._failed_read(key, e)
-            raise
 
     def get_ids(self, key: str) -> torch.Tensor | None:
         """Token ids from the local copy when present (it is verified), else from the shared tier."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,10 +127,11 @@ def test_a_newer_format_in_the_shared_tier_is_a_miss_even_with_an_old_local_copy
     assert b.get("doc") is None and not b.local.contains("doc")
 
 
-def test_a_vouched_local_copy_streams_in_stored_order_and_a_shared_one_decoded(host, make_kv):
+def test_a_vouched_local_copy_and_a_shared_stream_both_fill_in_stored_order(host, make_kv):
     """A local hit takes the local store's own stored-order fills (LMDB's staged path, inside its layer session);
-    without a local copy the fills decode the shared stream; both give the record's layers."""
+    without a local copy the shared payloads fill the same way as they arrive; both give the record's layers."""
     from store.blobs.blob_store import DecodedLayer
+    from store.tiers.shared_stream import SharedLayer
 
     a, b = host("a"), host("b")
     kv = make_kv(seed=4, layers=3, dtype=torch.bfloat16)
@@ -139,10 +141,64 @@ def test_a_vouched_local_copy_streams_in_stored_order_and_a_shared_one_decoded(h
         assert order is None
         L, H, T, D = kv.keys.shape
         for i, fill in enumerate(fills):
-            assert isinstance(fill, DecodedLayer) is not local
+            assert not isinstance(fill, DecodedLayer) and isinstance(fill, SharedLayer) is not local
             k, v = torch.empty(H, T, D, dtype=torch.bfloat16), torch.empty(H, T, D, dtype=torch.bfloat16)
             with store.layer_session():
                 fill(k, v)
             assert torch.equal(k, kv.keys[i]) and torch.equal(v, kv.values[i])
         b.drain()
     assert a.events()["local_hit"] == 1 and b.events()["shared_hit"] == 1
+
+
+def test_an_ordered_record_streams_from_the_shared_tier_as_staged_rows_in_stored_order(host, make_kv):
+    """An importance-ordered record from the shared tier: its order, each layer's rows staged as views of the
+    payload (no decode), the record then kept locally."""
+    import dataclasses
+
+    a, b = host("a"), host("b")
+    kv = make_kv(seed=5, layers=3, tokens=37, dtype=torch.bfloat16)
+    kv = dataclasses.replace(kv, importance=torch.rand(37, generator=torch.Generator().manual_seed(5)))
+    a.put("doc", kv)
+    ref = a.get("doc")
+    order, fills = b.iter_stored_layers("doc")
+    assert order is not None and sorted(order.tolist()) == list(range(37))
+    L, H, T, D = ref.keys.shape
+    for i, fill in enumerate(fills):
+        k_parts, v_parts = [], []
+        assert fill.stage(torch.bfloat16, (H, T, D), 0, k_parts, v_parts)
+        (k,), (v,) = k_parts, v_parts
+        rows = torch.from_numpy(np.array(k.raw)).view(torch.bfloat16).view(T, H, D).transpose(0, 1)
+        assert k.token_major and torch.equal(rows, ref.keys[i][:, order])
+    b.drain()
+    assert b.local.contains("doc") and b.events()["shared_hit"] == 1
+
+
+def test_a_corrupt_or_lost_layer_in_a_shared_stream_is_an_error_and_a_miss(server, host, make_kv):
+    from store.records.errors import CorruptRecordError
+
+    a, b = host("a"), host("b")
+    kv = make_kv(seed=6, layers=4)
+    a.put("doc", kv)
+    shared = a.shared
+    gen = shared.meta("doc")["redis"]["gen"]
+    chunk = shared.layout.key("doc", f"{gen}:L1:0")
+    data = bytearray(server.client(db=5).get(chunk))
+    data[-1] ^= 0xFF
+    server.client(db=5).set(chunk, bytes(data))
+    _, fills = b.iter_stored_layers("doc")
+    L, H, T, D = kv.keys.shape
+    out = torch.empty(H, T, D), torch.empty(H, T, D)
+    next(fills)(*out)
+    with pytest.raises(CorruptRecordError):
+        next(fills)(*out)
+    b.drain()
+    assert b.events()["corrupt"] == 1 and not b.contains("doc") and not b.local.contains("doc")
+
+    a.put("lost", make_kv(seed=7, layers=4))
+    gen = shared.meta("lost")["redis"]["gen"]
+    server.client(db=5).delete(shared.layout.key("lost", f"{gen}:L3:0"))  # evicted under maxmemory
+    _, fills = b.iter_stored_layers("lost")
+    with pytest.raises(KeyError):
+        for fill in fills:
+            fill(*out)
+    assert not b.local.contains("lost")
