@@ -64,6 +64,7 @@ class TieredBlobStore(BlobStore):
         self._source: RecordSource = shared  # type: ignore[assignment]
         self.counters: Counter[str] = Counter()
         self._filler = ThreadPoolExecutor(1, thread_name_prefix="local-fill")
+        self._pending: dict = {}  # key -> the Future of its local write in progress
 
     def drain(self) -> None:
         """Wait until the local fills of records streamed so far are written (they run in the background)."""
@@ -79,6 +80,8 @@ class TieredBlobStore(BlobStore):
 
     def _shared_meta(self, key: str):
         """The shared tier's meta of ``key``, None when absent, or ``_UNREACHABLE`` (counted)."""
+        if (pending := self._pending.get(key)) is not None:  # its local copy is being written: not fetched twice
+            pending.result()
         try:
             return self.shared.meta(key)
         except BlobStoreUnavailable as e:
@@ -213,19 +216,25 @@ class TieredBlobStore(BlobStore):
                 pass  # gone since the check: the shared tier's stream
         try:
             opened = self._source.open_record(key) if isinstance(smeta, dict) else None
-            order = None if opened is None else ordered_layout.token_order(opened[0])
-        except (BlobStoreUnavailable, CorruptRecordError) as e:
+        except BlobStoreUnavailable as e:
             opened = self._failed_read(key, e)
         if opened is None:
             self.counters["miss"] += 1
             raise KeyError(key)
         meta, ids, it = opened
+        try:
+            order = ordered_layout.token_order(meta)
+        except CorruptRecordError as e:
+            self._failed_read(key, e)
+            raise
         return order, stored_fills(meta, ids, it, lambda e: self._failed_read(key, e),
                                    lambda layers: self._kept_locally(key, RawRecord(meta, ids, layers)))
 
     def _kept_locally(self, key: str, record: RawRecord) -> None:
+        """A shared hit, written locally off the query's path (a read meanwhile waits, :meth:`_shared_meta`)."""
         self.counters["shared_hit"] += 1
-        self._filler.submit(self._fill, key, record)  # off the query's path
+        fut = self._pending[key] = self._filler.submit(self._fill, key, record)
+        fut.add_done_callback(lambda f: self._pending.pop(key, None) if self._pending.get(key) is f else None)
 
     def layer_session(self):
         """:meth:`BlobStore.layer_session`: the local store's."""
