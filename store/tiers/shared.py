@@ -191,6 +191,12 @@ class TieredBlobStore(BlobStore):
             self.counters["local_hit"] += 1
             yield from self.local.iter_layers(key, dtype)
             return
+        meta, ids, it = self._open_shared(key, smeta)
+        yield from decoded_layers(meta, ids, it, dtype, lambda e: self._failed_read(key, e),
+                                  lambda layers: self._kept_locally(key, RawRecord(meta, ids, layers)))
+
+    def _open_shared(self, key: str, smeta) -> tuple[dict, bytes, Iterator[bytes]]:
+        """The shared record's ``(meta, ids, payloads)``; KeyError (a miss, counted) when absent or unreachable."""
         try:
             opened = self._source.open_record(key) if isinstance(smeta, dict) else None
         except BlobStoreUnavailable as e:
@@ -198,9 +204,7 @@ class TieredBlobStore(BlobStore):
         if opened is None:
             self.counters["miss"] += 1
             raise KeyError(key)
-        meta, ids, it = opened
-        yield from decoded_layers(meta, ids, it, dtype, lambda e: self._failed_read(key, e),
-                                  lambda layers: self._kept_locally(key, RawRecord(meta, ids, layers)))
+        return opened
 
     def iter_stored_layers(self, key: str) -> tuple[torch.Tensor | None, Iterator]:
         """:meth:`BlobStore.iter_stored_layers`: a vouched-for local copy's own (LMDB's staged path), else the shared
@@ -214,14 +218,7 @@ class TieredBlobStore(BlobStore):
                 return stored
             except KeyError:
                 pass  # gone since the check: the shared tier's stream
-        try:
-            opened = self._source.open_record(key) if isinstance(smeta, dict) else None
-        except BlobStoreUnavailable as e:
-            opened = self._failed_read(key, e)
-        if opened is None:
-            self.counters["miss"] += 1
-            raise KeyError(key)
-        meta, ids, it = opened
+        meta, ids, it = self._open_shared(key, smeta)
         try:
             order = ordered_layout.token_order(meta)
         except CorruptRecordError as e:
