@@ -71,10 +71,17 @@ def stage_tensors(k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, shape: t
     (:func:`tensor_rows`); else append nothing and return False (the caller writes them through
     :func:`write_rows`)."""
     kr, vr = tensor_rows(k, dtype, shape, start), tensor_rows(v, dtype, shape, start)
-    if kr is None or vr is None:
+    return add_parts(None if kr is None or vr is None else (kr, vr), k_parts, v_parts)
+
+
+def add_parts(parts: tuple[StoredRows, StoredRows] | None, k_parts: list[StoredRows], v_parts: list[StoredRows]
+              ) -> bool:
+    """Append one document's staged ``(keys, values)`` rows of a layer to ``k_parts`` / ``v_parts``; with None
+    (nothing could be staged) append nothing and return False: what every ``LayerFill.stage`` returns."""
+    if parts is None:
         return False
-    k_parts.append(kr)
-    v_parts.append(vr)
+    k_parts.append(parts[0])
+    v_parts.append(parts[1])
     return True
 
 

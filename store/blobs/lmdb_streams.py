@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from kvlink_rag.rows import RowWriter, StoredRows
+from kvlink_rag.rows import RowWriter, StoredRows, add_parts
 from store.blobs import lmdb_records as records
 from store.blobs.blob_store import LayerFill
 from store.blobs.lmdb_records import check_key, rkey
@@ -201,9 +201,5 @@ class _StoredLayer:
               v_parts: list[StoredRows]) -> bool:
         """:meth:`~store.blobs.blob_store.LayerFill.stage`: views of the memory map's pages, inside a
         :meth:`LayerStreams.session` only (their transaction must outlive the caller's write)."""
-        parts = self.streams._stage(self.key, self.meta_bytes, self.meta, self.layer, dtype, shape, start)
-        if parts is None:
-            return False
-        k_parts.append(parts[0])
-        v_parts.append(parts[1])
-        return True
+        return add_parts(self.streams._stage(self.key, self.meta_bytes, self.meta, self.layer, dtype, shape, start),
+                         k_parts, v_parts)

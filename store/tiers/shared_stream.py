@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from kvlink_rag.rows import RowWriter, StoredRows
+from kvlink_rag.rows import RowWriter, StoredRows, add_parts
 from store.blobs.blob_store import BlobStoreUnavailable
 from store.records import codec
 from store.records.errors import CorruptRecordError
@@ -31,22 +31,15 @@ def decoded_layers(meta: dict, ids: bytes, payloads: Iterator[bytes], dtype, on_
     L, H, T, D = meta["shape"]
     out = codec.target_dtype(meta, dtype)
     layers: list[bytes] = []
-    try:
-        for i in range(L):
-            buf = next(payloads, None)
-            k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
-            decode_layer_into(buf, meta, i, k, v)
-            layers.append(buf)
-            if i == L - 1:
-                codec.decode_ids(ids, meta)
-                on_complete(layers)
-            yield k, v
-    except (KeyError, BlobStoreUnavailable) as e:
-        on_error(e)
-        raise KeyError(f"the shared tier lost the record mid-stream ({e})") from e
-    except CorruptRecordError as e:
-        on_error(e)
-        raise
+    for i in range(L):
+        buf = _draw(payloads, on_error)
+        k, v = torch.empty((H, T, D), dtype=out), torch.empty((H, T, D), dtype=out)
+        _guarded(on_error, decode_layer_into, buf, meta, i, k, v)
+        layers.append(buf)
+        if i == L - 1:
+            _guarded(on_error, codec.decode_ids, ids, meta)
+            on_complete(layers)
+        yield k, v
 
 
 def stored_fills(meta: dict, ids: bytes, payloads: Iterator[bytes], on_error: Callable[[Exception], None],
@@ -62,14 +55,28 @@ def stored_fills(meta: dict, ids: bytes, payloads: Iterator[bytes], on_error: Ca
     layers: list[bytes] = []
     n = meta["shape"][0]
     for i in range(n):
-        try:
-            buf = next(payloads, None)
-        except (KeyError, BlobStoreUnavailable) as e:
-            on_error(e)
-            raise KeyError(f"the shared tier lost the record mid-stream ({e})") from e
-        layers.append(buf)
+        layers.append(_draw(payloads, on_error))
         done = (lambda: (codec.decode_ids(ids, meta), on_complete(layers))) if i == n - 1 else None
-        yield SharedLayer(buf, meta, i, on_error, done)
+        yield SharedLayer(layers[-1], meta, i, on_error, done)
+
+
+def _draw(payloads: Iterator[bytes], on_error: Callable[[Exception], None]):
+    """The next payload (None past the last: a missing buffer, which its decode reports as corrupt); a record lost
+    mid-stream (KeyError, BlobStoreUnavailable) is reported to ``on_error`` and raised as KeyError."""
+    try:
+        return next(payloads, None)
+    except (KeyError, BlobStoreUnavailable) as e:
+        on_error(e)
+        raise KeyError(f"the shared tier lost the record mid-stream ({e})") from e
+
+
+def _guarded(on_error: Callable[[Exception], None], fn, *args):
+    """``fn(*args)``; a CorruptRecordError is reported to ``on_error`` first, then raised."""
+    try:
+        return fn(*args)
+    except CorruptRecordError as e:
+        on_error(e)
+        raise
 
 
 class SharedLayer:
@@ -83,25 +90,16 @@ class SharedLayer:
 
     def __call__(self, k_out: torch.Tensor, v_out: torch.Tensor, keys: RowWriter | None = None,
                  values: RowWriter | None = None, start: int = 0) -> None:
-        try:
-            decode_layer_stored_into(self.buf, self.meta, self.layer, k_out, v_out, keys, values, start)
-        except CorruptRecordError as e:
-            self.on_error(e)
-            raise
+        _guarded(self.on_error, decode_layer_stored_into, self.buf, self.meta, self.layer, k_out, v_out, keys, values,
+                 start)
         self._verified()
 
     def stage(self, dtype: torch.dtype, shape: tuple[int, int, int], start: int, k_parts: list[StoredRows],
               v_parts: list[StoredRows]) -> bool:
         """Views of the payload's bytes (this object keeps them alive) when it stores ``shape`` rows of ``dtype``."""
-        try:
-            parts = stored_rows(self.buf, self.meta, self.layer, dtype, shape, start)
-        except CorruptRecordError as e:
-            self.on_error(e)
-            raise
-        if parts is None:
+        parts = _guarded(self.on_error, stored_rows, self.buf, self.meta, self.layer, dtype, shape, start)
+        if not add_parts(parts, k_parts, v_parts):
             return False
-        k_parts.append(parts[0])
-        v_parts.append(parts[1])
         self._verified()
         return True
 
@@ -109,8 +107,4 @@ class SharedLayer:
         """After the last layer verified: the ids checked and the record handed to the local fill (once)."""
         if self.done is not None:
             done, self.done = self.done, None
-            try:
-                done()
-            except CorruptRecordError as e:
-                self.on_error(e)
-                raise
+            _guarded(self.on_error, done)
