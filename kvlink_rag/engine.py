@@ -172,19 +172,19 @@ class Engine(EngineDocuments):
         hits = sum(found)
         lookup_s = time.perf_counter() - t0
         try:
-            with torch.inference_mode(), self._link_scope(rr):
+            with torch.inference_mode(), self._forward_scope(rr):
                 ctx = self._link(docs, source, embeds, q_ids, rr)
         except LookupError:  # a stored record vanished or failed its checksum mid-stream: encode instead
             kvs = LayeredDocuments.from_documents([self.get_or_encode(d)[0] for d in docs], r, method)
-            with torch.inference_mode(), self._link_scope(rr):
+            with torch.inference_mode(), self._forward_scope(rr):
                 ctx = self._link(docs, kvs, embeds, q_ids, rr)
             hits = 0
         ctx.timings.load_s += lookup_s
         return ctx, hits
 
-    def _link_scope(self, recompute_ratio: float):
-        """The query-side adapter's scope for the link forward (inside inference mode): the runner alone runs it
-        unless CacheBlend recomputes (a transformers forward) or an attention capture is open (explain)."""
+    def _forward_scope(self, recompute_ratio: float = 0.0):
+        """The query-side adapter's scope for a link or full-prefill forward (inside inference mode): the runner alone
+        runs it unless CacheBlend recomputes (a transformers forward) or an attention capture is open (explain)."""
         return forward_scope(self.lm, self.adapter, recompute_ratio > 0 or not runs_on_runner())
 
     def _link(self, docs: list[Document], source, embeds, q_ids: torch.Tensor, recompute_ratio: float) -> LinkedContext:
@@ -227,7 +227,7 @@ class Engine(EngineDocuments):
         Raises:
             ContextTooLong: no position left for a new token.
         """
-        with torch.inference_mode(), forward_scope(self.lm, self.adapter, not runs_on_runner()):
+        with torch.inference_mode(), self._forward_scope():
             return full_prefill(self.lm, self.prompt_ids(question, docs), new_tokens=1)
 
     def stream(self, question: str, docs: list[Document], k: int | None = None, retention: float | None = None,
