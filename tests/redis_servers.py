@@ -22,9 +22,10 @@ from service_support import free_port, wait_for
 
 
 def free_cluster_port() -> int:
-    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
+    """A free port p whose cluster bus port p + 10000 is free too, both below Linux's ephemeral range (32768+),
+    so an outgoing connection cannot take either between this check and the server's bind."""
     for _ in range(200):
-        port = random.randrange(20000, 55000)
+        port = random.randrange(12000, 22700)
         try:
             for p in (port, port + 10000):
                 with socket.socket() as s:
@@ -48,8 +49,10 @@ class RedisServer:
         extra: more ``--option value`` arguments (e.g. ``["--maxmemory", "3mb"]``).
     """
 
-    def __init__(self, folder: Path, extra: list[str] | None = None, port: int | None = None):
-        self.folder, self.port, self.extra, self.proc = folder, port or free_port(), extra or [], None
+    def __init__(self, folder: Path, extra: list[str] | None = None, port: int | None = None,
+                 choose_port=free_port):
+        self.folder, self.port, self.extra, self.proc = folder, port or choose_port(), extra or [], None
+        self.choose_port = choose_port
         folder.mkdir(parents=True, exist_ok=True)
 
     def url(self, db: int = 0) -> str:
@@ -58,19 +61,25 @@ class RedisServer:
     def client(self, **kwargs) -> redis.Redis:
         return redis.Redis(port=self.port, socket_connect_timeout=1, **kwargs)
 
-    def start(self) -> RedisServer:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--dir", str(self.folder), *self.extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def start(self, attempts: int = 3) -> RedisServer:
+        """Start and wait for PING; a server that exits at once (its port taken since it was chosen) is
+        started again on a new port, up to ``attempts`` times."""
+        for attempt in range(attempts):
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                 "yes", "--dir", str(self.folder), *self.extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if wait_for(self._up_or_exited, 15, what=f"redis-server on port {self.port}") == "up":
+                return self
+            self.port = self.choose_port()
+        raise RuntimeError(f"redis-server exited at start {attempts} times (ports taken?)")
 
-        def up():
-            try:
-                return self.client().ping()
-            except redis.exceptions.ConnectionError:
-                return False
-
-        wait_for(up, 15, what=f"redis-server on port {self.port}")
-        return self
+    def _up_or_exited(self) -> str | None:
+        if self.proc.poll() is not None:
+            return "exited"
+        try:
+            return "up" if self.client().ping() else None
+        except redis.exceptions.ConnectionError:
+            return None
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -96,7 +105,7 @@ class RedisClusterNodes:
         self.nodes = [RedisServer(folder / f"node{i}", ["--cluster-enabled", "yes", "--cluster-config-file",
                                                         "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms),
                                                         "--cluster-require-full-coverage", "no"],
-                                  port=free_cluster_port())
+                                  choose_port=free_cluster_port)
                       for i in range(3)]
 
     @property
