@@ -108,6 +108,7 @@ class LoadedModel:
 
 
 BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16", "q4q8-bf16")  # formats whose linear layers compute in bfloat16
+WIDE_BF16_KV_FORMATS = ("q4q8-f32",)  # float32 prefill GEMMs, KV held in bfloat16 all the same
 
 
 def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype) -> torch.dtype:
@@ -115,8 +116,11 @@ def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype) -> torch.dtype:
     bfloat16 (:data:`BF16_KV_FORMATS`; documents are stored in bfloat16 by default, so a linked request's
     documents are copied, not widened), which halves what a decode step's attention reads (vLLM's default
     ``kv_cache_dtype="auto"`` is the model's bfloat16 alike); else the compute dtype (``native`` stays the
-    float32 reference of the exactness tests, ``int4-f32`` is for CPUs without native bfloat16)."""
-    if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS:
+    float32 reference of the exactness tests, ``int4-f32`` is for CPUs without native bfloat16). ``q4q8-f32`` (the
+    default where the CPU lacks native bfloat16) holds bfloat16 KV too (:data:`WIDE_BF16_KV_FORMATS`): its decode
+    steps' attention and the load of stored documents into the KV blocks move half the bytes, and its float32
+    prefill queries attend over the KV widened to float32 (:func:`kvlink_rag.runtime.ragged.attend`)."""
+    if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS + WIDE_BF16_KV_FORMATS:
         return torch.bfloat16
     return compute_dtype
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .decode_attention import attend_decode
-from .prefill_attention import attend_prefill
+from .prefill_attention import attend_prefill, available as prefill_kernel
 from .kv_sequence import KVChunk, SequenceKV
 
 __all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "mask_rows"]
@@ -132,10 +132,15 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         causal: ``q`` are the only keys' own queries, plainly causal (one piece of ``n`` keys): the kernel's
             causal path, ``mask`` unused.
     Returns:
-        ``[heads, n, head_dim]`` in ``q``'s dtype (queries are cast to the KV's dtype first: float32 queries
-        over bfloat16 KV attend in bfloat16, as the KV was stored).
+        ``[heads, n, head_dim]`` in ``q``'s dtype. Queries are cast to the KV's dtype first (float32 queries over
+        bfloat16 KV attend in bfloat16, as the KV was stored), but for float32 prefill rows over bfloat16 KV where
+        the bfloat16 prefill kernel does not run (a CPU without AVX512-BF16): there the KV is widened to float32
+        instead (torch's bfloat16 SDPA is emulated on such a CPU, several times slower than float32, and the
+        widening copy is ~1/20 of the attention's time at 70 queries).
     """
     kv_dtype = pieces[0][0].dtype
+    if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not prefill_kernel():
+        return attend(q, [_widened(pieces)], mask, scale, causal)
     if q.dtype != kv_dtype:
         return attend(q.to(kv_dtype), pieces, mask, scale, causal).to(q.dtype)
     causal = causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]
@@ -153,3 +158,17 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=m, scale=scale,
                                          enable_gqa=q.shape[0] != k.shape[0])
     return out[0]
+
+
+def _widened(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pieces joined into one float32 ``(k, v)`` ``[kv_heads, sum tokens_i, head_dim]`` (one converting copy)."""
+    kv, _, d = pieces[0][0].shape
+    total = sum(k.shape[1] for k, _ in pieces)
+    k = torch.empty(kv, total, d, dtype=torch.float32, device=pieces[0][0].device)
+    v = torch.empty_like(k)
+    at = 0
+    for pk, pv in pieces:
+        k[:, at: at + pk.shape[1]].copy_(pk)
+        v[:, at: at + pk.shape[1]].copy_(pv)
+        at += pk.shape[1]
+    return k, v

@@ -73,18 +73,26 @@ def test_an_explicit_mask_row_hides_what_its_mask_hides():
 
 @pytest.mark.parametrize("pieces", [1, 2])
 @pytest.mark.parametrize("n", [1, 4])
-def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(pieces, n):
+@pytest.mark.parametrize("kernel", [True, False])
+def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(pieces, n, kernel, monkeypatch):
     """Sequences of the bfloat16 formats hold bfloat16 KV (kv_dtype_of); their float32 queries attend as
-    bfloat16 queries do over the same KV (one piece or several, decode or prefill) and come back float32."""
-    from kvlink_rag.runtime.ragged import attend
+    bfloat16 queries do over the same KV (one piece or several, decode or prefill) and come back float32 - but
+    prefill rows on a CPU without the bfloat16 prefill kernel (``kernel`` False), which attend in float32 over
+    the KV widened exactly to float32."""
+    import kvlink_rag.runtime.ragged as ragged
 
+    monkeypatch.setattr(ragged, "prefill_kernel", lambda: kernel)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(4, n, 8, generator=g)  # 4 heads over 2 kv heads
     kv = [(torch.randn(2, 5, 8, generator=g).bfloat16(), torch.randn(2, 5, 8, generator=g).bfloat16())
           for _ in range(pieces)]
-    got = attend(q, kv, None, 8 ** -0.5)
-    want = attend(q.bfloat16(), kv, None, 8 ** -0.5)
-    assert got.dtype == torch.float32 and torch.equal(got, want.float())
+    got = ragged.attend(q, kv, None, 8 ** -0.5)
+    if n > 1 and not kernel:
+        wide = [(torch.cat([k for k, _ in kv], 1).float(), torch.cat([v for _, v in kv], 1).float())]
+        want = ragged.attend(q, wide, None, 8 ** -0.5)
+    else:
+        want = ragged.attend(q.bfloat16(), kv, None, 8 ** -0.5).float()
+    assert got.dtype == torch.float32 and torch.equal(got, want)
 
 
 def test_the_kv_dtype_follows_the_weight_format():
@@ -94,6 +102,7 @@ def test_the_kv_dtype_follows_the_weight_format():
     assert kv_dtype_of("bfloat16", torch.float32) == torch.bfloat16
     assert kv_dtype_of("native", torch.float32) == torch.float32  # the exactness reference
     assert kv_dtype_of("int4-f32", torch.float32) == torch.float32  # CPUs without native bfloat16
+    assert kv_dtype_of("q4q8-f32", torch.float32) == torch.bfloat16  # float32 prefill, half the KV bytes
     assert kv_dtype_of("native", torch.bfloat16) == torch.bfloat16
 
 
