@@ -42,8 +42,14 @@ class EngineSettings(LayerSettings):
         "the loaded model), 'bfloat16', 'int8' or 'int4' weight-only (CPU kernels), 'int4-bf16' (int4 for decode steps, "
         "bfloat16 for prefill), 'int4-f32' (int4 for decode steps, the model's float32 for prefill), 'q4q8-bf16' / "
         "'q4q8-f32' (the same with decode steps on the Q4 x Q8 kernel, AVX2 or AVX512-VNNI); 'auto' = for the "
-        "default model on a CPU int4-bf16 where the CPU has native bfloat16 (AVX512-BF16/AMX), else int4-f32 (its "
-        "weights are Q4_1, on that grid; accuracy equal to float32 on 300 NQ questions, EVALUATION.md), else native.")
+        "default model on a CPU q4q8-bf16 where the CPU has native bfloat16 (AVX512-BF16/AMX), else q4q8-f32 (int4-bf16 "
+        "/ int4-f32 where the kernels cannot build; its weights are Q4_1, on that grid; accuracy within a point of "
+        "float32 on 300 NQ questions, EVALUATION.md), else native.")
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="dtype of the KV the scheduler's blocks hold (each request's tokens and the documents "
+        "loaded for it; vLLM's name): 'auto' = bfloat16 for the formats that prefill in bfloat16, else the compute "
+        "dtype; 'bfloat16' with q4q8-f32 (CPUs without native bfloat16) serves 10-24% more requests a second at "
+        "-0.3 points of full-prefill accuracy on 300 questions (BENCHMARKS.md).")
     encoding: Literal["anchored", "isolated"] = Field(
         "anchored",
         description="Document encoding context: 'anchored' (after the shared system prompt) or "

@@ -46,6 +46,7 @@ class LoadedModel:
         adapters: names of the query-side LoRA adapters injected into ``model``.
         active_adapter: the adapter :func:`kvlink_rag.model.lora.adapter_scope` turned on (None: base model).
         weight_format: the runner's weight format (:data:`kvlink_rag.runtime.linear.WEIGHT_FORMATS`).
+        kv_cache_dtype: the setting of the scheduler's KV dtype (:func:`kv_dtype_of`; ``'auto'`` by default).
         runner: the model runner, built on first use (:func:`kvlink_rag.runtime.model_runner.get_runner`).
         kv_pool: the KV block pool of the scheduler's sequences, made on first use
             (:func:`kvlink_rag.runtime.block_pool.kv_pool`).
@@ -61,6 +62,7 @@ class LoadedModel:
     adapters: set[str] = field(default_factory=set)
     active_adapter: str | None = None
     weight_format: str = "native"
+    kv_cache_dtype: str = "auto"
     runner: Runner | None = field(default=None, repr=False, compare=False)
     kv_pool: object | None = field(default=None, repr=False, compare=False)
     scratch_pool: object | None = field(default=None, repr=False, compare=False)
@@ -104,23 +106,32 @@ class LoadedModel:
     @property
     def kv_dtype(self) -> torch.dtype:
         """dtype of the KV the scheduler's sequences hold (:func:`kv_dtype_of` of the weight format)."""
-        return kv_dtype_of(self.weight_format, self.dtype)
+        return kv_dtype_of(self.weight_format, self.dtype, self.kv_cache_dtype)
 
 
 BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16", "q4q8-bf16")  # formats whose linear layers compute in bfloat16
-WIDE_BF16_KV_FORMATS = ("q4q8-f32",)  # float32 prefill GEMMs, KV held in bfloat16 all the same
+KV_CACHE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # kv_cache_dtype choices besides 'auto'
 
 
-def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype) -> torch.dtype:
-    """The KV dtype of a weight format: bfloat16 for the formats whose GEMMs already round activations to
+def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype, kv_cache_dtype: str = "auto") -> torch.dtype:
+    """The KV dtype of the scheduler's sequences. ``kv_cache_dtype`` (the setting, vLLM's name) ``'float32'`` or
+    ``'bfloat16'`` chooses it; ``'auto'``: bfloat16 for the formats whose GEMMs already round activations to
     bfloat16 (:data:`BF16_KV_FORMATS`; documents are stored in bfloat16 by default, so a linked request's
     documents are copied, not widened), which halves what a decode step's attention reads (vLLM's default
     ``kv_cache_dtype="auto"`` is the model's bfloat16 alike); else the compute dtype (``native`` stays the
-    float32 reference of the exactness tests, ``int4-f32`` is for CPUs without native bfloat16). ``q4q8-f32`` (the
-    default where the CPU lacks native bfloat16) holds bfloat16 KV too (:data:`WIDE_BF16_KV_FORMATS`): its decode
-    steps' attention and the load of stored documents into the KV blocks move half the bytes, and its float32
-    prefill queries attend over the KV widened to float32 (:func:`kvlink_rag.runtime.ragged.attend`)."""
-    if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS + WIDE_BF16_KV_FORMATS:
+    float32 reference of the exactness tests; ``int4-f32`` / ``q4q8-f32`` are for CPUs without native bfloat16,
+    where ``'bfloat16'`` serves 10-24% more requests a second at -0.3 points of full-prefill accuracy against
+    float32 KV on 300 questions: opt-in, BENCHMARKS.md / EVALUATION.md; their float32 prefill queries then attend
+    over the KV widened to float32, :func:`kvlink_rag.runtime.ragged.attend`).
+
+    Raises:
+        ValueError: an unknown ``kv_cache_dtype``.
+    """
+    if kv_cache_dtype != "auto":
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be auto, float32 or bfloat16, not {kv_cache_dtype!r}")
+        return KV_CACHE_DTYPES[kv_cache_dtype]
+    if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS:
         return torch.bfloat16
     return compute_dtype
 
@@ -208,6 +219,7 @@ def load_model(settings: EngineSettings) -> LoadedModel:
     fp = model_fingerprint(path, config.to_dict(), tokenizer)
     lm = wrap_model(model, tokenizer, fp)
     lm.weight_format = resolve_weight_format(settings.weight_format, device, settings.model == DEFAULT_MODEL)
+    lm.kv_cache_dtype = settings.kv_cache_dtype
     return lm
 
 

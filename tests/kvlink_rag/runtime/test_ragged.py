@@ -102,7 +102,12 @@ def test_the_kv_dtype_follows_the_weight_format():
     assert kv_dtype_of("bfloat16", torch.float32) == torch.bfloat16
     assert kv_dtype_of("native", torch.float32) == torch.float32  # the exactness reference
     assert kv_dtype_of("int4-f32", torch.float32) == torch.float32  # CPUs without native bfloat16
-    assert kv_dtype_of("q4q8-f32", torch.float32) == torch.bfloat16  # float32 prefill, half the KV bytes
+    assert kv_dtype_of("q4q8-f32", torch.float32) == torch.float32
+    assert kv_dtype_of("q4q8-f32", torch.float32, "bfloat16") == torch.bfloat16  # the setting: half the KV bytes
+    assert kv_dtype_of("q4q8-bf16", torch.float32, "float32") == torch.float32
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        kv_dtype_of("native", torch.float32, "int8")
+
     assert kv_dtype_of("native", torch.bfloat16) == torch.bfloat16
 
 

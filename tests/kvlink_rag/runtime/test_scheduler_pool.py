@@ -80,3 +80,34 @@ def test_a_request_larger_than_the_pool_is_refused_with_the_numbers(engine):
         assert sched.stats()["running"] == 0 and sched.tree.stats()["pinned_nodes"] == 0
     finally:
         sched.close()
+
+
+def test_kv_cache_dtype_bfloat16_holds_bfloat16_blocks_and_answers_as_the_one_request_path(tmp_path):
+    """KVLINK_RAG_KV_CACHE_DTYPE=bfloat16 on a float32 model: the scheduler's blocks are bfloat16 (half the bytes),
+    and a linked answer's logits equal the one-request path's under the same setting (float32 prefill queries over
+    the KV widened exactly); they differ from float32 KV only by the KV's rounding."""
+    import threading
+
+    import torch
+
+    from kvlink_rag.runtime.block_pool import kv_pool
+
+    eng = tiny_text_engine(tmp_path, max_new_tokens=3, kv_dtype="float32", kv_cache_dtype="bfloat16")
+    eng.lm.kv_cache_dtype = eng.settings.kv_cache_dtype  # load_model's step (tiny_text_engine wraps a model itself)
+    assert eng.lm.kv_dtype == torch.bfloat16
+    q = "what is the code word?"
+    sched = Scheduler(eng.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
+    try:
+        req = GenRequest(lambda: eng, DOCS[:3], eng.template.question_ids(eng.lm.tokenizer, q).tolist(),
+                         eng.sampling(), "linked", keep_logits=True)
+        handle = sched.submit(req)
+        list(handle.tokens())
+        assert kv_pool(eng.lm).dtype == torch.bfloat16
+    finally:
+        sched.close()
+    ctx, _ = eng.link_context(q, DOCS[:3])
+    torch.testing.assert_close(handle.result.logits[0], ctx.last_logits, atol=1e-4, rtol=0)
+    eng.lm.kv_cache_dtype = "float32"
+    wide, _ = eng.link_context(q, DOCS[:3])
+    assert not torch.equal(wide.last_logits, ctx.last_logits)
+    assert torch.allclose(wide.last_logits, ctx.last_logits, atol=0.05)
