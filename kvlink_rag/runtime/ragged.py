@@ -135,8 +135,10 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
         ``[heads, n, head_dim]`` in ``q``'s dtype. Queries are cast to the KV's dtype first (float32 queries over
         bfloat16 KV attend in bfloat16, as the KV was stored), but for float32 prefill rows over bfloat16 KV where
         the bfloat16 prefill kernel does not run (a CPU without AVX512-BF16): there the KV is widened to float32
-        instead (torch's bfloat16 SDPA is emulated on such a CPU, several times slower than float32, and the
-        widening copy is ~1/20 of the attention's time at 70 queries).
+        instead (torch's bfloat16 SDPA is emulated on such a CPU, several times slower than float32). Measured on
+        an AVX2 EPYC (BENCHMARKS.md, ``pattn_f32.txt``): at 70 queries over 1.3k keys the widened attention takes
+        as long as float32 SDPA over float32 KV, at 16 queries twice as long (1.4 against 0.7 ms: the copy into
+        fresh pages).
     """
     kv_dtype = pieces[0][0].dtype
     if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not prefill_kernel():
