@@ -1,11 +1,12 @@
 """Scheduler and prefix-tree metrics: batch size and queue wait histograms (observed per step), running
 and waiting requests, the prefix tree's shared bytes, hit tokens and evictions, and fair admission's per-tenant
-virtual token counters (read at scrape time)."""
+virtual token counters (read at scrape time), and the engine's weight format and KV cache dtype as an info metric
+(vLLM's ``cache_config_info``)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -37,6 +38,14 @@ class SchedulerCollector:
         return []
 
     def collect(self):
+        engine = self.state.engine
+        if engine is not None:
+            lm = engine.lm
+            info = InfoMetricFamily("kvlink_cache_config", "The model runner's weight format and the dtype of the "
+                                    "scheduler's KV blocks (KVLINK_RAG_KV_CACHE_DTYPE and what it resolved to).")
+            info.add_metric([], {"weight_format": lm.weight_format, "kv_cache_dtype": lm.kv_cache_dtype,
+                                 "kv_dtype": str(lm.kv_dtype).removeprefix("torch.")})
+            yield info
         rt = self.state.runtime
         sched = rt.scheduler if rt is not None else None
         if sched is None:

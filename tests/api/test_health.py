@@ -150,6 +150,8 @@ def test_scheduler_metrics_count_steps_batches_waits_and_the_prefix_tree(client,
     text = metrics_after_two_queries(client, fixture_docs)
     assert _sample(text, "kvlink_queue_wait_seconds_count") == 2 and _sample(text, "kvlink_batch_size_count") >= 2
     assert _sample(text, "kvlink_scheduler_running") == 0 and _sample(text, "kvlink_scheduler_waiting") == 0
+    info = next(line for line in text.splitlines() if line.startswith("kvlink_cache_config_info"))
+    assert 'kv_cache_dtype="auto"' in info and 'kv_dtype="' in info and 'weight_format="' in info
     tree = client.app_state.runtime.scheduler.tree.stats()
     assert _sample(text, "kvlink_prefix_tree_bytes") == tree["bytes"] > 0
     assert _sample(text, "kvlink_cache_used_bytes", tier="prefix") == tree["bytes"]
