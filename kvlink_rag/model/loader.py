@@ -110,7 +110,7 @@ class LoadedModel:
 
 
 BF16_KV_FORMATS = ("bfloat16", "int8", "int4", "int4-bf16", "q4q8-bf16")  # formats whose linear layers compute in bfloat16
-KV_CACHE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # kv_cache_dtype choices besides 'auto'
+KV_CACHE_DTYPES = ("float32", "bfloat16")  # kv_cache_dtype choices besides 'auto'
 
 
 def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype, kv_cache_dtype: str = "auto") -> torch.dtype:
@@ -130,7 +130,7 @@ def kv_dtype_of(weight_format: str, compute_dtype: torch.dtype, kv_cache_dtype: 
     if kv_cache_dtype != "auto":
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be auto, float32 or bfloat16, not {kv_cache_dtype!r}")
-        return KV_CACHE_DTYPES[kv_cache_dtype]
+        return parse_dtype(kv_cache_dtype)
     if compute_dtype == torch.float32 and weight_format in BF16_KV_FORMATS:
         return torch.bfloat16
     return compute_dtype
