@@ -38,6 +38,13 @@ class FusedLowRank:
     The stacks are copies, rebuilt when any source tensor changed in place (its ``_version``, e.g. an
     optimizer step of training), so the runner never reads a stale adapter.
 
+    ``gemm_dtype`` bfloat16 (a runner whose prefill linears multiply in bfloat16: ``q4q8-bf16``, ``int4-bf16``,
+    ``bfloat16``, see :func:`prefill_gemm_dtype`) runs the GEMMs of :meth:`_gemm` in bfloat16 as the base weights
+    do: ``A``, ``B^T`` and ``x A^T`` rounded to bfloat16 (the shipped adapter's ``A`` and ``B`` are bfloat16 values
+    already), float32 accumulation in oneDNN. Measured on the AVX512-BF16 EPYC (``docs/bench/lora-bf16-2026-12-06/
+    lora_terms_dtype.py``, 30 layers of the shipped adapter): 70 rows 36-38 -> 16 ms, 280 rows 97-103 -> 30 ms a
+    forward; the paired accuracy of the change is in EVALUATION.md.
+
     Decode rows in float32 on the CPU take the runner's kernel instead (``lowrank_add``, the loops the fused
     decode halves run, ``csrc/decode_layer.cpp``), on the general path too: a decode row's terms then round the
     same on either path at any thread count. The Q4 x Q8 product after them quantises its input to int8, so
@@ -45,11 +52,11 @@ class FusedLowRank:
     round an input to different integers and the row's logits apart by a bfloat16 step.
     """
 
-    def __init__(self, terms: list[LowRank]):
-        self.terms = terms
+    def __init__(self, terms: list[LowRank], gemm_dtype: torch.dtype | None = None):
+        self.terms, self.gemm_dtype = terms, gemm_dtype
         self.start, self.end = min(t.start for t in terms), max(t.end for t in terms)
         self._versions: tuple[int, ...] | None = None
-        self.a = self.b_t = self.kernel_a = self.kernel_b_t = None
+        self.a = self.b_t = self.kernel_a = self.kernel_b_t = self.gemm_a = self.gemm_b_t = None
 
     def _build(self) -> None:
         t0 = self.terms[0]
@@ -62,6 +69,8 @@ class FusedLowRank:
             at += r
         self.b_t = b.t().contiguous()  # [sum rank, span]
         self.kernel_a, self.kernel_b_t = _narrowed(self.a), _narrowed(self.b_t)
+        dtype = self.gemm_dtype or self.a.dtype  # None: the adapter's own dtype
+        self.gemm_a, self.gemm_b_t = self.a.to(dtype), self.b_t.to(dtype)
 
     def kernel_stacks(self) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`stacks` as the kernel (``lowrank_add``) reads them: bfloat16 when every value is one (a shipped
@@ -109,12 +118,14 @@ class FusedLowRank:
         return _ALL if split.large is None else split.small
 
     def _gemm(self, y: torch.Tensor, x: torch.Tensor) -> None:
-        h = torch.mm(x.to(self.a.dtype), self.a.t())  # [tokens, sum rank]
+        self.stacks()
+        a, b_t = self.gemm_a, self.gemm_b_t
+        h = torch.mm(x.to(a.dtype), a.t())  # [tokens, sum rank]
         span = y[:, self.start: self.end]
         if span.dtype == h.dtype:
-            span.addmm_(h, self.b_t)
+            span.addmm_(h, b_t)
         else:
-            span.add_(torch.mm(h, self.b_t).to(span.dtype))
+            span.add_(torch.mm(h, b_t).to(span.dtype))
 
 
 _ALL = slice(None)  # FusedLowRank._kernel_rows: every row
@@ -153,7 +164,7 @@ def _term(module: torch.nn.Module, name: str, start: int) -> LowRank | None:
     return LowRank(start, start + int(b.shape[0]), a, b, float(module.scaling[name]))  # the parameters: versioned
 
 
-def _terms(modules: list[torch.nn.Module], name: str) -> FusedLowRank | None:
+def _terms(modules: list[torch.nn.Module], name: str, gemm_dtype: torch.dtype | None) -> FusedLowRank | None:
     from .weights import base_linear
 
     out, at = [], 0
@@ -162,15 +173,24 @@ def _terms(modules: list[torch.nn.Module], name: str) -> FusedLowRank | None:
         if t is not None:
             out.append(t)
         at += base_linear(m).out_features
-    return FusedLowRank(out) if out else None
+    return FusedLowRank(out, gemm_dtype) if out else None
 
 
-def adapter_terms(model: torch.nn.Module, name: str) -> list[LayerLora]:
+def prefill_gemm_dtype(fmt: str) -> torch.dtype | None:
+    """bfloat16 where weight format ``fmt`` multiplies prefill rows in bfloat16 (``bfloat16``, ``int4-bf16``,
+    ``q4q8-bf16``; ``kvlink_rag.runtime.linear``), else None (the adapter's own dtype, as the model's weights):
+    the dtype of the adapter terms' GEMMs (:class:`FusedLowRank`)."""
+    return torch.bfloat16 if fmt in ("bfloat16", "int4-bf16", "q4q8-bf16") else None
+
+
+def adapter_terms(model: torch.nn.Module, name: str, gemm_dtype: torch.dtype | None = None) -> list[LayerLora]:
     """Per decoder layer, the low-rank terms of adapter ``name`` in ``model``, fused per projection (None
-    where a projection holds no target)."""
+    where a projection holds no target), their prefill GEMMs in ``gemm_dtype`` (None: the adapter's own dtype;
+    :func:`prefill_gemm_dtype`)."""
     layers, fam = [], family_of(model.config)
     for layer in fam.layers(model):
         p = fam.parts(layer)
-        layers.append(LayerLora(qkv=_terms([p.q, p.k, p.v], name), o=_terms([p.o], name),
-                                gate_up=_terms([p.gate, p.up], name), down=_terms([p.down], name)))
+        layers.append(LayerLora(qkv=_terms([p.q, p.k, p.v], name, gemm_dtype), o=_terms([p.o], name, gemm_dtype),
+                                gate_up=_terms([p.gate, p.up], name, gemm_dtype),
+                                down=_terms([p.down], name, gemm_dtype)))
     return layers

@@ -22,7 +22,7 @@ from .attention_probs import attention_mass
 from . import fused_decode
 from .cpu_kernels import kernels
 from .linear import TokenSplit
-from .lora import LayerLora, adapter_terms
+from .lora import LayerLora, adapter_terms, prefill_gemm_dtype
 from .ragged import RaggedBatch, attend
 from .weights import LayerWeights, ModelWeights, model_weights
 
@@ -56,6 +56,7 @@ class ModelRunner:
         self.model = model
         self.rotary_emb = family_of(model.config).rotary_emb(model)
         self.weights: ModelWeights = model_weights(model, fmt)
+        self.lora_dtype = prefill_gemm_dtype(fmt)  # the adapter terms' GEMMs
         self._adapters: dict[str, list[LayerLora]] = {}
         self.fused = True  # steps of decode rows take fused_decode's C++ halves where they fit
 
@@ -67,7 +68,7 @@ class ModelRunner:
         if adapter is None:
             return None
         if adapter not in self._adapters:
-            self._adapters[adapter] = adapter_terms(self.model, adapter)
+            self._adapters[adapter] = adapter_terms(self.model, adapter, self.lora_dtype)
         return self._adapters[adapter]
 
     @torch.inference_mode()
