@@ -125,7 +125,7 @@ def build_scheduler(settings: Settings, engine: Engine, model_lock: threading.Lo
                              max_prefill_tokens=settings.max_prefill_tokens, max_wait_s=settings.max_queue_wait_s,
                              max_adapters=settings.max_loaded_adapters, max_step_tokens=settings.max_step_tokens,
                              long_prefill_budget=settings.long_prefill_budget)
-    configure_pool(engine.lm, settings.kv_pool_bytes, settings.kv_block_size)
+    configure_pool(engine.lm, settings.kv_pool_bytes, settings.kv_block_size, settings.kv_pool_idle_s)
     return Scheduler(engine.lm, PrefixTree(settings.prefix_cache_bytes), model_lock, limits,
                      policy=make_policy(settings.admission_policy))
 

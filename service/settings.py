@@ -91,6 +91,9 @@ class ServiceSettings(LayerSettings):
                                "the prefix tree live in; 0 = grows as needed. Full: the tree evicts, then a request "
                                "that does not fit waits for running ones (alone: 503).")
     kv_block_size: int = Field(16, ge=1, le=4096, description="Tokens per KV block (the pool's unit of sharing).")
+    kv_pool_idle_s: float = Field(30.0, ge=0, description="Seconds an empty arena of the KV pool (256 blocks) is "
+                                  "kept for the next requests before its memory is given back (the first arena and "
+                                  "one spare always stay); 0 = at once.")
     events_url: str = Field("", description="Redis (redis://host:port/db) where `kvlink-rag serve` registers "
                             "itself and publishes its cache events and load for `kvlink-rag router`; '' = none.")
     replica_id: str = Field("", max_length=200, description="This replica's name in the router's fleet; '' = "

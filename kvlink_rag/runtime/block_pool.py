@@ -19,21 +19,26 @@ prefix starts its own block instead (vLLM copies because its tables have no per-
 
 Arenas are created on first need (``torch.empty``: untouched pages cost nothing) up to ``max_blocks``; past
 it the ``reclaimers`` (the prefix trees' LRU eviction) are asked for room before :class:`PoolExhausted`. An
-arena whose last block is freed goes back to the allocator (all but the first and one spare, whose touched pages
-the next request reuses), so a burst of long requests does not keep its memory after it, as the per-request
-buffers this replaces did not.
+arena whose last block is freed goes back to the allocator once it stayed empty for ``idle_s`` (all but the first
+and one spare, whose touched pages the next request reuses; :meth:`BlockPool.trim`, which the scheduler calls when
+idle), so a burst of long requests does not keep its memory long after it, and the next burst writes into pages
+already touched: a fresh arena's first writes page-fault (~23,000 faults for a 47 MB half), which made the load of
+stored documents into blocks 2x slower during a 16-client burst on the AVX512-BF16 EPYC while the pool grew or
+re-created arenas given back between bursts (BENCHMARKS.md, session 2026-12-06).
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
 Run = tuple[torch.Tensor, torch.Tensor]  # (keys, values) [layers, kv_heads, tokens, head_dim] views
+ARENA_IDLE_S = 30.0  # seconds an empty arena is kept for the next requests (service setting kv_pool_idle_s)
 
 
 class PoolExhausted(RuntimeError):
@@ -54,13 +59,18 @@ class BlockPool:
         block_size: tokens per block (16, vLLM's default).
         arena_blocks: blocks per arena (its tensors are allocated when first needed).
         max_blocks: the pool's size in blocks (0: arenas are added as long as memory lasts).
+        idle_s: seconds an empty arena is kept before :meth:`trim` gives it back (0: at once).
+        clock: seconds, monotonic (tests pass a fake one).
     """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu", block_size: int = 16, arena_blocks: int = 256,
-                 max_blocks: int = 0):
-        if block_size < 1 or arena_blocks < 1 or max_blocks < 0:
-            raise ValueError(f"block_size {block_size} and arena_blocks {arena_blocks} must be >= 1, max_blocks >= 0")
+                 max_blocks: int = 0, idle_s: float = ARENA_IDLE_S, clock: Callable[[], float] = time.monotonic):
+        if block_size < 1 or arena_blocks < 1 or max_blocks < 0 or idle_s < 0:
+            raise ValueError(f"block_size {block_size} and arena_blocks {arena_blocks} must be >= 1, max_blocks and "
+                             f"idle_s {idle_s} >= 0")
+        self.idle_s, self.clock = idle_s, clock
+        self._empty_since: dict[int, float] = {}  # arena (not the first) -> when its last block was freed
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device = dtype, torch.device(device)
         self.block_size, self.max_blocks = block_size, max_blocks
@@ -149,19 +159,27 @@ class BlockPool:
         self._free_in[a] = self.arena_blocks
         return a
 
-    def _give_back(self, a: int) -> None:
-        """Arena ``a`` holds no block in use: its memory goes, unless it is the first arena or the one spare (no
-        other arena but the first is empty): the next request's blocks then land in pages already touched, not in
-        a fresh allocation whose first writes page-fault (~20 ms for a 47 MB arena half on this CPU, 5x a copy
-        into touched memory: the one-request linker's fresh buffers and a growing pool paid it on every request)."""
-        if a == 0 or self.arenas[a] is None:
-            return
-        if not any(i not in (0, a) and x is not None and self._free_in[i] == self.arena_blocks
-                   for i, x in enumerate(self.arenas)):
-            return
-        self.arenas[a] = None
-        self._free[a][:] = bytes(self.arena_blocks)
-        self._free_in[a] = 0
+    def _emptied(self, a: int) -> None:
+        """Arena ``a`` holds no block in use now: it is given back by :meth:`trim` once ``idle_s`` passed."""
+        if a != 0:
+            self._empty_since[a] = self.clock()
+            if self.idle_s == 0:
+                self.trim()
+
+    def trim(self) -> int:
+        """Give back the arenas empty for ``idle_s`` or longer, but the first and one spare (the lowest empty one:
+        first fit takes it next); returns how many went. Thread safe; the scheduler calls it when idle."""
+        with self._lock:
+            empty = sorted(self._empty_since)
+            now, gone = self.clock(), 0
+            for a in empty[1:]:
+                if now - self._empty_since[a] >= self.idle_s:
+                    del self._empty_since[a]
+                    self.arenas[a] = None
+                    self._free[a][:] = bytes(self.arena_blocks)
+                    self._free_in[a] = 0
+                    gone += 1
+            return gone
 
     def _extend(self, after: int, n: int) -> list[int]:
         a, local = divmod(after, self.arena_blocks)
@@ -192,6 +210,7 @@ class BlockPool:
         raise AssertionError("free_blocks counted a block no arena holds")
 
     def _mark(self, a: int, j: int, n: int) -> list[int]:
+        self._empty_since.pop(a, None)
         self._free[a][j: j + n] = bytes(n)
         self._free_in[a] -= n
         return list(range(a * self.arena_blocks + j, a * self.arena_blocks + j + n))
@@ -216,7 +235,7 @@ class BlockPool:
                     self._free[a][local] = 1
                     self._free_in[a] += 1
                     if self._free_in[a] == self.arena_blocks:
-                        self._give_back(a)
+                        self._emptied(a)
 
     def refs(self, block: int) -> int:
         return self._refs[block]
@@ -262,18 +281,20 @@ def kv_pool(lm) -> BlockPool:
     return lm.kv_pool
 
 
-def configure_pool(lm, max_bytes: int, block_size: int = 16) -> BlockPool:
-    """Give ``lm`` a new pool of at most ``max_bytes`` (0: unbounded) in blocks of ``block_size`` tokens;
-    sequences made before keep the pool they were made in.
+def configure_pool(lm, max_bytes: int, block_size: int = 16, idle_s: float = ARENA_IDLE_S) -> BlockPool:
+    """Give ``lm`` a new pool of at most ``max_bytes`` (0: unbounded) in blocks of ``block_size`` tokens, its empty
+    arenas kept ``idle_s`` seconds; sequences made before keep the pool they were made in.
 
     Raises:
-        ValueError: ``max_bytes`` holds less than one block, or ``block_size`` < 1.
+        ValueError: ``max_bytes`` holds less than one block, ``block_size`` < 1 or ``idle_s`` < 0.
     """
     cfg = lm.config
-    pool = BlockPool(lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device, block_size)
+    pool = BlockPool(lm.num_layers, cfg.num_key_value_heads, lm.head_dim, lm.kv_dtype, lm.device, block_size,
+                     idle_s=idle_s)
     if max_bytes:
         if max_bytes < pool.block_bytes:
             raise ValueError(f"a KV pool of {max_bytes} bytes holds no block of {pool.block_bytes} bytes")
-        pool = BlockPool(*pool.shape, pool.dtype, pool.device, block_size, max_blocks=max_bytes // pool.block_bytes)
+        pool = BlockPool(*pool.shape, pool.dtype, pool.device, block_size, max_blocks=max_bytes // pool.block_bytes,
+                         idle_s=idle_s)
     lm.kv_pool = pool
     return pool

@@ -1,16 +1,15 @@
 """The batching scheduler: continuous batching of linked queries and chat turns over one model.
 
-One thread owns the model's forwards. Each step (Orca's iteration-level scheduling, Yu et al., OSDI
-2022; as in vLLM, SGLang and nano-vllm) it admits waiting requests (their prefill: link tokens and
-question, or a chat turn's new message), and runs one packed forward per adapter over every running
-request's new tokens: a decode token for requests already generating, the prefill of those just admitted
-(:mod:`kvlink_rag.runtime.ragged`: no padding; each request attends only to its own KV). Waiting requests
-(:mod:`kvlink_rag.runtime.waiting`) are grouped by prefill length into short / medium / long buckets, so a
-step's prefills are of similar cost; the oldest request's bucket goes first, and any request that waited
-longer than ``max_wait_s`` is admitted before the others (nothing starves). Prompt prefixes already computed (system prompt,
-documents in the same order, earlier chat turns) come from the :class:`~kvlink_rag.runtime.prefix_tree.PrefixTree`.
-A long prompt's chunk runs last in its step and yields between its layers to new short requests and to the others'
-decode steps (:mod:`kvlink_rag.runtime.interjection`).
+One thread owns the model's forwards. Each step (Orca's iteration-level scheduling, Yu et al., OSDI 2022; as in
+vLLM, SGLang and nano-vllm) it admits waiting requests (their prefill: link tokens and question, or a chat turn's
+new message), and runs one packed forward per adapter over every running request's new tokens: a decode token for
+requests already generating, the prefill of those just admitted (:mod:`kvlink_rag.runtime.ragged`: no padding; each
+request attends only to its own KV). Waiting requests (:mod:`kvlink_rag.runtime.waiting`) are grouped by prefill
+length into short / medium / long buckets, so a step's prefills are of similar cost; the oldest request's bucket
+goes first, and any request that waited longer than ``max_wait_s`` is admitted before the others (nothing starves).
+Prompt prefixes already computed (system prompt, documents in the same order, earlier chat turns) come from the
+:class:`~kvlink_rag.runtime.prefix_tree.PrefixTree`. A long prompt's chunk runs last in its step and yields between
+its layers to new short requests and to the others' decode steps (:mod:`kvlink_rag.runtime.interjection`).
 
 The model lock is taken per step, so other model work (embedded precompute, in chunks) runs between
 steps rather than stalling every request for a whole document.
@@ -44,8 +43,7 @@ class Scheduler:
         tree: the prefix tree (sharing off: a tree with a zero byte budget).
         model_lock: taken for each step (shared with other model users).
         limits: see :class:`SchedulerLimits`.
-        observe: called after each step with ``(rows, waits)``: requests in the step's forwards and the queue
-            waits (seconds) of those admitted in it (metrics); settable after construction.
+        observe: ``observe(rows, waits)`` after each step (metrics: requests run, queue waits in s of those admitted).
         policy: the admission order (:mod:`kvlink_rag.runtime.admission`; default the S/M/L buckets).
     """
 
@@ -93,9 +91,9 @@ class Scheduler:
         with self._cond:
             own = sum(rr.seq.own_bytes for _, rr in self.running if rr.seq is not None)
             pool = kv_pool(self.lm).stats() if isinstance(self.lm, LoadedModel) else {}
-            return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps,
-                    "queued_prefill_tokens": self.waiting.queued_tokens(),
-                    "tree": self.tree.stats(), "running_own_bytes": own, "kv_pool": pool}
+            return {"running": len(self.running), "waiting": len(self.waiting), "steps": self.steps, "kv_pool": pool,
+                    "queued_prefill_tokens": self.waiting.queued_tokens(), "tree": self.tree.stats(),
+                    "running_own_bytes": own}
 
     def close(self) -> None:
         """Stop the thread after the current step; waiting and running requests fail."""
@@ -112,6 +110,8 @@ class Scheduler:
                 if not self._stop and not self.waiting and not self.running:
                     release_thread_pool()  # idle: other threads' model work (precompute) runs at full speed
                 while not self._stop and not self.waiting and not self.running:
+                    if isinstance(self.lm, LoadedModel):
+                        kv_pool(self.lm).trim()  # arenas empty since the last burst go back after their idle_s
                     self._cond.wait(timeout=1.0)
                 if self._stop:
                     break

@@ -81,10 +81,12 @@ def test_a_full_pool_asks_its_reclaimers_then_refuses_with_the_numbers():
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match="block_size"):
         BlockPool(1, 1, 1, torch.float32, block_size=0)
+    with pytest.raises(ValueError, match="idle_s -1"):
+        BlockPool(1, 1, 1, torch.float32, idle_s=-1)
 
 
 def test_an_arena_without_a_block_in_use_is_given_back_but_the_first_and_one_spare():
-    p = pool()
+    p = pool(idle_s=0)  # given back at once
     first, second, third = p.allocate(8), p.allocate(3), p.allocate(8)
     assert p.num_blocks == 24 and second == [8, 9, 10] and third == list(range(16, 24))
     spare = p.arenas[1][0].data_ptr()
@@ -96,3 +98,36 @@ def test_an_arena_without_a_block_in_use_is_given_back_but_the_first_and_one_spa
     assert p.num_blocks == 16 and p.free_blocks == 16  # the first arena stays
     assert p.allocate(9) == list(range(9)) and p.arenas[1][0].data_ptr() == spare  # the spare's pages are reused
     assert len(p.allocate(9)) == 9 and p.num_blocks == 24 and p.arenas[2] is not None  # the given-back slot again
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_empty_arenas_are_kept_for_idle_s_and_their_pages_reused_by_the_next_burst():
+    clock = FakeClock()
+    p = pool(idle_s=30, clock=clock)
+    burst = [p.allocate(8) for _ in range(4)]  # four arenas
+    ptrs = [p.arenas[a][0].data_ptr() for a in range(4)]
+    for b in burst[1:]:
+        p.decref(b)
+    clock.now += 29
+    assert p.trim() == 0 and p.num_blocks == 32  # empty for 29 s: all kept
+    again = [p.allocate(8) for _ in range(3)]  # the next burst lands in the same (touched) arenas
+    assert again == [list(range(8, 16)), list(range(16, 24)), list(range(24, 32))]
+    assert [p.arenas[a][0].data_ptr() for a in range(4)] == ptrs
+    for b in again:
+        p.decref(b)
+    clock.now += 10
+    assert p.trim() == 0  # the clock restarted when they emptied again
+    clock.now += 20
+    assert p.trim() == 1 + 1 and p.num_blocks == 16  # 30 s: arenas 2 and 3 go, the first and the spare (1) stay
+    assert p.arenas[1] is not None and p.arenas[2] is None and p.arenas[3] is None
+    p.decref(burst[0])
+    clock.now += 60
+    assert p.trim() == 0 and p.num_blocks == 16  # the first arena never goes, nor the one spare
+

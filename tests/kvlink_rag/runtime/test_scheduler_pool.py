@@ -4,11 +4,12 @@ tree evicting for it), a request larger than the pool refused by name (tiny mode
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from factories import tiny_text_engine
-from kvlink_rag.runtime.block_pool import PoolExhausted, configure_pool
+from kvlink_rag.runtime.block_pool import BlockPool, PoolExhausted, configure_pool
 from kvlink_rag.runtime.gen_request import GenRequest
 from kvlink_rag.runtime.limits import SchedulerLimits
 from kvlink_rag.runtime.prefix_tree import PrefixTree
@@ -111,3 +112,23 @@ def test_kv_cache_dtype_bfloat16_holds_bfloat16_blocks_and_answers_as_the_one_re
     wide, _ = eng.link_context(q, DOCS[:3])
     assert not torch.equal(wide.last_logits, ctx.last_logits)
     assert torch.allclose(wide.last_logits, ctx.last_logits, atol=0.05)
+
+
+def test_the_arenas_a_request_emptied_go_back_once_the_scheduler_idled_past_idle_s(engine):
+    lm = engine.lm
+    pool = BlockPool(lm.num_layers, lm.config.num_key_value_heads, lm.head_dim, lm.kv_dtype, arena_blocks=1,
+                     idle_s=0.3)  # one block an arena: the request's blocks fill several
+    lm.kv_pool = pool
+    sched = Scheduler(lm, PrefixTree(0), threading.Lock(), SchedulerLimits())
+    try:
+        want = engine.answer("what?", DOCS[0:2], max_new_tokens=6).token_ids
+        assert list(sched.submit(request(engine, "what?", DOCS[0:2], max_new_tokens=6)).tokens()) == want
+        grown = pool.num_blocks
+        assert grown > 2 and used(pool) == 0
+        deadline = time.monotonic() + 10
+        while pool.num_blocks > 2 and time.monotonic() < deadline:  # the idle loop trims once a second
+            time.sleep(0.05)
+        assert pool.num_blocks == 2  # the first arena and one spare stay
+    finally:
+        sched.close()
+        configure_pool(lm, 0)
