@@ -43,7 +43,9 @@ class FusedLowRank:
     do: ``A``, ``B^T`` and ``x A^T`` rounded to bfloat16 (the shipped adapter's ``A`` and ``B`` are bfloat16 values
     already), float32 accumulation in oneDNN. Measured on the AVX512-BF16 EPYC (``docs/bench/lora-bf16-2026-12-06/
     lora_terms_dtype.py``, 30 layers of the shipped adapter): 70 rows 36-38 -> 16 ms, 280 rows 97-103 -> 30 ms a
-    forward; the paired accuracy of the change is in EVALUATION.md.
+    forward; the paired accuracy of the change is in EVALUATION.md. Given the projection's ``modules`` too, the
+    runner's prefill rows skip these GEMMs: :meth:`merged` is the projection with the adapter merged in
+    (:mod:`.merged_lora`), and only decode rows get their terms (:meth:`add_small`).
 
     Decode rows in float32 on the CPU take the runner's kernel instead (``lowrank_add``, the loops the fused
     decode halves run, ``csrc/decode_layer.cpp``), on the general path too: a decode row's terms then round the
@@ -52,11 +54,13 @@ class FusedLowRank:
     round an input to different integers and the row's logits apart by a bfloat16 step.
     """
 
-    def __init__(self, terms: list[LowRank], gemm_dtype: torch.dtype | None = None):
-        self.terms, self.gemm_dtype = terms, gemm_dtype
+    def __init__(self, terms: list[LowRank], gemm_dtype: torch.dtype | None = None,
+                 modules: list[torch.nn.Module] | None = None):
+        self.terms, self.gemm_dtype, self.modules = terms, gemm_dtype, modules
         self.start, self.end = min(t.start for t in terms), max(t.end for t in terms)
         self._versions: tuple[int, ...] | None = None
         self.a = self.b_t = self.kernel_a = self.kernel_b_t = self.gemm_a = self.gemm_b_t = None
+        self._merged: tuple[tuple[int, ...], object] | None = None  # (versions, Linear) of merged()
 
     def _build(self) -> None:
         t0 = self.terms[0]
@@ -87,6 +91,30 @@ class FusedLowRank:
             self._build()
             self._versions = versions
         return self.a, self.b_t
+
+    def merged(self):
+        """The fused projection's weights with this adapter merged in (:mod:`.merged_lora`), a bfloat16
+        :class:`~.linear.Linear` for the prefill rows, when the terms multiply in bfloat16 and know their
+        projection's ``modules``; else None. Built on first use, rebuilt when a source tensor changed in place."""
+        if self.modules is None or self.gemm_dtype != torch.bfloat16:
+            return None
+        a, b_t = self.stacks()
+        if self._merged is None or self._merged[0] != self._versions:
+            from .merged_lora import merged_linear
+
+            self._merged = (self._versions, merged_linear(self.modules, self.start, self.end, a, b_t))
+        return self._merged[1]
+
+    def add_small(self, y: torch.Tensor, x: torch.Tensor, split: TokenSplit) -> None:
+        """:meth:`add_to` for the tokens of ``split.small`` alone (decode rows; the others came through
+        :meth:`merged`), as :meth:`add_to` computes them for those rows (the kernel where it fits)."""
+        if split.large is None:
+            self.add_to(y, x, split)
+            return
+        rows = split.small
+        sub = y[rows]
+        self.add_to(sub, x[rows], TokenSplit(torch.arange(rows.numel(), device=rows.device), None))
+        y[rows] = sub
 
     def add_to(self, y: torch.Tensor, x: torch.Tensor, split: TokenSplit | None = None) -> None:
         """``y[:, start:end] += sum over targets of scale * x A^T B^T`` in place (``x`` ``[tokens, in]``).
@@ -173,7 +201,7 @@ def _terms(modules: list[torch.nn.Module], name: str, gemm_dtype: torch.dtype | 
         if t is not None:
             out.append(t)
         at += base_linear(m).out_features
-    return FusedLowRank(out, gemm_dtype) if out else None
+    return FusedLowRank(out, gemm_dtype, modules) if out else None
 
 
 def prefill_gemm_dtype(fmt: str) -> torch.dtype | None:

@@ -22,7 +22,8 @@ from .attention_probs import attention_mass
 from . import fused_decode
 from .cpu_kernels import kernels
 from .linear import TokenSplit
-from .lora import LayerLora, adapter_terms, prefill_gemm_dtype
+from .lora import FusedLowRank, LayerLora, adapter_terms, prefill_gemm_dtype
+from .merged_lora import project
 from .ragged import RaggedBatch, attend
 from .weights import LayerWeights, ModelWeights, model_weights
 
@@ -139,9 +140,7 @@ class ModelRunner:
         w = self.weights
         t, hd = h.shape[0], w.head_dim
         x = rms_norm(h, layer.input_norm, w.eps)
-        qkv = layer.qkv(x, split)  # [T, (heads + 2 kv_heads) * head_dim]
-        if lora is not None and lora.qkv is not None:
-            lora.qkv.add_to(qkv, x, split)
+        qkv = _adapted(layer.qkv, None if lora is None else lora.qkv, x, split)  # [T, (heads + 2 kv_heads) * hd]
         nq, nk = w.heads * hd, w.kv_heads * hd
         q = qkv[:, :nq].view(t, w.heads, hd)
         k = qkv[:, nq: nq + nk].view(t, w.kv_heads, hd)
@@ -181,19 +180,29 @@ class ModelRunner:
              split: TokenSplit) -> torch.Tensor:
         """The output projection, residual and the SiLU MLP with its residual: the layer's output ``[T, hidden]``."""
         w = self.weights
-        o = layer.o(attn, split)
-        if lora is not None and lora.o is not None:
-            lora.o.add_to(o, attn, split)
+        o = _adapted(layer.o, None if lora is None else lora.o, attn, split)
         h = h + o
         x = rms_norm(h, layer.post_norm, w.eps)
-        gu = layer.gate_up(x, split)  # [T, 2 * intermediate]
-        if lora is not None and lora.gate_up is not None:
-            lora.gate_up.add_to(gu, x, split)
+        gu = _adapted(layer.gate_up, None if lora is None else lora.gate_up, x, split)  # [T, 2 * intermediate]
         a = F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:]
-        d = layer.down(a, split)
-        if lora is not None and lora.down is not None:
-            lora.down.add_to(d, a, split)
+        d = _adapted(layer.down, None if lora is None else lora.down, a, split)
         return h + d
+
+
+def _adapted(linear, term: FusedLowRank | None, x: torch.Tensor, split: TokenSplit) -> torch.Tensor:
+    """``linear(x)`` plus the adapter's ``term`` (None: none): prefill rows through the merged weights where the
+    term has them (:mod:`.merged_lora`), the other rows' terms added as :meth:`FusedLowRank.add_to` adds them."""
+    if term is None:
+        return linear(x, split)
+    merged = term.merged()
+    if merged is None:
+        y = linear(x, split)
+        term.add_to(y, x, split)
+        return y
+    y, rest = project(linear, merged, x, split)
+    if rest:
+        term.add_small(y, x, split)
+    return y
 
 
 def get_runner(lm: LoadedModel) -> ModelRunner:
