@@ -3,15 +3,25 @@ the 16-client serving level; the level's throughput beside. ARENA_KEEP (optional
 import collections, os, sys
 import kvlink_rag.runtime.block_pool as bp
 count = collections.Counter()
-_add, _back = bp.BlockPool._add_arena, bp.BlockPool._give_back
+_add = bp.BlockPool._add_arena
 def add(self):
     count["arenas created"] += 1
     return _add(self)
-def back(self, a):
-    had = self.arenas[a] is not None
-    _back(self, a)
-    count["arenas given back"] += had and self.arenas[a] is None
-bp.BlockPool._add_arena, bp.BlockPool._give_back = add, back
+bp.BlockPool._add_arena = add
+if hasattr(bp.BlockPool, "_give_back"):  # before f159ba2: an arena went back when emptied
+    _back = bp.BlockPool._give_back
+    def back(self, a):
+        had = self.arenas[a] is not None
+        _back(self, a)
+        count["arenas given back"] += had and self.arenas[a] is None
+    bp.BlockPool._give_back = back
+else:  # since: trimmed after idle_s
+    _trim = bp.BlockPool.trim
+    def trim(self):
+        n = _trim(self)
+        count["arenas given back"] += n
+        return n
+    bp.BlockPool.trim = trim
 from evaluation.nq import load_nq
 from service.settings import Settings
 from bench.serving_common import runtime, ingest
