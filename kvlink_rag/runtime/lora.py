@@ -42,10 +42,11 @@ class FusedLowRank:
     ``bfloat16``, see :func:`prefill_gemm_dtype`) runs the GEMMs of :meth:`_gemm` in bfloat16 as the base weights
     do: ``A``, ``B^T`` and ``x A^T`` rounded to bfloat16 (the shipped adapter's ``A`` and ``B`` are bfloat16 values
     already), float32 accumulation in oneDNN. Measured on the AVX512-BF16 EPYC (``docs/bench/lora-bf16-2026-12-06/
-    lora_terms_dtype.py``, 30 layers of the shipped adapter): 70 rows 36-38 -> 16 ms, 280 rows 97-103 -> 30 ms a
-    forward; the paired accuracy of the change is in EVALUATION.md. Given the projection's ``modules`` too, the
-    runner's prefill rows skip these GEMMs: :meth:`merged` is the projection with the adapter merged in
-    (:mod:`.merged_lora`), and only decode rows get their terms (:meth:`add_small`).
+    lora_terms_dtype.py``, 30 layers of the shipped adapter, bfloat16 rows): 70 rows 36-38 -> 16 ms, 280 rows
+    97-103 -> 30 ms a forward; in the runner, on one request's float32 rows, no faster (``lora_modes.py``). Given the
+    projection's ``modules`` too (the runner's terms), prefill rows skip these GEMMs: :meth:`merged` is the
+    projection with the adapter merged in (:mod:`.merged_lora`), and only decode rows get their terms
+    (:meth:`add_small`). Paired accuracy of both: EVALUATION.md.
 
     Decode rows in float32 on the CPU take the runner's kernel instead (``lowrank_add``, the loops the fused
     decode halves run, ``csrc/decode_layer.cpp``), on the general path too: a decode row's terms then round the
