@@ -6,9 +6,10 @@ Only formats whose prefill rows multiply in bfloat16 merge (``q4q8-bf16``, ``int
 base weight is rounded to bfloat16 anyway, and the merged one is ``W0 + BA`` rounded once. The terms' GEMMs cost
 half to two-thirds of the base linears they adapt for 7% of their FLOPs (two skinny GEMMs, casts and an add per
 projection; a 16-client profile on the AVX512-BF16 EPYC put them at 10% of the scheduler's time in bfloat16 against
-14% for the base GEMMs, ``docs/bench/lora-bf16-2026-12-06/``). Decode rows keep their format (the Q4 x Q8 kernel) and the term's float32 kernel, so their
-numerics do not change. Each merged adapter holds a second bfloat16 copy of the layer weights (212 MB for
-SmolLM2-135M), built on the adapter's first prefill and rebuilt when its tensors change in place (training).
+14% for the base GEMMs, ``docs/bench/lora-bf16-2026-12-06/``). Decode rows keep their format (the Q4 x Q8 kernel)
+and the term's float32 kernel, so their numerics do not change. Each merged adapter holds a second bfloat16 copy of
+the layer weights (212 MB for SmolLM2-135M), built on the adapter's first prefill and rebuilt when its tensors
+change in place (training).
 """
 
 from __future__ import annotations
