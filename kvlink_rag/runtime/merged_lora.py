@@ -29,16 +29,12 @@ def merged_weights(modules: list[torch.nn.Module], start: int, end: int, a: torc
         a: ``[sum rank, in]`` the stacked ``A``; b_t: ``[sum rank, end - start]`` the block-diagonal ``B^T``
             with each target's scale folded in (:meth:`~.lora.FusedLowRank.stacks`).
     """
-    from .weights import base_linear
+    from .weights import fused_weight
 
-    linears = [base_linear(m) for m in modules]
-    weight = torch.cat([m.weight.detach().float() for m in linears])  # [sum out, in]
+    weight, bias = fused_weight(modules)
+    weight = weight.float()  # [sum out, in], a copy (cat) the merge may write into
     weight[start:end] += b_t.float().t() @ a.float()  # [span, sum rank] @ [sum rank, in]
-    bias = None
-    if any(m.bias is not None for m in linears):
-        bias = torch.cat([m.bias.detach().float() if m.bias is not None else weight.new_zeros(m.out_features)
-                          for m in linears])
-    return weight, bias
+    return weight, None if bias is None else bias.float()
 
 
 def merged_linear(modules: list[torch.nn.Module], start: int, end: int, a: torch.Tensor, b_t: torch.Tensor

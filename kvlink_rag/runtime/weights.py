@@ -80,15 +80,23 @@ def base_linear(module: torch.nn.Module) -> torch.nn.Linear:
     raise TypeError(f"{type(module).__name__} is not a linear layer")
 
 
+def fused_weight(modules: list[torch.nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights of ``modules`` (linear layers, peft-wrapped or plain) stacked on the output dim, ``[sum out, in]``
+    in the modules' dtype, and their biases likewise (zeros for a module without one; None when none has one)."""
+    linears = [base_linear(m) for m in modules]
+    weight = torch.cat([m.weight.detach() for m in linears])  # [sum out, in]
+    bias = None
+    if any(m.bias is not None for m in linears):
+        bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
+                          for m in linears])
+    return weight, bias
+
+
 def _fuse(modules: list[torch.nn.Module], fmt: str) -> Linear:
     """One :class:`Linear` for ``modules`` stacked on the output dim; in float32 the modules' weights
     become row views of the fused tensor (format ``native``) (no second copy)."""
     linears = [base_linear(m) for m in modules]
-    weight = torch.cat([m.weight.detach() for m in linears])  # [sum out, in]
-    has_bias = [m.bias is not None for m in linears]
-    bias = None
-    if any(has_bias):
-        bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
+    weight, bias = fused_weight(modules)
     if fmt in SHARED_FORMATS:
         at = 0
         for m in linears:

@@ -87,8 +87,6 @@ def test_kv_cache_dtype_bfloat16_holds_bfloat16_blocks_and_answers_as_the_one_re
     """KVLINK_RAG_KV_CACHE_DTYPE=bfloat16 on a float32 model: the scheduler's blocks are bfloat16 (half the bytes),
     and a linked answer's logits equal the one-request path's under the same setting (float32 prefill queries over
     the KV widened exactly); they differ from float32 KV only by the KV's rounding."""
-    import threading
-
     import torch
 
     from kvlink_rag.runtime.block_pool import kv_pool
