@@ -23,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = {"today": {}, "fast-attention": {"fast_attention": True}, "pack": {"pack": True},
-            "bf16": {"bf16": True}, "bf16+pack": {"bf16": True, "pack": True}}
+VARIANTS = {"today": {}, "fast-attention": {"fast_attention": True}, "pack": {"pack": True, "own_forward": False},
+            "bf16": {"bf16": True}, "bf16+pack": {"bf16": True, "pack": True, "own_forward": False},
+            "pack+own": {"pack": True}, "bf16+pack+own": {"bf16": True, "pack": True}}
+"""``pack`` and ``bf16+pack`` run the packed forward through transformers' decoder; ``+own`` through
+:class:`training.train_forward.TrainForward` (the default of ``--pack`` since 2026-12-06)."""
 
 
 def _args() -> argparse.Namespace:

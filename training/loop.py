@@ -37,6 +37,7 @@ from .mixture import Sample
 from .packed import packed_loss
 from .samples import pack_item, sample_of, train_sample_at, validate_tasks
 from .train_config import TRAIN_ADAPTER, TrainConfig, TrainState, comparable
+from .train_forward import TrainForward
 from .train_model import bf16_gemms
 
 def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,
@@ -101,6 +102,7 @@ class Trainer:
         self.best_params: list[torch.Tensor] | None = None
         self.best_by_task: dict[str, list[torch.Tensor]] = {}
         self.init_steps, self.example_offset = 0, 0
+        self._train_forward: TrainForward | None = None
         if cfg.init:
             from .warm_start import warm_start
 
@@ -191,7 +193,7 @@ class Trainer:
                 bf16_gemms(self.lm.model, bf16):
             if self.cfg.pack and not self.cfg.doc_side:  # doc-side encodings keep their graph: one at a time
                 loss = packed_loss(self.lm, self.engine.prefix, [pack_item(self, s) for s in samples],
-                                   self.link_embeds, self.engine.anchored)
+                                   self.link_embeds, self.engine.anchored, self.train_forward(), self.adapter)
                 loss.backward()
                 total = float(loss.detach())
             else:
@@ -207,6 +209,16 @@ class Trainer:
             torch.cuda.synchronize()
         self.state.seconds += time.perf_counter() - t0
         return total
+
+    def train_forward(self) -> TrainForward | None:
+        """The packed steps' :class:`training.train_forward.TrainForward` (made on first use; its GEMMs in bfloat16
+        with ``cfg.bf16``), or None where they run through transformers' decoder (``cfg.own_forward`` False)."""
+        if not self.cfg.own_forward:
+            return None
+        if self._train_forward is None:
+            dtype = torch.bfloat16 if self.cfg.bf16 else self.lm.dtype
+            self._train_forward = TrainForward(self.lm, dtype)
+        return self._train_forward
 
     @torch.no_grad()
     def validation_loss(self, n: int | None = None) -> float:

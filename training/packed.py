@@ -17,10 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from kvlink_rag.linking.context import PrefixKV
+from kvlink_rag.linking.filled_kv import write_layers
+from kvlink_rag.linking.rope import rope_cos_sin
 from kvlink_rag.linking.linker import (_new_token_inputs, check_link_inputs, document_positions, plan_layout,
                                rotate_documents, slot_link_embeds)
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.types import DocumentKV, LayeredDocuments
+
+from .train_forward import TrainForward
 
 
 @dataclass
@@ -35,8 +39,9 @@ class PackItem:
 
 @dataclass
 class _Layout:
-    keys: list[torch.Tensor]  # per layer [kv_heads, n, head_dim]
-    values: list[torch.Tensor]
+    docs: LayeredDocuments  # the documents' layer stream (read once, by _pad_cache)
+    segments: list  # the linker's layout (kvlink_rag.linking.linker.plan_layout)
+    n: int  # cached tokens: prefix + streamed document tokens
     embeds: torch.Tensor  # [q, hidden]
     positions: torch.Tensor  # [q] int64
     mask: torch.Tensor  # [q, n + q] additive
@@ -49,30 +54,46 @@ def _layout(lm: LoadedModel, prefix: PrefixKV | None, item: PackItem, link_embed
     num_links = check_link_inputs(lm, prefix, docs, link_embeds, new_ids, 0)
     p_len = prefix.num_tokens if prefix is not None else 0
     segments = plan_layout(p_len, docs.layout_lengths, num_links, int(new_ids.numel()))
-    keys, values = rotate_documents(lm, docs, segments, prefix)
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
     embeds, pos, mask, _ = _new_token_inputs(lm, segments, slots, new_ids, anchored, document_positions(segments, docs))
-    return _Layout(keys, values, embeds, pos, mask[0, 0])
+    return _Layout(docs, segments, p_len + sum(docs.num_tokens), embeds, pos, mask[0, 0])
 
 
-def _pad(layouts: list[_Layout], dtype: torch.dtype, device) -> tuple:
-    """Batched cache (per layer ``[B, kv_heads, N, head_dim]``), embeds ``[B, Q, hidden]``, positions ``[B, Q]``
-    and the additive mask ``[B, 1, Q, N + Q]``."""
-    n = [lay.keys[0].shape[1] for lay in layouts]
+def _pad_cache(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout], dtype: torch.dtype, room: int = 0,
+               forward: TrainForward | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The caches, RoPE re-applied at each example's layout, padded into one batch: per layer keys and values
+    ``[B, kv_heads, N + room, head_dim]`` in ``dtype`` (``N = max n_i``; padded columns zero; the last ``room`` rows
+    left for the new tokens). With ``forward``, in its reused buffers (:meth:`TrainForward.kv_buffers`), and documents
+    in CPU memory written there straight from their stored rows, keys rotated on the way
+    (:func:`kvlink_rag.linking.filled_kv.write_layers`: one pass, the bytes :func:`rotate_documents` would give)."""
+    big_n, b, layers = max(lay.n for lay in layouts), len(layouts), lm.num_layers
+    shape = (b, int(lm.config.num_key_value_heads), big_n + room, lm.head_dim)
+    if forward is None:
+        k = [torch.empty(shape, dtype=dtype, device=lm.device) for _ in range(layers)]
+        v = [torch.empty(shape, dtype=dtype, device=lm.device) for _ in range(layers)]
+    else:
+        k, v = forward.kv_buffers(shape, lm.device)
+    for i, lay in enumerate(layouts):
+        n = lay.n
+        if forward is not None and lay.docs.fill is not None and lm.device.type == "cpu":
+            cos, sin = rope_cos_sin(lm.rotary_emb, document_positions(lay.segments, lay.docs), torch.float32)
+            write_layers(lm, lay.docs, cos, sin, prefix, lambda j: (k[j][i, :, :n], v[j][i, :, :n]))
+        else:
+            keys, values = rotate_documents(lm, lay.docs, lay.segments, prefix)
+            for j in range(layers):
+                k[j][i, :, :n], v[j][i, :, :n] = keys[j], values[j]
+        for j in range(layers):
+            k[j][i, :, n: big_n] = 0  # masked columns: any finite value
+            v[j][i, :, n: big_n] = 0
+    return k, v
+
+
+def _pad_new(layouts: list[_Layout], big_n: int, dtype: torch.dtype, device) -> tuple:
+    """Embeds ``[B, Q, hidden]``, positions ``[B, Q]``, the additive mask ``[B, 1, Q, N + Q]`` (``dtype``) and each
+    example's number of new tokens."""
+    n = [lay.n for lay in layouts]
     q = [lay.embeds.shape[0] for lay in layouts]
-    big_n, big_q, b = max(n), max(q), len(layouts)
-    kv_heads, head_dim = layouts[0].keys[0].shape[0], layouts[0].keys[0].shape[2]
-    keys, values = [], []
-    for layer in range(len(layouts[0].keys)):
-        k = torch.empty(b, kv_heads, big_n, head_dim, dtype=dtype, device=device)
-        v = torch.empty_like(k)
-        for i, lay in enumerate(layouts):
-            k[i, :, : n[i]] = lay.keys[layer]
-            v[i, :, : n[i]] = lay.values[layer]
-            k[i, :, n[i]:] = 0  # masked columns: any finite value
-            v[i, :, n[i]:] = 0
-        keys.append(k)
-        values.append(v)
+    big_q, b = max(q), len(layouts)
     hidden = layouts[0].embeds.shape[1]
     embeds = torch.zeros(b, big_q, hidden, dtype=layouts[0].embeds.dtype, device=device)
     pos = torch.zeros(b, big_q, dtype=torch.long)
@@ -84,24 +105,39 @@ def _pad(layouts: list[_Layout], dtype: torch.dtype, device) -> tuple:
         mask[i, 0, : q[i], : n[i]] = lay.mask[:, : n[i]]
         mask[i, 0, : q[i], big_n: big_n + q[i]] = lay.mask[:, n[i]:]
         mask[i, 0, q[i]:, 0] = 0  # padded rows: one allowed column, output unused
-    return keys, values, embeds, pos.to(device), mask.to(device), q
+    return embeds, pos.to(device), mask.to(device), q
+
+
+def _pad(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout]) -> tuple:
+    """Batched cache (per layer ``[B, kv_heads, N, head_dim]``), embeds ``[B, Q, hidden]``, positions ``[B, Q]``
+    and the additive mask ``[B, 1, Q, N + Q]``, in the model's dtype."""
+    keys, values = _pad_cache(lm, prefix, layouts, lm.dtype)
+    return keys, values, *_pad_new(layouts, keys[0].shape[2], lm.dtype, lm.device)
 
 
 def packed_loss(lm: LoadedModel, prefix: PrefixKV | None, items: list[PackItem], link_embeds: torch.Tensor | None,
-                anchored: bool) -> torch.Tensor:
+                anchored: bool, forward: TrainForward | None = None, adapter: str | None = None) -> torch.Tensor:
     """Mean over ``items`` of each example's mean answer cross-entropy (nats/token), one batched forward.
 
     Equals the mean of :func:`training.loop.example_loss` over the same examples (to float rounding); the
-    graph reaches ``link_embeds`` and whatever adapter is active.
+    graph reaches ``link_embeds`` and the adapter: with ``forward`` None, whatever adapter is active in
+    transformers' decoder; else ``adapter`` (None: none) through ``forward``
+    (:class:`training.train_forward.TrainForward`, the caches padded into its dtype's buffers).
 
     Raises:
         ValueError, ContextTooLong: an example the linker would refuse (:func:`kvlink_rag.linking.linker.check_link_inputs`).
     """
     layouts = [_layout(lm, prefix, it, link_embeds, anchored) for it in items]
-    keys, values, embeds, pos, mask, q = _pad(layouts, lm.dtype, lm.device)
-    out = lm.decoder(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
-                     cache=_batched_cache(keys, values), use_cache=True)
-    hidden = out.last_hidden_state  # [B, Q, hidden]
+    if forward is None:
+        keys, values, embeds, pos, mask, q = _pad(lm, prefix, layouts)
+        out = lm.decoder(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
+                         cache=_batched_cache(keys, values), use_cache=True)
+        hidden = out.last_hidden_state  # [B, Q, hidden]
+    else:
+        big_q = max(lay.embeds.shape[0] for lay in layouts)
+        keys, values = _pad_cache(lm, prefix, layouts, forward.dtype, room=big_q, forward=forward)
+        embeds, pos, mask, q = _pad_new(layouts, keys[0].shape[2] - big_q, torch.float32, lm.device)
+        hidden = forward(adapter, embeds, pos, keys, values, mask[:, 0])
     losses = []
     head = lm.family.lm_head(lm.model)
     for i, it in enumerate(items):

@@ -10,7 +10,7 @@ from kvlink_rag.model.lora import DEFAULT_TARGETS
 from .mixture import Mixture
 
 TRAIN_ADAPTER = "train_links"
-SPEED_FIELDS = ("fast_attention", "pack", "bf16")
+SPEED_FIELDS = ("fast_attention", "pack", "bf16", "own_forward")
 """Settings a run may change when it resumes (a CPU fallback resumes a bfloat16 GPU run, say)."""
 
 
@@ -32,7 +32,9 @@ class TrainConfig:
     fast_attention: :mod:`training.fast_attention` (no gradient formed for the cached KV); pack: the
     ``accumulate`` examples of a step in one batched forward (:mod:`training.packed`); bf16: the frozen base
     GEMMs run in bfloat16 during training steps (everything else float32; documents are encoded by the
-    float32 model as at serving, :mod:`training.train_model`).
+    float32 model as at serving, :mod:`training.train_model`); own_forward: with ``pack``, the forward runs on
+    :class:`training.train_forward.TrainForward` (the runner's layout in plain torch) instead of transformers'
+    decoder (default; False: transformers', the reference).
     """
 
     steps: int = 150
@@ -58,6 +60,7 @@ class TrainConfig:
     fast_attention: bool = False
     pack: bool = False
     bf16: bool = False
+    own_forward: bool = True
 
 
 @dataclass

@@ -28,7 +28,7 @@ def filled_sequence(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, 
         seq.release()
         return None
     run_k, run_v = runs[0]  # [layers, kv_heads, P + n, head_dim] views of its blocks
-    _write_layers(lm, docs, cos, sin, prefix, lambda i: (run_k[i], run_v[i]))
+    write_layers(lm, docs, cos, sin, prefix, lambda i: (run_k[i], run_v[i]))
     seq.commit(p_len + n)
     return seq
 
@@ -46,12 +46,12 @@ def filled_layers(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, si
         values.append(torch.empty_like(keys[-1]))
         return keys[-1], values[-1]
 
-    _write_layers(lm, docs, cos, sin, prefix, fresh)
+    write_layers(lm, docs, cos, sin, prefix, fresh)
     return keys, values
 
 
-def _write_layers(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, sin: torch.Tensor,
-                  prefix: PrefixKV | None, dest) -> None:
+def write_layers(lm: LoadedModel, docs: LayeredDocuments, cos: torch.Tensor, sin: torch.Tensor,
+                 prefix: PrefixKV | None, dest) -> None:
     """Layer by layer into ``dest(i)``'s ``(k, v)`` ``[kv_heads, P + doc_tokens, head_dim]``: the prefix copied in,
     then every document written by ``docs.fill``, its keys rotated on the way at the rows of ``cos``/``sin``
     (:func:`~kvlink_rag.linking.rope_rows.block_writers`: one pass over the stored bytes)."""

@@ -178,5 +178,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kv_rows_many", &kv_rows_many, "several documents' layer tensors into rows of one [H, N, D] view of KV blocks in one call (kv_rows.cpp)");
   m.def("prefill_attention", &prefill_attention, "prefill rows' GQA attention over bfloat16 KV pieces, float32 scores by AVX512-BF16 (prefill_attention.cpp)");
   m.def("prefill_attention_available", &prefill_attention_available, "whether prefill_attention was compiled in (AVX512-BF16)");
+  m.def("train_softmax_available", &train_softmax_available, "whether the bfloat16 softmax kernels were compiled in (AVX512-BF16)");
+  m.def("masked_softmax_bf16_", &masked_softmax_bf16_, "rows of bfloat16 scores + a float32 mask -> softmax, in place (train_softmax.cpp)");
+  m.def("softmax_backward_bf16_", &softmax_backward_bf16_, "softmax backward over bfloat16 rows, in place on the gradient (train_softmax.cpp)");
   m.def("q8q8_mm", &q8q8_mm, "Q8 (16-row tiles, per-row scale left to the caller) x Q8 (per 32) product");
 }

@@ -25,3 +25,6 @@ void kv_rows_many(torch::Tensor out, std::vector<pybind11::buffer> srcs, std::ve
 bool prefill_attention_available();
 torch::Tensor prefill_attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                                 std::optional<torch::Tensor> mask, bool causal, double scale);
+bool train_softmax_available();
+void masked_softmax_bf16_(torch::Tensor s, torch::Tensor mask, int64_t heads);
+void softmax_backward_bf16_(torch::Tensor grad, torch::Tensor probs);

@@ -1,0 +1,168 @@
+"""The link-and-question forward of training in plain torch: the model runner's layout, with autograd.
+
+:func:`training.packed.packed_loss` ran this forward through transformers' decoder with peft's LoRA layers: per
+layer seven adapted linears (three GEMMs, a dropout call and a scaling each), separate q / k / v and gate / up
+GEMMs, a ``DynamicCache`` concatenating every layer's cached and new keys, and
+:func:`~training.fast_attention.train_attention` in torch ops. Here, as :mod:`kvlink_rag.runtime.model_runner`
+lays the decoder out (gpt-fast / nano-vllm): one fused q|k|v and one gate|up projection a layer in ``dtype``
+(bfloat16 copies of the frozen weights, made once), each adapter's terms fused per projection too (its A's
+stacked, its B's block-diagonal, rebuilt every forward from the trained parameters, so gradients reach them),
+RoPE at explicit position ids, attention by :class:`training.cached_attention.CachedAttention` over buffers that
+hold the cache once per step. Norms, residual stream, SiLU, the adapters and the loss stay float32; only the
+frozen GEMMs and attention's matmuls run in ``dtype``, as with ``--bf16`` on the transformers path.
+
+Exactness (``dtype`` float32): the same loss and gradients as the transformers forward, to float rounding
+(tests/training/test_train_forward.py). Families: those of :func:`kvlink_rag.model.families.family_of` (Llama,
+Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mistral), SiLU MLPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kvlink_rag.linking.rope import rope_cos_sin
+from kvlink_rag.model.families import family_of
+from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.runtime.weights import base_linear, fused_weight
+
+from .cached_attention import Workspace, cached_attention
+from .frozen_linear import frozen_lora_linear
+
+
+@dataclass
+class _Proj:
+    """A frozen (fused) projection in the forward's dtype and the peft modules it stacks (for their adapters)."""
+
+    weight: torch.Tensor  # [out, in]
+    bias: torch.Tensor | None
+    modules: list[torch.nn.Module]
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    qkv: _Proj
+    o: _Proj
+    gate_up: _Proj
+    down: _Proj
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+
+
+def _proj(modules: list[torch.nn.Module], dtype: torch.dtype) -> _Proj:
+    weight, bias = fused_weight(modules)
+    return _Proj(weight.to(dtype), None if bias is None else bias.to(dtype), modules)
+
+
+def lora_stack(modules: list[torch.nn.Module], name: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Adapter ``name``'s terms in a (fused) projection as one pair: ``A`` ``[sum rank, in]`` (the targets' A's
+    stacked) and ``B`` ``[sum out, sum rank]`` (their ``scale * B`` block-diagonal, zero rows for a module that is
+    no target), so the projection's term is ``(x A^T) B^T``; built from the peft parameters (differentiable).
+    None: ``name`` is None or adapts none of ``modules``."""
+    from peft.tuners.lora import LoraLayer
+
+    if name is None:
+        return None
+    a_parts, b_parts = [], []
+    for m in modules:
+        if isinstance(m, LoraLayer) and name in m.lora_A:
+            a_parts.append(m.lora_A[name].weight)
+            b_parts.append(m.lora_B[name].weight * m.scaling[name])
+        else:
+            lin = base_linear(m)
+            b_parts.append(lin.weight.new_zeros(lin.out_features, 0))
+    if not a_parts:
+        return None
+    return torch.cat(a_parts), torch.block_diag(*b_parts)
+
+
+class TrainForward:
+    """The decoder over new tokens on top of padded caches, differentiable in the embeddings and the adapter.
+
+    Args:
+        lm: the loaded model (float32 weights; read once here, so later changes to its base weights are not seen;
+            its adapters are read at every call).
+        dtype: dtype of the frozen GEMMs and of attention's matmuls and KV buffers (bfloat16 on CPUs with native
+            bfloat16, :func:`kvlink_rag.model.loader.cpu_has_native_bf16`; float32: exact).
+    """
+
+    def __init__(self, lm: LoadedModel, dtype: torch.dtype = torch.bfloat16):
+        cfg = lm.model.config
+        fam = family_of(cfg)
+        self.dtype, self.lm = dtype, lm
+        self.rotary_emb = fam.rotary_emb(lm.model)
+        self.heads, self.kv_heads = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.intermediate, self.eps = int(cfg.intermediate_size), float(cfg.rms_norm_eps)
+        self.layers = []
+        for layer in fam.layers(lm.model):
+            p = fam.parts(layer)
+            self.layers.append(_Layer(
+                p.input_norm.weight.detach(), p.post_norm.weight.detach(), _proj([p.q, p.k, p.v], dtype),
+                _proj([p.o], dtype), _proj([p.gate, p.up], dtype), _proj([p.down], dtype),
+                None if p.q_norm is None else p.q_norm.weight.detach(),
+                None if p.k_norm is None else p.k_norm.weight.detach()))
+        self.norm = fam.final_norm(lm.model).weight.detach()
+        self.workspace = Workspace()  # attention's probabilities and the KV buffers, reused step to step
+
+    def __call__(self, adapter: str | None, embeds: torch.Tensor, position_ids: torch.Tensor,
+                 keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden states of the new tokens.
+
+        Args:
+            adapter: the query-side adapter applied to every projection it targets (None: base model).
+            embeds: ``[B, Q, hidden]`` float32 input embeddings of the new tokens.
+            position_ids: ``[B, Q]`` int64.
+            keys, values: per layer ``[B, kv_heads, N + Q, head_dim]`` in ``dtype``: RoPE'd cached keys and values
+                in ``[:, :, :N]`` (the last ``Q`` rows are written by the forward).
+            mask: additive float32 ``[B, Q, N + Q]`` (each example's KVLink mask, padding masked).
+        Returns:
+            ``[B, Q, hidden]`` float32.
+        """
+        b, nq, _ = embeds.shape
+        cos, sin = rope_cos_sin(self.rotary_emb, position_ids.reshape(-1), torch.float32, embeds.device)
+        half = self.head_dim // 2
+        sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
+        cos, sin = cos.view(b, 1, nq, -1), sin.view(b, 1, nq, -1)
+        h = embeds.float()
+        for i, (layer, k_all, v_all) in enumerate(zip(self.layers, keys, values)):
+            h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, mask)
+        return F.rms_norm(h, (h.shape[-1],), self.norm, self.eps)
+
+    def _linear(self, proj: _Proj, adapter: str | None, x: torch.Tensor) -> torch.Tensor:
+        """``x W^T + b`` with the GEMM in ``dtype`` (float32 out), plus the adapter's term in float32."""
+        return frozen_lora_linear(x, proj.weight, proj.bias, lora_stack(proj.modules, adapter))
+
+    def kv_buffers(self, shape: tuple[int, ...], device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per layer a key and a value buffer of ``shape`` (``[B, kv_heads, N + Q, head_dim]``) in ``dtype``, reused
+        from step to step (uninitialised). One buffer a layer, not views of one: a view shares its base's version
+        counter, and each layer's forward writes its new tokens into the buffer the previous layer saved."""
+        n = len(self.layers)
+        return ([self.workspace.get(("k", i), shape, self.dtype, device) for i in range(n)],
+                [self.workspace.get(("v", i), shape, self.dtype, device) for i in range(n)])
+
+    def _layer(self, i: int, layer: _Layer, adapter: str | None, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               k_all: torch.Tensor, v_all: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, nq, hidden = h.shape
+        hd, nh, nkv = self.head_dim, self.heads, self.kv_heads
+        x = F.rms_norm(h, (hidden,), layer.input_norm, self.eps)
+        qkv = self._linear(layer.qkv, adapter, x)  # [B, Q, (heads + 2 kv_heads) * head_dim]
+        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], -1)  # split: one concatenation in backward, not 3 fills
+        q, k = q.reshape(b, nq, nh, hd), k.reshape(b, nq, nkv, hd)
+        v = v.reshape(b, nq, nkv, hd).transpose(1, 2)  # v: [B, kv_heads, Q, head_dim]
+        if layer.q_norm is not None:
+            q, k = F.rms_norm(q, (hd,), layer.q_norm, self.eps), F.rms_norm(k, (hd,), layer.k_norm, self.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, heads, Q, head_dim], [B, kv_heads, Q, head_dim]
+        q = q * cos + torch.roll(q, hd // 2, -1) * sin
+        k = k * cos + torch.roll(k, hd // 2, -1) * sin
+        attn = cached_attention(q, k, v, k_all, v_all, mask, hd ** -0.5, self.workspace, i)  # [B, heads, Q, head_dim]
+        h = h + self._linear(layer.o, adapter, attn.transpose(1, 2).reshape(b, nq, nh * hd))
+        x = F.rms_norm(h, (hidden,), layer.post_norm, self.eps)
+        gu = self._linear(layer.gate_up, adapter, x)  # [B, Q, 2 * intermediate]
+        gate, up = gu.split(self.intermediate, -1)
+        a = F.silu(gate) * up
+        return h + self._linear(layer.down, adapter, a)
