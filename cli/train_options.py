@@ -22,8 +22,9 @@ MixPoolOpt = Annotated[int, typer.Option(help="kv and long examples cycle throug
 MixLongOpt = Annotated[str, typer.Option(help="MIN-MAX passages joined into a mixture's long document.")]
 MixRetentionsOpt = Annotated[str, typer.Option(help="Retentions a mixture's retention example is drawn from "
                                                "(comma-separated, each in (0, 1]).")]
-PackOpt = Annotated[bool, typer.Option("--pack/--no-pack", help="The --accumulate examples of a step in one batched "
-                                       "forward (same loss and gradients; implies --fast-attention).")]
+PackOpt = Annotated[bool, typer.Option("--pack/--no-pack", help="The --accumulate examples of a step in one forward "
+                                       "without padding, on the training runner (plain torch, fused projections, "
+                                       "attention with its own backward; same loss and gradients).")]
 FastAttentionOpt = Annotated[bool, typer.Option("--fast-attention/--no-fast-attention", help="Training attention that "
                                                 "forms no gradient for the cached document KV (same result).")]
 Bf16Opt = Annotated[bool, typer.Option("--bf16/--no-bf16", help="The frozen base model's GEMMs in bfloat16 during "

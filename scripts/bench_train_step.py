@@ -64,31 +64,42 @@ def _trainer(engine, split, a, extra: dict, root: Path):
 
 
 def _paired_bf16(engine, trainer, split, n: int) -> dict:
-    """Per-question validation NLL of ``trainer``'s (float32) parameters under the float32 forward and under
-    bfloat16 GEMMs (:func:`training.train_model.bf16_gemms`)."""
+    """Per-question validation NLL of ``trainer``'s (float32) parameters under the float32 forward, under
+    bfloat16 GEMMs (:func:`training.train_model.bf16_gemms`) and under the own bfloat16 forward
+    (:class:`training.train_forward.TrainForward`), each bfloat16 one paired with float32."""
     import torch
 
     from evaluation.nq import build_documents
     from kvlink_rag.model.lora import adapter_scope
+    from training.data import answer_ids
     from training.eval import bootstrap_ci
     from training.fast_attention import training_attention
     from training.loop import example_loss
+    from training.packed import PackItem, packed_loss
+    from training.train_forward import TrainForward
     from training.train_model import bf16_gemms
 
     out = {}
-    lm = engine.lm
+    lm, own = engine.lm, TrainForward(engine.lm, torch.bfloat16)
+    questions = [(ex, build_documents(split.val + split.train, i, trainer.cfg.docs, "random", seed=1)[0])
+                 for i, ex in enumerate(split.val[:n])]
     for label in ("float32", "bfloat16"):
-        vals = []
         with torch.no_grad(), adapter_scope(lm, trainer.adapter), training_attention(lm.model, bf16=label == "bfloat16"), \
                 bf16_gemms(lm.model, label == "bfloat16"):
-            for i, ex in enumerate(split.val[:n]):
-                docs, _ = build_documents(split.val + split.train, i, trainer.cfg.docs, "random", seed=1)
-                vals.append(float(example_loss(engine, trainer.link_embeds, ex, docs, trainer.cfg, lm)))
-        out[label] = vals
-    diffs = [b - a for a, b in zip(out["float32"], out["bfloat16"])]
-    lo, hi = bootstrap_ci(diffs)
-    return {"float32": statistics.mean(out["float32"]), "bfloat16": statistics.mean(out["bfloat16"]),
-            "paired_diff": statistics.mean(diffs), "ci95": [lo, hi], "n": len(diffs)}
+            out[label] = [float(example_loss(engine, trainer.link_embeds, ex, docs, trainer.cfg, lm))
+                          for ex, docs in questions]
+    with torch.no_grad():
+        out["own-bfloat16"] = [float(packed_loss(lm, engine.prefix, [PackItem(
+            [engine.get_or_encode(d)[0] for d in docs], engine.template.question_ids(lm.tokenizer, ex.question),
+            answer_ids(engine, ex.answers[0], trainer.cfg.max_answer_tokens))], trainer.link_embeds, engine.anchored,
+            own, trainer.adapter)) for ex, docs in questions]
+    result = {label: statistics.mean(vals) for label, vals in out.items()}
+    for label in ("bfloat16", "own-bfloat16"):
+        diffs = [b - a for a, b in zip(out["float32"], out[label])]
+        result[f"paired_diff_{label}"] = statistics.mean(diffs)
+        result[f"ci95_{label}"] = list(bootstrap_ci(diffs))
+    result["n"] = len(questions)
+    return result
 
 
 def main() -> None:
@@ -127,6 +138,9 @@ def main() -> None:
               "accumulate": a.accumulate, "docs": a.docs, "steps": a.steps, "variants": rows,
               "preencode": {"documents": seen, "encoded": encoded, "seconds": encode_s,
                             "s_per_document": encode_s / max(1, encoded)}}
+    for v, tr in trainers.items():  # each variant's parameters after its steps, the same float32 validation
+        rows[v]["val_nll_after"] = tr.validation_loss(a.val_n)
+        print(f"{v:>15}: validation NLL after {a.steps + 1} steps {rows[v]['val_nll_after']:.4f}", flush=True)
     if "today" in trainers:
         result["bf16_paired_val_nll"] = _paired_bf16(trainers["today"].engine, trainers["today"], split, a.val_n)
         print("paired validation NLL (today's parameters after the steps), bf16 - fp32:",

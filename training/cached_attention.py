@@ -7,7 +7,9 @@ passes over the ~4M scores a layer - casts between bfloat16 and float32, the mas
 the concatenation of the cached and new scores - than in all of the model's GEMMs (torch profiler,
 ``docs/bench/train-forward-2026-12-06/profile_step.py``). Here one :class:`torch.autograd.Function` holds the
 keys and values of cache and new tokens in one preallocated buffer per layer (the cached part written once per
-step, the new part each forward), computes the scores with one batched GEMM, the masked softmax in place (the
+step, the new part each forward), and per example (no padding: the examples' new tokens are packed rows,
+:class:`RaggedLayout`; and one example's ~2 MB of scores stay in cache across its passes) computes the scores with
+one batched GEMM over its KV heads, the masked softmax in place (the
 C++ kernel ``masked_softmax_bf16_`` on CPUs with AVX512-BF16: one read and one write of each score; torch ops
 elsewhere), and in backward forms only the gradients that exist: queries, new keys, new values.
 
@@ -17,6 +19,8 @@ In float32 (``matmul_dtype`` float32 or float64) it is exact attention; the test
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -81,60 +85,108 @@ class Workspace:
         return buf[:n].view(shape)
 
 
-class CachedAttention(torch.autograd.Function):
-    """``attention(q, [cache; new keys], [cache; new values])`` with grouped-query heads and an additive mask.
+@dataclass(frozen=True)
+class RaggedLayout:
+    """Examples packed without padding: example ``i``'s new tokens are rows ``starts[i] .. starts[i] + new[i]`` of
+    the packed rows, and its buffers hold ``cached[i]`` tokens before them.
 
-    ``apply(q, k_new, v_new, k_all, v_all, mask, scale)``:
+    Attributes:
+        new, cached: per example, new and cached token counts.
+        masks: per example the additive float32 mask ``[new_i, cached_i + new_i]`` (contiguous).
+    """
+
+    new: tuple[int, ...]
+    cached: tuple[int, ...]
+    masks: tuple[torch.Tensor, ...]
+
+    @property
+    def starts(self) -> list[int]:
+        """Each example's first row."""
+        return [sum(self.new[:i]) for i in range(len(self.new))]
+
+    def kv_size(self, kv_heads: int, head_dim: int) -> int:
+        """Elements of one layer's key (or value) buffer: every example's ``[kv_heads, cached_i + new_i, head_dim]``
+        one after another."""
+        return sum(kv_heads * (c + n) * head_dim for c, n in zip(self.cached, self.new))
+
+    def kv_views(self, flat: torch.Tensor, kv_heads: int, head_dim: int) -> list[torch.Tensor]:
+        """Per example the contiguous ``[kv_heads, cached_i + new_i, head_dim]`` view of a layer's ``flat`` buffer
+        (contiguous, so a batched GEMM reads it, transposed or not, without a copy)."""
+        views, at = [], 0
+        for c, n in zip(self.cached, self.new):
+            size = kv_heads * (c + n) * head_dim
+            views.append(flat[at: at + size].view(kv_heads, c + n, head_dim))
+            at += size
+        return views
+
+
+class CachedAttention(torch.autograd.Function):
+    """``attention(q, [cache; new keys], [cache; new values])`` per example, grouped-query heads, additive masks.
+
+    ``apply(q, k_new, v_new, k_all, v_all, layout, scale, workspace, key)``:
 
     Args:
-        q: queries ``[B, heads, Q, head_dim]`` (RoPE applied), any float dtype.
-        k_new, v_new: the new tokens' keys and values ``[B, kv_heads, Q, head_dim]``.
-        k_all, v_all: buffers ``[B, kv_heads, N + Q, head_dim]`` in the matmul dtype: the cached part
-            ``[:, :, :N]`` filled by the caller (no gradient), the last ``Q`` rows overwritten here with
-            ``k_new`` / ``v_new``.
-        mask: additive float32 ``[B or 1, Q, N + Q]``.
+        q: queries ``[T, heads, head_dim]`` (RoPE applied; the examples' rows packed, :class:`RaggedLayout`).
+        k_new, v_new: the new tokens' keys and values ``[T, kv_heads, head_dim]``.
+        k_all, v_all: one layer's flat buffers (:meth:`RaggedLayout.kv_views`: example ``i``'s ``[kv_heads,
+            cached_i + new_i, head_dim]``) in the matmul dtype, each example's cache in its first ``cached_i`` rows
+            (filled by the caller, no gradient); its new tokens are written here after them.
+        layout: the examples' rows, cache lengths and masks.
         scale: the softmax scale (``head_dim ** -0.5`` for these families).
-        workspace, key: where the probabilities ``[B * kv_heads, g * Q, N + Q]`` live (:class:`Workspace`;
-            None: fresh tensors).
+        workspace, key: where the probabilities live (:class:`Workspace`, buffer ``("probs", key)``; None: fresh).
     Returns:
-        ``[B, heads, Q, head_dim]`` in ``q``'s dtype; gradients for ``q``, ``k_new``, ``v_new`` only.
+        ``[T, heads, head_dim]`` in ``q``'s dtype; gradients for ``q``, ``k_new``, ``v_new`` only.
     """
 
     @staticmethod
-    def forward(ctx, q, k_new, v_new, k_all, v_all, mask, scale, workspace=None, key=None):
-        b, h, nq, d = q.shape
-        kv, length = k_all.shape[1], k_all.shape[2]
-        dt, g = k_all.dtype, h // kv
-        k_all[:, :, length - nq:] = k_new
-        v_all[:, :, length - nq:] = v_new
-        qg = (q * scale).to(dt).reshape(b, kv, g * nq, d)  # the query heads of one KV head as one matrix
-        p = _buffer(workspace, ("probs", key), (b, kv, g * nq, length), dt, q.device)
-        out = torch.empty(b, kv, g * nq, d, dtype=dt, device=q.device)
-        for i in range(b):  # one example at a time: its ~2 MB of scores stay in cache across the three passes
-            torch.bmm(qg[i], k_all[i].transpose(1, 2), out=p[i])  # p[i]: [kv, g * Q, L]
-            masked_softmax_(p[i].view(1, h, nq, length), mask[i: i + 1] if mask.shape[0] > 1 else mask, h)
-            torch.bmm(p[i], v_all[i], out=out[i])
-        ctx.save_for_backward(qg, k_all, v_all, p)
-        ctx.scale, ctx.in_dtype, ctx.new_dtype, ctx.workspace = scale, q.dtype, k_new.dtype, workspace
-        return out.view(b, h, nq, d).to(q.dtype)
+    def forward(ctx, q, k_new, v_new, k_all, v_all, layout, scale, workspace=None, key=None):
+        h, d = q.shape[1], q.shape[2]
+        kv, dt = k_new.shape[1], k_all.dtype
+        g = h // kv
+        ks, vs = layout.kv_views(k_all, kv, d), layout.kv_views(v_all, kv, d)
+        qs = (q * scale).to(dt)  # [T, heads, head_dim]
+        sizes = [kv * g * n * (c + n) for n, c in zip(layout.new, layout.cached)]
+        p_all = _buffer(workspace, ("probs", key), (sum(sizes),), dt, q.device)
+        out = torch.empty(q.shape, dtype=dt, device=q.device)
+        at = 0
+        for i, (r0, n, c) in enumerate(zip(layout.starts, layout.new, layout.cached)):
+            length, rows = c + n, slice(r0, r0 + n)
+            ks[i][:, c:] = k_new[rows].transpose(0, 1)
+            vs[i][:, c:] = v_new[rows].transpose(0, 1)
+            qg = qs[rows].transpose(0, 1).reshape(kv, g * n, d)  # the query heads of one KV head as one matrix
+            p = p_all[at: at + sizes[i]].view(kv, g * n, length)
+            at += sizes[i]
+            torch.bmm(qg, ks[i].transpose(1, 2), out=p)  # p: [kv, g * n, L]
+            masked_softmax_(p.view(1, h, n, length), layout.masks[i].view(1, n, length), h)
+            out[rows] = torch.bmm(p, vs[i]).view(h, n, d).transpose(0, 1)
+        ctx.save_for_backward(qs, k_all, v_all, p_all)
+        ctx.layout, ctx.scale, ctx.in_dtype, ctx.new_dtype, ctx.workspace = layout, scale, q.dtype, k_new.dtype, workspace
+        ctx.kv = kv
+        return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        qg, k_all, v_all, p = ctx.saved_tensors
-        b, h, nq, d = grad_out.shape
-        kv, length = k_all.shape[1], k_all.shape[2]
-        new = slice(length - nq, length)
-        go = grad_out.to(k_all.dtype).reshape(b, kv, -1, d)  # [B, kv, g * Q, head_dim]
-        grad_q = torch.empty_like(go)
-        grad_k = torch.empty(b, kv, nq, d, dtype=go.dtype, device=go.device)
+        qs, k_all, v_all, p_all = ctx.saved_tensors
+        layout, (h, d), kv = ctx.layout, qs.shape[1:], ctx.kv
+        g = h // kv
+        ks, vs = layout.kv_views(k_all, kv, d), layout.kv_views(v_all, kv, d)
+        go_all = grad_out.to(k_all.dtype)  # [T, heads, head_dim]
+        grad_q = torch.empty_like(go_all)
+        grad_k = torch.empty(qs.shape[0], kv, d, dtype=go_all.dtype, device=go_all.device)
         grad_v = torch.empty_like(grad_k)
-        gp = _buffer(ctx.workspace, "grad", p.shape[1:], p.dtype, p.device)  # one example's, reused
-        for i in range(b):
-            torch.bmm(p[i][..., new].transpose(1, 2), go[i], out=grad_v[i])  # [kv, Q, head_dim]
-            gs = softmax_backward_(torch.bmm(go[i], v_all[i].transpose(1, 2), out=gp), p[i])  # [kv, g * Q, L]
-            torch.bmm(gs, k_all[i], out=grad_q[i])
-            torch.bmm(gs[..., new].transpose(1, 2), qg[i], out=grad_k[i])
-        grad_q = grad_q.view(b, h, nq, d).to(ctx.in_dtype) * ctx.scale
+        at = 0
+        for i, (r0, n, c) in enumerate(zip(layout.starts, layout.new, layout.cached)):
+            length, rows = c + n, slice(r0, r0 + n)
+            go = go_all[rows].transpose(0, 1).reshape(kv, g * n, d)
+            qg = qs[rows].transpose(0, 1).reshape(kv, g * n, d)
+            p = p_all[at: at + kv * g * n * length].view(kv, g * n, length)
+            at += p.numel()
+            grad_v[rows] = torch.bmm(p[..., c:].transpose(1, 2), go).transpose(0, 1)  # [n, kv, head_dim]
+            gp = _buffer(ctx.workspace, "grad", (kv, g * n, length), p.dtype, p.device)
+            gs = softmax_backward_(torch.bmm(go, vs[i].transpose(1, 2), out=gp), p)
+            grad_q[rows] = torch.bmm(gs, ks[i]).view(h, n, d).transpose(0, 1)
+            grad_k[rows] = torch.bmm(gs[..., c:].transpose(1, 2), qg).transpose(0, 1)
+        grad_q = grad_q.to(ctx.in_dtype) * ctx.scale
         return grad_q, grad_k.to(ctx.new_dtype), grad_v.to(ctx.new_dtype), None, None, None, None, None, None
 
 
@@ -145,8 +197,8 @@ def _buffer(workspace: Workspace | None, key: object, shape, dtype, device) -> t
 
 
 def cached_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_all: torch.Tensor,
-                     v_all: torch.Tensor, mask: torch.Tensor, scale: float, workspace: Workspace | None = None,
+                     v_all: torch.Tensor, layout: RaggedLayout, scale: float, workspace: Workspace | None = None,
                      key: object = None) -> torch.Tensor:
     """:class:`CachedAttention` applied (arguments and result there); with a ``workspace``, the probabilities
     live in its buffer ``("probs", key)`` (one key per layer) and the scores' gradient in its ``"grad"``."""
-    return CachedAttention.apply(q, k_new, v_new, k_all, v_all, mask, scale, workspace, key)
+    return CachedAttention.apply(q, k_new, v_new, k_all, v_all, layout, scale, workspace, key)

@@ -24,6 +24,7 @@ from kvlink_rag.linking.linker import (_new_token_inputs, check_link_inputs, doc
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.types import DocumentKV, LayeredDocuments
 
+from .cached_attention import RaggedLayout
 from .train_forward import TrainForward
 
 
@@ -59,33 +60,47 @@ def _layout(lm: LoadedModel, prefix: PrefixKV | None, item: PackItem, link_embed
     return _Layout(docs, segments, p_len + sum(docs.num_tokens), embeds, pos, mask[0, 0])
 
 
-def _pad_cache(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout], dtype: torch.dtype, room: int = 0,
-               forward: TrainForward | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The caches, RoPE re-applied at each example's layout, padded into one batch: per layer keys and values
-    ``[B, kv_heads, N + room, head_dim]`` in ``dtype`` (``N = max n_i``; padded columns zero; the last ``room`` rows
-    left for the new tokens). With ``forward``, in its reused buffers (:meth:`TrainForward.kv_buffers`), and documents
-    in CPU memory written there straight from their stored rows, keys rotated on the way
-    (:func:`kvlink_rag.linking.filled_kv.write_layers`: one pass, the bytes :func:`rotate_documents` would give)."""
-    big_n, b, layers = max(lay.n for lay in layouts), len(layouts), lm.num_layers
-    shape = (b, int(lm.config.num_key_value_heads), big_n + room, lm.head_dim)
-    if forward is None:
-        k = [torch.empty(shape, dtype=dtype, device=lm.device) for _ in range(layers)]
-        v = [torch.empty(shape, dtype=dtype, device=lm.device) for _ in range(layers)]
-    else:
-        k, v = forward.kv_buffers(shape, lm.device)
+def _fill_caches(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout], k: list[list[torch.Tensor]],
+                 v: list[list[torch.Tensor]], direct: bool) -> None:
+    """Each example's cache, RoPE re-applied at its layout, into ``k[layer][i][:, :n_i]`` (and ``v``; each
+    ``[kv_heads, >= n_i, head_dim]``). ``direct``: documents in CPU memory are written there straight from their
+    stored rows, keys rotated on the way (:func:`kvlink_rag.linking.filled_kv.write_layers`: one pass, the bytes
+    :func:`rotate_documents` would give)."""
     for i, lay in enumerate(layouts):
         n = lay.n
-        if forward is not None and lay.docs.fill is not None and lm.device.type == "cpu":
+        if direct and lay.docs.fill is not None and lm.device.type == "cpu":
             cos, sin = rope_cos_sin(lm.rotary_emb, document_positions(lay.segments, lay.docs), torch.float32)
-            write_layers(lm, lay.docs, cos, sin, prefix, lambda j: (k[j][i, :, :n], v[j][i, :, :n]))
+            write_layers(lm, lay.docs, cos, sin, prefix, lambda j: (k[j][i][:, :n], v[j][i][:, :n]))
         else:
             keys, values = rotate_documents(lm, lay.docs, lay.segments, prefix)
-            for j in range(layers):
-                k[j][i, :, :n], v[j][i, :, :n] = keys[j], values[j]
-        for j in range(layers):
-            k[j][i, :, n: big_n] = 0  # masked columns: any finite value
-            v[j][i, :, n: big_n] = 0
+            for j in range(lm.num_layers):
+                k[j][i][:, :n], v[j][i][:, :n] = keys[j], values[j]
+
+
+def _pad_cache(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout]
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The caches padded into one batch: per layer keys and values ``[B, kv_heads, N, head_dim]`` in the model's
+    dtype (``N = max n_i``; padded columns zero)."""
+    big_n, b = max(lay.n for lay in layouts), len(layouts)
+    shape = (b, int(lm.config.num_key_value_heads), big_n, lm.head_dim)
+    k = [torch.zeros(shape, dtype=lm.dtype, device=lm.device) for _ in range(lm.num_layers)]  # padding: zeros
+    v = [torch.zeros(shape, dtype=lm.dtype, device=lm.device) for _ in range(lm.num_layers)]
+    _fill_caches(lm, prefix, layouts, [list(t) for t in k], [list(t) for t in v], direct=False)
     return k, v
+
+
+def _ragged(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout], forward: TrainForward) -> tuple:
+    """The own forward's inputs, no padding: ``forward``'s flat KV buffers with each example's cache, the new
+    tokens' embeds ``[T, hidden]`` and positions ``[T]`` packed, and the :class:`RaggedLayout`."""
+    layout = RaggedLayout(tuple(int(lay.embeds.shape[0]) for lay in layouts), tuple(lay.n for lay in layouts),
+                          tuple(lay.mask.to(lm.device, torch.float32).contiguous() for lay in layouts))
+    kv, hd = int(lm.config.num_key_value_heads), lm.head_dim
+    k, v = forward.kv_buffers(layout.kv_size(kv, hd), lm.device)
+    _fill_caches(lm, prefix, layouts, [layout.kv_views(t, kv, hd) for t in k], [layout.kv_views(t, kv, hd) for t in v],
+                 direct=True)
+    embeds = torch.cat([lay.embeds for lay in layouts]).to(lm.device)
+    pos = torch.cat([lay.positions for lay in layouts]).to(lm.device)
+    return k, v, embeds, pos, layout
 
 
 def _pad_new(layouts: list[_Layout], big_n: int, dtype: torch.dtype, device) -> tuple:
@@ -111,7 +126,7 @@ def _pad_new(layouts: list[_Layout], big_n: int, dtype: torch.dtype, device) -> 
 def _pad(lm: LoadedModel, prefix: PrefixKV | None, layouts: list[_Layout]) -> tuple:
     """Batched cache (per layer ``[B, kv_heads, N, head_dim]``), embeds ``[B, Q, hidden]``, positions ``[B, Q]``
     and the additive mask ``[B, 1, Q, N + Q]``, in the model's dtype."""
-    keys, values = _pad_cache(lm, prefix, layouts, lm.dtype)
+    keys, values = _pad_cache(lm, prefix, layouts)
     return keys, values, *_pad_new(layouts, keys[0].shape[2], lm.dtype, lm.device)
 
 
@@ -121,8 +136,8 @@ def packed_loss(lm: LoadedModel, prefix: PrefixKV | None, items: list[PackItem],
 
     Equals the mean of :func:`training.loop.example_loss` over the same examples (to float rounding); the
     graph reaches ``link_embeds`` and the adapter: with ``forward`` None, whatever adapter is active in
-    transformers' decoder; else ``adapter`` (None: none) through ``forward``
-    (:class:`training.train_forward.TrainForward`, the caches padded into its dtype's buffers).
+    transformers' decoder (the examples padded into one batch); else ``adapter`` (None: none) through ``forward``
+    (:class:`training.train_forward.TrainForward`, the examples' new tokens packed without padding).
 
     Raises:
         ValueError, ContextTooLong: an example the linker would refuse (:func:`kvlink_rag.linking.linker.check_link_inputs`).
@@ -133,16 +148,16 @@ def packed_loss(lm: LoadedModel, prefix: PrefixKV | None, items: list[PackItem],
         out = lm.decoder(inputs_embeds=embeds, position_ids=pos, attention_mask=mask,
                          cache=_batched_cache(keys, values), use_cache=True)
         hidden = out.last_hidden_state  # [B, Q, hidden]
+        rows = [hidden[i, : q[i]] for i in range(len(items))]
     else:
-        big_q = max(lay.embeds.shape[0] for lay in layouts)
-        keys, values = _pad_cache(lm, prefix, layouts, forward.dtype, room=big_q, forward=forward)
-        embeds, pos, mask, q = _pad_new(layouts, keys[0].shape[2] - big_q, torch.float32, lm.device)
-        hidden = forward(adapter, embeds, pos, keys, values, mask[:, 0])
+        keys, values, embeds, pos, layout = _ragged(lm, prefix, layouts, forward)
+        packed = forward(adapter, embeds, pos, keys, values, layout)  # [T, hidden]
+        rows = [packed[r0: r0 + n] for r0, n in zip(layout.starts, layout.new)]
     losses = []
-    head = lm.family.lm_head(lm.model)
-    for i, it in enumerate(items):
+    head = lm.family.lm_head(lm.model) if forward is None else forward.logits
+    for r, it in zip(rows, items):
         m = int(it.answer_ids.numel())
-        logits = head(hidden[i, q[i] - m: q[i]])
+        logits = head(r[-m:])
         losses.append(F.cross_entropy(logits.float(), it.answer_ids.to(logits.device)))
     return torch.stack(losses).mean()
 

@@ -28,17 +28,28 @@ from kvlink_rag.model.families import family_of
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.runtime.weights import base_linear, fused_weight
 
-from .cached_attention import Workspace, cached_attention
+from .cached_attention import RaggedLayout, Workspace, cached_attention
 from .frozen_linear import frozen_lora_linear
 
 
 @dataclass
 class _Proj:
-    """A frozen (fused) projection in the forward's dtype and the peft modules it stacks (for their adapters)."""
+    """A frozen (fused) projection in the forward's dtype and the peft modules it stacks (for their adapters).
+    ``weight`` is ``[out, in + rank]``: ``W`` then room for an adapter's ``B`` columns
+    (:class:`training.frozen_linear.FrozenLoraLinear`), regrown when an adapter of a larger rank comes."""
 
-    weight: torch.Tensor  # [out, in]
+    weight: torch.Tensor  # [out, in + rank]
     bias: torch.Tensor | None
     modules: list[torch.nn.Module]
+    n_in: int
+
+    def room(self, rank: int) -> torch.Tensor:
+        """The augmented weight with at least ``rank`` columns after ``W`` (``[:, :n_in + rank]``)."""
+        if self.weight.shape[1] < self.n_in + rank:
+            grown = self.weight.new_zeros(self.weight.shape[0], self.n_in + rank)
+            grown[:, : self.n_in] = self.weight[:, : self.n_in]
+            self.weight = grown
+        return self.weight[:, : self.n_in + rank]
 
 
 @dataclass
@@ -55,7 +66,7 @@ class _Layer:
 
 def _proj(modules: list[torch.nn.Module], dtype: torch.dtype) -> _Proj:
     weight, bias = fused_weight(modules)
-    return _Proj(weight.to(dtype), None if bias is None else bias.to(dtype), modules)
+    return _Proj(weight.to(dtype), None if bias is None else bias.to(dtype), modules, int(weight.shape[1]))
 
 
 def lora_stack(modules: list[torch.nn.Module], name: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -107,62 +118,69 @@ class TrainForward:
                 None if p.q_norm is None else p.q_norm.weight.detach(),
                 None if p.k_norm is None else p.k_norm.weight.detach()))
         self.norm = fam.final_norm(lm.model).weight.detach()
+        head = fam.lm_head(lm.model)
+        self.head_weight = head.weight.detach().to(dtype)  # [vocab, hidden]
+        self.head_bias = None if head.bias is None else head.bias.detach().to(dtype)
         self.workspace = Workspace()  # attention's probabilities and the KV buffers, reused step to step
 
     def __call__(self, adapter: str | None, embeds: torch.Tensor, position_ids: torch.Tensor,
-                 keys: list[torch.Tensor], values: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """Final-normed hidden states of the new tokens.
+                 keys: list[torch.Tensor], values: list[torch.Tensor], layout: RaggedLayout) -> torch.Tensor:
+        """Final-normed hidden states of the new tokens of every example, packed without padding.
 
         Args:
             adapter: the query-side adapter applied to every projection it targets (None: base model).
-            embeds: ``[B, Q, hidden]`` float32 input embeddings of the new tokens.
-            position_ids: ``[B, Q]`` int64.
-            keys, values: per layer ``[B, kv_heads, N + Q, head_dim]`` in ``dtype``: RoPE'd cached keys and values
-                in ``[:, :, :N]`` (the last ``Q`` rows are written by the forward).
-            mask: additive float32 ``[B, Q, N + Q]`` (each example's KVLink mask, padding masked).
+            embeds: ``[T, hidden]`` float32 input embeddings of the examples' new tokens (``layout``'s rows).
+            position_ids: ``[T]`` int64.
+            keys, values: per layer a flat buffer in ``dtype`` (:meth:`kv_buffers`; per example
+                :meth:`RaggedLayout.kv_views`) holding example ``i``'s RoPE'd cached keys and values in its first
+                ``cached_i`` rows (the forward writes the new tokens after them).
+            layout: rows, cache lengths and KVLink masks per example (:class:`RaggedLayout`).
         Returns:
-            ``[B, Q, hidden]`` float32.
+            ``[T, hidden]`` float32.
         """
-        b, nq, _ = embeds.shape
-        cos, sin = rope_cos_sin(self.rotary_emb, position_ids.reshape(-1), torch.float32, embeds.device)
+        cos, sin = rope_cos_sin(self.rotary_emb, position_ids, torch.float32, embeds.device)
         half = self.head_dim // 2
         sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
-        cos, sin = cos.view(b, 1, nq, -1), sin.view(b, 1, nq, -1)
+        cos, sin = cos[:, None], sin[:, None]  # [T, 1, head_dim]: every head
         h = embeds.float()
         for i, (layer, k_all, v_all) in enumerate(zip(self.layers, keys, values)):
-            h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, mask)
+            h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, layout)
         return F.rms_norm(h, (h.shape[-1],), self.norm, self.eps)
 
     def _linear(self, proj: _Proj, adapter: str | None, x: torch.Tensor) -> torch.Tensor:
         """``x W^T + b`` with the GEMM in ``dtype`` (float32 out), plus the adapter's term in float32."""
-        return frozen_lora_linear(x, proj.weight, proj.bias, lora_stack(proj.modules, adapter))
+        term = lora_stack(proj.modules, adapter)
+        weight = proj.weight if term is None else proj.room(int(term[0].shape[0]))
+        return frozen_lora_linear(x, weight, proj.bias, term)
 
-    def kv_buffers(self, shape: tuple[int, ...], device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per layer a key and a value buffer of ``shape`` (``[B, kv_heads, N + Q, head_dim]``) in ``dtype``, reused
-        from step to step (uninitialised). One buffer a layer, not views of one: a view shares its base's version
-        counter, and each layer's forward writes its new tokens into the buffer the previous layer saved."""
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[rows, vocab]`` float32 logits of final-normed ``hidden`` ``[rows, hidden]``, the LM head's GEMM in
+        ``dtype`` (as ``--bf16`` computes it on the transformers path)."""
+        return F.linear(hidden.to(self.dtype), self.head_weight, self.head_bias).float()
+
+    def kv_buffers(self, size: int, device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per layer a flat key and a flat value buffer of ``size`` elements in ``dtype``
+        (:meth:`RaggedLayout.kv_size`, viewed per example by :meth:`RaggedLayout.kv_views`), reused from step to step
+        (uninitialised). One buffer a layer, not views of one: a view shares its base's version counter, and each
+        layer's forward writes its new tokens into its buffers after the previous layer saved its own."""
         n = len(self.layers)
-        return ([self.workspace.get(("k", i), shape, self.dtype, device) for i in range(n)],
-                [self.workspace.get(("v", i), shape, self.dtype, device) for i in range(n)])
+        return ([self.workspace.get(("k", i), (size,), self.dtype, device) for i in range(n)],
+                [self.workspace.get(("v", i), (size,), self.dtype, device) for i in range(n)])
 
     def _layer(self, i: int, layer: _Layer, adapter: str | None, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               k_all: torch.Tensor, v_all: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, nq, hidden = h.shape
+               k_all: torch.Tensor, v_all: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
+        t, hidden = h.shape
         hd, nh, nkv = self.head_dim, self.heads, self.kv_heads
         x = F.rms_norm(h, (hidden,), layer.input_norm, self.eps)
-        qkv = self._linear(layer.qkv, adapter, x)  # [B, Q, (heads + 2 kv_heads) * head_dim]
+        qkv = self._linear(layer.qkv, adapter, x)  # [T, (heads + 2 kv_heads) * head_dim]
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], -1)  # split: one concatenation in backward, not 3 fills
-        q, k = q.reshape(b, nq, nh, hd), k.reshape(b, nq, nkv, hd)
-        v = v.reshape(b, nq, nkv, hd).transpose(1, 2)  # v: [B, kv_heads, Q, head_dim]
+        q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
         if layer.q_norm is not None:
             q, k = F.rms_norm(q, (hd,), layer.q_norm, self.eps), F.rms_norm(k, (hd,), layer.k_norm, self.eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, heads, Q, head_dim], [B, kv_heads, Q, head_dim]
         q = q * cos + torch.roll(q, hd // 2, -1) * sin
         k = k * cos + torch.roll(k, hd // 2, -1) * sin
-        attn = cached_attention(q, k, v, k_all, v_all, mask, hd ** -0.5, self.workspace, i)  # [B, heads, Q, head_dim]
-        h = h + self._linear(layer.o, adapter, attn.transpose(1, 2).reshape(b, nq, nh * hd))
+        attn = cached_attention(q, k, v, k_all, v_all, layout, hd ** -0.5, self.workspace, i)  # [T, heads, head_dim]
+        h = h + self._linear(layer.o, adapter, attn.reshape(t, nh * hd))
         x = F.rms_norm(h, (hidden,), layer.post_norm, self.eps)
-        gu = self._linear(layer.gate_up, adapter, x)  # [B, Q, 2 * intermediate]
-        gate, up = gu.split(self.intermediate, -1)
-        a = F.silu(gate) * up
-        return h + self._linear(layer.down, adapter, a)
+        gate, up = self._linear(layer.gate_up, adapter, x).split(self.intermediate, -1)  # [T, intermediate] each
+        return h + self._linear(layer.down, adapter, F.silu(gate) * up)

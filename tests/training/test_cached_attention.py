@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.cached_attention import Workspace, cached_attention, masked_softmax_, softmax_backward_
+from training.cached_attention import (RaggedLayout, Workspace, cached_attention, masked_softmax_,
+                                      softmax_backward_)
 
 MIN = torch.finfo(torch.float32).min
 
@@ -23,9 +24,20 @@ def _case(dtype, b=2, kv=2, g=2, q=3, n=5, d=4, seed=0):
     return q_, kn, vn, kc, vc, mask
 
 
-def _run(q, kn, vn, kc, vc, mask, workspace=None, key=None):
-    pad = torch.zeros(*kn.shape, dtype=kc.dtype)
-    return cached_attention(q, kn, vn, torch.cat([kc, pad], 2), torch.cat([vc, pad], 2), mask, 0.5, workspace, key)
+def _run(q, kn, vn, kc, vc, mask, workspace=None, key=None, cached=None):
+    """``[B, heads, Q, d]`` queries through the packed API; ``cached``: per example cache lengths (default all)."""
+    b, h, nq, d = q.shape
+    kv, n = kn.shape[1], kc.shape[2]
+    cached = cached or (n,) * b
+    masks = tuple(torch.cat([mask[i, :, :c], mask[i, :, n:]], 1).contiguous() for i, c in enumerate(cached))
+    layout = RaggedLayout((nq,) * b, tuple(cached), masks)
+    k_all = torch.zeros(layout.kv_size(kv, d), dtype=kc.dtype)
+    v_all = torch.zeros_like(k_all)
+    for i, (dk, dv) in enumerate(zip(layout.kv_views(k_all, kv, d), layout.kv_views(v_all, kv, d))):
+        dk[:, : cached[i]], dv[:, : cached[i]] = kc[i, :, : cached[i]], vc[i, :, : cached[i]]
+    out = cached_attention(q.transpose(1, 2).reshape(b * nq, h, d), kn.transpose(1, 2).reshape(b * nq, -1, d),
+                           vn.transpose(1, 2).reshape(b * nq, -1, d), k_all, v_all, layout, 0.5, workspace, key)
+    return out.view(b, nq, h, d).transpose(1, 2)
 
 
 def test_gradients_are_those_of_the_function_in_float64():
@@ -46,6 +58,14 @@ def test_equals_sdpa_over_cache_and_new_tokens_in_float32():
     assert torch.allclose(got, want, atol=1e-6)
     for a, b in zip(grads, want_grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_examples_with_shorter_caches_read_only_their_own_keys():
+    q, kn, vn, kc, vc, mask = _case(torch.float32)
+    got = _run(q, kn, vn, kc, vc, mask, cached=(5, 3))
+    short = _run(q[1:], kn[1:], vn[1:], kc[1:, :, :3], vc[1:, :, :3], torch.cat([mask[1:, :, :3], mask[1:, :, 5:]], 2))
+    assert torch.allclose(got[1], short[0], atol=1e-6)
+    assert torch.allclose(got[0], _run(q[:1], kn[:1], vn[:1], kc[:1], vc[:1], mask[:1])[0], atol=1e-6)
 
 
 def test_a_graph_whose_buffers_a_later_forward_overwrote_fails_in_backward():

@@ -7,6 +7,7 @@ import torch
 
 from factories import randomise_lora, tiny_model, tiny_text_engine
 from kvlink_rag.model.lora import adapter_scope, add_lora
+from training.cached_attention import RaggedLayout
 from training.loop import Trainer
 from training.packed import _batched_cache, packed_loss
 from training.samples import pack_item
@@ -39,10 +40,15 @@ def _reference(lm, keys, values, embeds, pos, mask):
 
 
 def _own(fwd, adapter, keys, values, embeds, pos, mask):
-    q = embeds.shape[1]
-    pad = [torch.cat([k, k.new_zeros(*k.shape[:2], q, k.shape[3])], 2).to(fwd.dtype) for k in keys]
-    vpad = [torch.cat([v, v.new_zeros(*v.shape[:2], q, v.shape[3])], 2).to(fwd.dtype) for v in values]
-    return fwd(adapter, embeds, pos, pad, vpad, mask)
+    """The own forward on the same examples, packed (``[B * Q, hidden]``) and returned as ``[B, Q, hidden]``."""
+    b, q, hidden = embeds.shape
+    kv, n, hd = keys[0].shape[1:]
+    layout = RaggedLayout((q,) * b, (n,) * b, tuple(m.contiguous() for m in mask))
+    flat_k, flat_v = fwd.kv_buffers(layout.kv_size(kv, hd), "cpu")
+    for src_k, src_v, fk, fv in zip(keys, values, flat_k, flat_v):
+        for i, (dk, dv) in enumerate(zip(layout.kv_views(fk, kv, hd), layout.kv_views(fv, kv, hd))):
+            dk[:, :n], dv[:, :n] = src_k[i], src_v[i]
+    return fwd(adapter, embeds.reshape(b * q, hidden), pos.reshape(-1), flat_k, flat_v, layout).view(b, q, hidden)
 
 
 @pytest.mark.parametrize("family", ["llama", "llama3", "qwen2", "qwen3", "mistral"])
