@@ -107,3 +107,26 @@ def test_a_packed_loss_through_the_own_forward_equals_transformers_and_its_gradi
     assert abs(float(got.detach()) - float(want.detach())) < 1e-5
     for g, w in zip(_grads(trainer), want_grads):
         assert torch.allclose(g, w, atol=1e-6, rtol=1e-4)
+
+
+def test_every_mixture_task_gives_transformers_loss_through_the_own_forward(tmp_path):
+    """Retained documents (no direct fill: rotated layer by layer), chunked long documents and kv documents."""
+    from test_samples import MIX
+
+    trainer = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(mixture=MIX, pack=True), tmp_path / "m")
+    eng = trainer.engine
+    picked = {}
+    for i in range(200):
+        s = trainer.sample(i)
+        picked.setdefault(s.task, s)
+        if len(picked) == 4:
+            break
+    assert set(picked) == {"nq", "kv", "long", "retention"}
+    def items():  # a retained document's layer stream is read once: fresh items for each forward
+        return [pack_item(trainer, s) for s in picked.values()]
+
+    with adapter_scope(eng.lm, trainer.adapter):
+        want = packed_loss(eng.lm, eng.prefix, items(), trainer.link_embeds, eng.anchored)
+        got = packed_loss(eng.lm, eng.prefix, items(), trainer.link_embeds, eng.anchored, trainer.train_forward(),
+                          trainer.adapter)
+    assert abs(float(got.detach()) - float(want.detach())) < 1e-5
