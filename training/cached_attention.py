@@ -79,8 +79,9 @@ class Workspace:
         n = 1
         for dim in shape:
             n *= int(dim)
-        buf = self._flat.get(key)
-        if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != torch.device(device):
+        buf, want = self._flat.get(key), torch.device(device)
+        same_device = buf is not None and buf.device.type == want.type and want.index in (None, buf.device.index)
+        if not same_device or buf.numel() < n or buf.dtype != dtype:  # "cuda" is cuda:0's buffer too
             buf = self._flat[key] = torch.empty(n, dtype=dtype, device=device)
         return buf[:n].view(shape)
 
@@ -160,8 +161,8 @@ class CachedAttention(torch.autograd.Function):
             masked_softmax_(p.view(1, h, n, length), layout.masks[i].view(1, n, length), h)
             out[rows] = torch.bmm(p, vs[i]).view(h, n, d).transpose(0, 1)
         ctx.save_for_backward(qs, k_all, v_all, p_all)
-        ctx.layout, ctx.scale, ctx.in_dtype, ctx.new_dtype, ctx.workspace = layout, scale, q.dtype, k_new.dtype, workspace
-        ctx.kv = kv
+        ctx.layout, ctx.scale, ctx.workspace, ctx.kv = layout, scale, workspace, kv
+        ctx.in_dtype, ctx.new_dtype = q.dtype, k_new.dtype
         return out.to(q.dtype)
 
     @staticmethod

@@ -227,12 +227,9 @@ class Trainer:
     def train_forward(self) -> TrainForward | None:
         """The packed steps' :class:`training.train_forward.TrainForward` (made on first use; its GEMMs in bfloat16
         with ``cfg.bf16``), or None where they run through transformers' decoder (``cfg.own_forward`` False)."""
-        if not self.cfg.own_forward:
-            return None
-        if self._train_forward is None:
-            dtype = torch.bfloat16 if self.cfg.bf16 else self.lm.dtype
-            self._train_forward = TrainForward(self.lm, dtype)
-        return self._train_forward
+        if self.cfg.own_forward and self._train_forward is None:
+            self._train_forward = TrainForward(self.lm, torch.bfloat16 if self.cfg.bf16 else self.lm.dtype)
+        return self._train_forward if self.cfg.own_forward else None
 
     @torch.no_grad()
     def validation_loss(self, n: int | None = None) -> float:

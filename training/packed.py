@@ -1,12 +1,15 @@
-"""Several training examples in one forward: each example's linked layout padded into one batch.
+"""Several training examples in one forward.
 
 Example ``i`` has ``n_i`` cached tokens (prefix and documents, RoPE re-applied at its layout) and ``q_i`` new
 tokens (link tokens, question, answer without its last token), as :func:`kvlink_rag.linking.linker.link` builds
-them. The batch holds the caches padded to ``max n_i`` and the new tokens padded to ``max q_i``; the additive
-mask ``[B, 1, max q, max n + max q]`` is each example's own KVLink mask with every padded column masked
-(a padded query row attends to column 0 only, and its output is never read), so each example's logits are
-those of its own forward. The loss is the mean over examples of each one's mean answer cross-entropy -
-the accumulated loss of :meth:`training.loop.Trainer.step` - in one forward and one backward.
+them. On the training runner (:class:`training.train_forward.TrainForward`, what ``--pack`` runs) the new tokens
+are packed as rows without padding and each example attends over its own cache and mask
+(:class:`training.cached_attention.RaggedLayout`). Through transformers' decoder (the reference) the batch holds
+the caches padded to ``max n_i`` and the new tokens padded to ``max q_i``; the additive mask
+``[B, 1, max q, max n + max q]`` is each example's own KVLink mask with every padded column masked (a padded query
+row attends to column 0 only, and its output is never read). Either way each example's logits are those of its
+own forward, and the loss is the mean over examples of each one's mean answer cross-entropy - the accumulated
+loss of :meth:`training.loop.Trainer.step` - in one forward and one backward.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class PackItem:
 
 @dataclass
 class _Layout:
-    docs: LayeredDocuments  # the documents' layer stream (read once, by _pad_cache)
+    docs: LayeredDocuments  # the documents' layer stream (read once, by _fill_caches)
     segments: list  # the linker's layout (kvlink_rag.linking.linker.plan_layout)
     n: int  # cached tokens: prefix + streamed document tokens
     embeds: torch.Tensor  # [q, hidden]

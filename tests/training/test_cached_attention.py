@@ -103,3 +103,13 @@ def test_the_bfloat16_softmax_backward_is_torchs_rounded_once():
     want = pf * (gf - (gf * pf).sum(-1, keepdim=True))
     got = softmax_backward_(g.clone(), p).float()
     assert bool(((got - want).abs() <= want.abs() * 2 ** -8 + 1e-6).all())
+
+
+def test_the_workspace_reuses_a_buffer_and_grows_it_only_when_asked_for_more():
+    ws = Workspace()
+    a = ws.get("k", (2, 3), torch.bfloat16, "cpu")
+    b = ws.get("k", (3, 2), torch.bfloat16, torch.device("cpu"))
+    assert b.data_ptr() == a.data_ptr()  # the same pages from step to step
+    c = ws.get("k", (4, 4), torch.bfloat16, "cpu")
+    assert c.shape == (4, 4) and ws.get("k", (2, 2), torch.bfloat16, "cpu").data_ptr() == c.data_ptr()
+    assert ws.get("k", (2, 2), torch.float32, "cpu").dtype == torch.float32  # another dtype: a new buffer
