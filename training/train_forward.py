@@ -8,8 +8,9 @@ lays the decoder out (gpt-fast / nano-vllm): one fused q|k|v and one gate|up pro
 (bfloat16 copies of the frozen weights, made once), each adapter's terms fused per projection too (its A's
 stacked, its B's block-diagonal, rebuilt every forward from the trained parameters, so gradients reach them),
 RoPE at explicit position ids, attention by :class:`training.cached_attention.CachedAttention` over buffers that
-hold the cache once per step. Norms, residual stream, SiLU, the adapters and the loss stay float32; only the
-frozen GEMMs and attention's matmuls run in ``dtype``, as with ``--bf16`` on the transformers path.
+hold the cache once per step. Norms, residual stream, SiLU, the adapters' masters and the loss stay float32; the
+frozen GEMMs (with the adapters' terms riding in them, :mod:`training.frozen_linear`) and attention's matmuls run
+in ``dtype``, as ``--bf16`` rounds the GEMMs on the transformers path.
 
 Exactness (``dtype`` float32): the same loss and gradients as the transformers forward, to float rounding
 (tests/training/test_train_forward.py). Families: those of :func:`kvlink_rag.model.families.family_of` (Llama,
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from kvlink_rag.linking.rope import rope_cos_sin
 from kvlink_rag.model.families import family_of
 from kvlink_rag.model.loader import LoadedModel
-from kvlink_rag.runtime.weights import base_linear, fused_weight
+from kvlink_rag.runtime.weights import base_linear, check_silu_mlp, fused_weight
 
 from .cached_attention import RaggedLayout, Workspace, cached_attention
 from .frozen_linear import frozen_lora_linear
@@ -92,13 +93,15 @@ def lora_stack(modules: list[torch.nn.Module], name: str | None) -> tuple[torch.
 
 
 class TrainForward:
-    """The decoder over new tokens on top of padded caches, differentiable in the embeddings and the adapter.
+    """The decoder over new tokens on top of cached KV, differentiable in the embeddings and the adapter.
 
     Args:
         lm: the loaded model (float32 weights; read once here, so later changes to its base weights are not seen;
             its adapters are read at every call).
         dtype: dtype of the frozen GEMMs and of attention's matmuls and KV buffers (bfloat16 on CPUs with native
             bfloat16, :func:`kvlink_rag.model.loader.cpu_has_native_bf16`; float32: exact).
+    Raises:
+        ValueError: an MLP activation other than SiLU.
 
     Memory: a copy of the frozen weights in ``dtype`` (~270 MB for SmolLM2-135M in bfloat16, its LM head included),
     and the :attr:`workspace`'s buffers, kept from step to step: every layer's attention probabilities and KV
@@ -108,6 +111,7 @@ class TrainForward:
 
     def __init__(self, lm: LoadedModel, dtype: torch.dtype = torch.bfloat16):
         cfg = lm.model.config
+        check_silu_mlp(cfg)
         fam = family_of(cfg)
         self.dtype, self.lm = dtype, lm
         self.rotary_emb = fam.rotary_emb(lm.model)

@@ -134,7 +134,8 @@ def _head(module: torch.nn.Module, fmt: str) -> Linear:
     return SplitLinear(RescoredHead(exact, approx=approx), large)
 
 
-def _silu_mlp(config) -> None:
+def check_silu_mlp(config) -> None:
+    """Raises ValueError unless ``config``'s MLP activation is SiLU (the runners' gated MLP)."""
     act = getattr(config, "hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"hidden_act={act!r} is not supported by the model runner (silu only)")
@@ -150,7 +151,7 @@ def model_weights(model: torch.nn.Module, fmt: str = "native") -> ModelWeights:
         ValueError: an activation other than SiLU, or an unknown format.
     """
     cfg = model.config
-    _silu_mlp(cfg)
+    check_silu_mlp(cfg)
     fam = family_of(cfg)
     layers = []
     for layer in fam.layers(model):

@@ -130,3 +130,9 @@ def test_every_mixture_task_gives_transformers_loss_through_the_own_forward(tmp_
         got = packed_loss(eng.lm, eng.prefix, items(), trainer.link_embeds, eng.anchored, trainer.train_forward(),
                           trainer.adapter)
     assert abs(float(got.detach()) - float(want.detach())) < 1e-5
+
+
+def test_a_model_whose_mlp_is_not_silu_is_refused():
+    lm = tiny_model("llama", hidden_act="gelu")
+    with pytest.raises(ValueError, match="silu only"):
+        TrainForward(lm, torch.float32)
