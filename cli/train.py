@@ -29,7 +29,9 @@ InitOpt = Annotated[Optional[Path], typer.Option(help="Start from this saved art
                                               "with a fresh optimiser; --steps more steps, on the examples after "
                                               "those it was trained on.")]
 ValEveryOpt = Annotated[int, typer.Option(help="Validation answer NLL every N steps (and at the start and end; "
-                                          "0: never); the best step's artifact is saved as --out.")]
+                                          "0: never, the last step's artifact is saved); the best step's artifact "
+                                          "is saved as --out. The greedy accuracy on the held-out questions at "
+                                          "the end runs either way.")]
 CurriculumOpt = Annotated[Optional[str], typer.Option(help="MIN-MAX: documents per training example drawn per "
                                                      "example in [MIN, MAX] instead of --docs (validation: --docs).")]
 TimeLimitOpt = Annotated[float, typer.Option(help="Stop after this many seconds of training (validated, saved; "
@@ -156,6 +158,8 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
         trainer = Trainer(engine, split, cfg, checkpoint or out.with_suffix(".ckpt"))
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
+    if trainer.state.step:
+        console.print(f"resuming from step {trainer.state.step} of {cfg.steps} ({trainer.checkpoint_path})")
     if preencode:
         _preencode(trainer)
     last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
@@ -167,8 +171,10 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
         except ContextTooLong as e:  # one drawn example longer than the estimate check_context allowed
             fail(f"{e} (stopped at step {trainer.state.step}; the last checkpoint resumes)")
     s = save_outputs(trainer, split, out, {"encoding": settings.encoding})
-    console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}, best validation step "
-                  f"{s['best_step']} of {s['steps']}), validation accuracy {s['val_accuracy_best']:.3f} on "
+    chosen = (f"best validation step {s['best_step']} of {s['steps']}" if s["best_step"] is not None
+              else f"the last step, {s['steps']}: no validation NLL was measured")
+    console.print(f"saved {out} (K={cfg.k}, adapter={'query-lora' if cfg.lora else 'none'}, {chosen}), "
+                  f"validation accuracy {s['val_accuracy_best']:.3f} on "
                   f"{s['val_n']} held-out questions; {s['seconds_per_step'] or 0:.2f} s/step on {s['device']}; "
                   f"curve {out.with_suffix('.json')}")
 

@@ -127,10 +127,14 @@ def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
         code, output = run_cli(tiny + ["--out", str(tmp_path / f"{name}.safetensors")]
                             + (["--rank", "8"] if name == "b" else []), **env)
         assert code == 0, output
+        assert "the last step, 1: no validation NLL was measured" in output  # --val-every 0: no "best step None"
         st = open_store(Settings(home=tmp_path / "home", model="unused"))
         stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
         st.blobs.close()
     assert len(stored[0]) >= 2 and stored[1] == stored[0]  # the same example's documents, never written again
+    more = [a if a != "1" or tiny[i - 1] != "--steps" else "2" for i, a in enumerate(tiny)]
+    code, output = run_cli(more + ["--out", str(tmp_path / "a.safetensors")], **env)
+    assert code == 0 and "resuming from step 1 of 2" in output, output  # a rerun says it resumes
     code, output = run_cli(tiny[:-1] + ["disk"], **env)
     assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
 
@@ -160,6 +164,7 @@ def test_eval_with_stored_documents_shares_them_across_runs_and_tags_rows(tmp_pa
                              "--max-new-tokens", "4", "--doc-cache", "store", "--tag", tag,
                              "--json", str(tmp_path / f"{tag}.json")], **env)
         assert code == 0, output
+        assert "the last step, 1: no validation NLL was measured" in output  # --val-every 0: no "best step None"
         st = open_store(Settings(home=tmp_path / "home", model="unused"))
         stored.append({k: e["created"] for k, e in st.blobs.entries().items()})
         st.blobs.close()
