@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from kvlink_rag.linking.rope import rope_cos_sin
 from kvlink_rag.model.families import family_of
 from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.runtime.lora import projection_terms, stacked
 from kvlink_rag.runtime.weights import base_linear, check_silu_mlp, fused_weight
 
 from .cached_attention import RaggedLayout, Workspace, cached_attention
@@ -71,25 +72,15 @@ def _proj(modules: list[torch.nn.Module], dtype: torch.dtype) -> _Proj:
 
 
 def lora_stack(modules: list[torch.nn.Module], name: str | None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Adapter ``name``'s terms in a (fused) projection as one pair: ``A`` ``[sum rank, in]`` (the targets' A's
-    stacked) and ``B`` ``[sum out, sum rank]`` (their ``scale * B`` block-diagonal, zero rows for a module that is
-    no target), so the projection's term is ``(x A^T) B^T``; built from the peft parameters (differentiable).
-    None: ``name`` is None or adapts none of ``modules``."""
-    from peft.tuners.lora import LoraLayer
-
-    if name is None:
+    """Adapter ``name``'s terms in a (fused) projection as one pair: ``A`` ``[sum rank, in]`` and ``B``
+    ``[sum out, sum rank]`` (block-diagonal, scales folded, zero rows for a module that is no target), so the
+    projection's term is ``(x A^T) B^T``: the runner's stacking (:func:`kvlink_rag.runtime.lora.stacked`) over the
+    whole projection, built from the peft parameters (differentiable). None: ``name`` is None or adapts none of
+    ``modules``."""
+    terms = projection_terms(modules, name) if name is not None else []
+    if not terms:
         return None
-    a_parts, b_parts = [], []
-    for m in modules:
-        if isinstance(m, LoraLayer) and name in m.lora_A:
-            a_parts.append(m.lora_A[name].weight)
-            b_parts.append(m.lora_B[name].weight * m.scaling[name])
-        else:
-            lin = base_linear(m)
-            b_parts.append(lin.weight.new_zeros(lin.out_features, 0))
-    if not a_parts:
-        return None
-    return torch.cat(a_parts), torch.block_diag(*b_parts)
+    return stacked(terms, 0, sum(base_linear(m).out_features for m in modules))
 
 
 class TrainForward:

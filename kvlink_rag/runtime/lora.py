@@ -64,14 +64,7 @@ class FusedLowRank:
         self._merged: tuple[tuple[int, ...], object] | None = None  # (versions, Linear) of merged()
 
     def _build(self) -> None:
-        t0 = self.terms[0]
-        self.a = torch.cat([t.a for t in self.terms], 0)  # [sum rank, in]
-        b = t0.b.new_zeros(self.end - self.start, self.a.shape[0])  # [span, sum rank], block-diagonal
-        at = 0
-        for t in self.terms:
-            r = t.a.shape[0]
-            b[t.start - self.start: t.end - self.start, at: at + r] = t.b * t.scale
-            at += r
+        self.a, b = stacked(self.terms, self.start, self.end)  # [sum rank, in], [span, sum rank]
         self.b_t = b.t().contiguous()  # [sum rank, span]
         self.kernel_a, self.kernel_b_t = _narrowed(self.a), _narrowed(self.b_t)
         dtype = self.gemm_dtype or self.a.dtype  # None: the adapter's own dtype
@@ -193,7 +186,10 @@ def _term(module: torch.nn.Module, name: str, start: int) -> LowRank | None:
     return LowRank(start, start + int(b.shape[0]), a, b, float(module.scaling[name]))  # the parameters: versioned
 
 
-def _terms(modules: list[torch.nn.Module], name: str, gemm_dtype: torch.dtype | None) -> FusedLowRank | None:
+def projection_terms(modules: list[torch.nn.Module], name: str) -> list[LowRank]:
+    """Adapter ``name``'s terms in the projection that stacks ``modules`` on its output dim (q, k, v; gate, up; one
+    module), each at its module's output rows, its ``a`` and ``b`` the peft parameters themselves (by reference:
+    versioned, and differentiable in training); empty where no module is a target."""
     from .weights import base_linear
 
     out, at = [], 0
@@ -202,6 +198,26 @@ def _terms(modules: list[torch.nn.Module], name: str, gemm_dtype: torch.dtype | 
         if t is not None:
             out.append(t)
         at += base_linear(m).out_features
+    return out
+
+
+def stacked(terms: list[LowRank], start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``terms`` as one pair: ``A`` ``[sum rank, in]`` (their ``a`` stacked) and ``B`` ``[end - start, sum rank]``
+    (each term's ``scale * b`` in its rows and its rank's columns, zeros elsewhere: block-diagonal), so that rows
+    ``[start, end)`` of the projection get ``(x A^T) B^T``; a graph is kept where the terms' tensors require grad
+    (the training runner's adapted GEMMs, ``training/train_forward.py``)."""
+    a = torch.cat([t.a for t in terms], 0)
+    b = terms[0].b.new_zeros(end - start, a.shape[0])
+    at = 0
+    for t in terms:
+        r = t.a.shape[0]
+        b[t.start - start: t.end - start, at: at + r] = t.b * t.scale
+        at += r
+    return a, b
+
+
+def _terms(modules: list[torch.nn.Module], name: str, gemm_dtype: torch.dtype | None) -> FusedLowRank | None:
+    out = projection_terms(modules, name)
     return FusedLowRank(out, gemm_dtype, modules) if out else None
 
 
