@@ -76,6 +76,18 @@ inline __m512 load16(const uint16_t* p) {
 }
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 
+// The first `left` of 16 lanes (all for left >= 16, none for left <= 0): a row's tail, or its visible keys.
+inline __mmask16 first(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+}
+
+// The lanes `in` of 16 values from m (bfloat16 bits or float32) as float32; the other lanes read nothing and are 0.
+inline __m512 mask16(const uint16_t* m, __mmask16 in) {
+  const __m256i x = _mm256_maskz_loadu_epi16(in, m);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+inline __m512 mask16(const float* m, __mmask16 in) { return _mm512_maskz_loadu_ps(in, m); }
+
 
 // e^x of 16 floats (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5 polynomial for e^r, 2^n in the
 // exponent bits; ~1 ulp for x in [-87, 88], 0 below).

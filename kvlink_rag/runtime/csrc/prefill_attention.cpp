@@ -26,8 +26,13 @@
 #include <immintrin.h>
 
 #include "isa.h"
+#include "scratch.h"
 
 namespace {
+
+using kvlink::first;
+using kvlink::mask16;
+using kvlink::scratch;
 
 constexpr int D = 64, P = 32;         // head_dim, dim pairs
 constexpr int64_t kTaskRows = 12;     // query tokens of one head per task
@@ -37,15 +42,6 @@ struct Packed {
   uint32_t *k = nullptr, *v = nullptr;  // see the layouts above
   int64_t len = 0, padded = 0;  // keys, and keys rounded up to 64 (the padding is zeros, never visible)
 };
-
-// A grow-only buffer of this thread: the same pages serve every call (a fresh allocation of a few hundred KB
-// is a fresh mapping, and its first writes page-fault: that was half the kernel's time at 16 query rows).
-template <typename T, int Tag>
-T* scratch(size_t n) {
-  thread_local std::vector<T> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
 
 // Key `at`'s 32 dim pairs into its block column, and its values into the halves of its key pair.
 inline void pack_one(const uint16_t* krow, const uint16_t* vrow, int64_t at, uint32_t* kh, uint16_t* vh) {
@@ -115,17 +111,6 @@ Packed pack(const std::vector<torch::Tensor>& ks, const std::vector<torch::Tenso
     }
   });
   return out;
-}
-
-// A row's masked-in lanes of 16 keys from j (the first `left` of them) as float32; the rest read as 0.
-inline __m512 mask16(const uint16_t* m, __mmask16 in) {
-  const __m256i x = _mm256_maskz_loadu_epi16(in, m);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
-}
-inline __m512 mask16(const float* m, __mmask16 in) { return _mm512_maskz_loadu_ps(in, m); }
-
-inline __mmask16 first(int64_t left) {
-  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
 }
 
 // One task's query rows as the score pass reads them.

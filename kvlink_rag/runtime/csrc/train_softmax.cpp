@@ -13,39 +13,29 @@
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 
 #include "isa.h"
+#include "scratch.h"
 
 namespace {
 
-inline __mmask16 lanes(int64_t left) { return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u); }
-
-inline __m512 load_bf16(const uint16_t* p, __mmask16 m) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+using kvlink::first;
+using kvlink::mask16;
 
 inline void store_bf16(uint16_t* p, __m512 x, __mmask16 m) {
   _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(x));
 }
 
-float* row_scratch(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
-  return buf.data();
-}
-
 void softmax_row(uint16_t* s, const float* mask, int64_t n) {
-  float* x = row_scratch(n);
+  float* x = kvlink::scratch<float, 4>(n);
   const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
   __m512 vmax = minus_inf;
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = lanes(n - j);
-    const __m512 v = _mm512_add_ps(load_bf16(s + j, m), _mm512_maskz_loadu_ps(m, mask + j));
+    const __mmask16 m = first(n - j);
+    const __m512 v = _mm512_add_ps(mask16(s + j, m), mask16(mask + j, m));
     _mm512_mask_storeu_ps(x + j, m, v);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
   }
@@ -53,8 +43,8 @@ void softmax_row(uint16_t* s, const float* mask, int64_t n) {
   const __m512 floor = _mm512_set1_ps(-1e30f);  // at or below: a masked key (finfo.min or -inf added)
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = lanes(n - j);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+    const __mmask16 m = first(n - j);
+    const __m512 v = mask16(x + j, m);
     const __mmask16 keep = _mm512_mask_cmp_ps_mask(m, v, floor, _CMP_GT_OQ);
     const __m512 e = _mm512_maskz_mov_ps(keep, kvlink::exp16(_mm512_sub_ps(v, mx)));
     _mm512_mask_storeu_ps(x + j, m, e);
@@ -63,21 +53,21 @@ void softmax_row(uint16_t* s, const float* mask, int64_t n) {
   const float sum = _mm512_reduce_add_ps(vsum);
   const __m512 inv = _mm512_set1_ps(sum > 0.f ? 1.f / sum : 0.f);
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = lanes(n - j);
-    store_bf16(s + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), inv), m);
+    const __mmask16 m = first(n - j);
+    store_bf16(s + j, _mm512_mul_ps(mask16(x + j, m), inv), m);
   }
 }
 
 void softmax_backward_row(uint16_t* g, const uint16_t* p, int64_t n) {
   __m512 vdot = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = lanes(n - j);
-    vdot = _mm512_fmadd_ps(load_bf16(g + j, m), load_bf16(p + j, m), vdot);
+    const __mmask16 m = first(n - j);
+    vdot = _mm512_fmadd_ps(mask16(g + j, m), mask16(p + j, m), vdot);
   }
   const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vdot));
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = lanes(n - j);
-    store_bf16(g + j, _mm512_mul_ps(load_bf16(p + j, m), _mm512_sub_ps(load_bf16(g + j, m), dot)), m);
+    const __mmask16 m = first(n - j);
+    store_bf16(g + j, _mm512_mul_ps(mask16(p + j, m), _mm512_sub_ps(mask16(g + j, m), dot)), m);
   }
 }
 
