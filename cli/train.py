@@ -161,7 +161,7 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
     if trainer.state.step:
         console.print(f"resuming from step {trainer.state.step} of {cfg.steps} ({trainer.checkpoint_path})")
     if preencode:
-        _preencode(trainer)
+        _preencode(trainer, settings.store_max_bytes if stored_docs else None)
     last = trainer.state.losses[-1] if trainer.state.losses else float("nan")
     with progress_bar("training link tokens", cfg.steps, completed=trainer.state.step, loss=last) as bar, \
             results_only_stdout():
@@ -179,14 +179,23 @@ def _train(settings: Settings, split, cfg, out: Path, val_every: int = 50, time_
                   f"curve {out.with_suffix('.json')}")
 
 
-def _preencode(trainer) -> None:
-    """Encode every document of the run's remaining steps and of validation once (:mod:`training.train_model`)."""
+def _preencode(trainer, capacity: int | None) -> None:
+    """Encode every document of the run's remaining steps and of validation once (:mod:`training.train_model`);
+    with ``capacity`` (the store's limit, bytes) exit first when their KV would not fit in it, since the store
+    would then evict the first documents to make room for the last and the steps would encode them again."""
     import time
 
     from training.samples import run_documents
-    from training.train_model import preencode
+    from training.train_model import distinct, preencode, stored_kv_bytes
 
     t0 = time.perf_counter()
+    docs = distinct(run_documents(trainer))
+    if capacity is not None:
+        need = stored_kv_bytes(trainer.engine, docs)
+        if need > 0.9 * capacity:  # ~10% for record framing and LMDB's pages
+            fail(f"--preencode: the run's {len(docs)} documents hold {need / 2**20:,.0f} MiB of KV, more than 90% of "
+                 f"the store's limit of {capacity / 2**20:,.0f} MiB (KVLINK_RAG_STORE_MAX_BYTES): the store would evict "
+                 "documents the run still needs; raise the limit or lower --mix-pool")
     with results_only_stdout():
-        seen, encoded = preencode(trainer.engine.warm, run_documents(trainer))
+        seen, encoded = preencode(trainer.engine.warm, docs)
     console.print(f"pre-encoded {encoded} of {seen} documents in {time.perf_counter() - t0:.0f} s")

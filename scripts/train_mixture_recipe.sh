@@ -26,7 +26,10 @@ case "$DEVICE" in
   cuda*) TIME_LIMIT=${TIME_LIMIT:-300}; CKPT=${CKPT:-/tmp/mixture-ckpt}; POOL=${POOL:-256}; CACHE=memory ;;
   # CPU: documents kept in the store under KVLINK_RAG_HOME, so each resumed run reads instead of encoding again
   cpu) TIME_LIMIT=${TIME_LIMIT:-3000}; CKPT=${CKPT:-$OUT/../mixture-ckpt}; POOL=${POOL:-64}; CACHE=store
-       export KVLINK_RAG_TORCH_THREADS=${KVLINK_RAG_TORCH_THREADS:-1} ;;
+       export KVLINK_RAG_TORCH_THREADS=${KVLINK_RAG_TORCH_THREADS:-1}
+       # the store must hold every pre-encoded document (pool 256: ~20 GB of bfloat16 KV); at the 8 GiB default
+       # pre-encoding evicts its own first documents and the steps encode them again
+       export KVLINK_RAG_STORE_MAX_BYTES=${KVLINK_RAG_STORE_MAX_BYTES:-$((48 << 30))} ;;
   *) echo "usage: $0 cuda|cpu [OUT]" >&2; exit 2 ;;
 esac
 # bfloat16 autocast on a GPU and where the CPU has native bfloat16 (AMX / AVX512-BF16); emulated it is slower

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
-from kvlink_rag.types import Document
+from kvlink_rag.types import Document, parse_dtype
+
+if TYPE_CHECKING:
+    from kvlink_rag.engine import Engine
 
 
 class _Bf16Linear:
@@ -58,15 +62,27 @@ def bf16_gemms(model: torch.nn.Module, on: bool = True) -> Iterator[None]:
             m.__dict__.pop("forward", None)
 
 
+def distinct(docs: Iterable[Document]) -> list[Document]:
+    """``docs`` without repeats (same text and title), in order of first use."""
+    seen: dict[tuple[str, str | None], Document] = {}
+    for d in docs:
+        seen.setdefault((d.text, d.title), d)
+    return list(seen.values())
+
+
+def stored_kv_bytes(engine: Engine, docs: Iterable[Document]) -> int:
+    """Bytes of K and V the store's records of ``docs`` carry (every chunk, in the engine's stored KV dtype,
+    ``kv_dtype``), counted from token ids alone: ``2 x layers x kv_heads x head_dim x itemsize`` a token; record
+    framing and LMDB's pages come on top. Raises ValueError: an empty document."""
+    lm = engine.lm
+    cfg = lm.config
+    kv_heads = int(cfg.num_key_value_heads or cfg.num_attention_heads)
+    per_token = 2 * lm.num_layers * kv_heads * lm.head_dim * parse_dtype(engine.settings.kv_dtype).itemsize
+    return per_token * sum(int(engine.document_ids(c).numel()) for d in docs for c in engine.chunks(d))
+
+
 def preencode(warm: Callable[[Document], bool], docs: Iterable[Document]) -> tuple[int, int]:
     """Encode (``warm``: the engine's, which caches) each distinct document of ``docs`` once, before the steps
     that use them; returns ``(documents seen, encoded now)``."""
-    seen: set[tuple[str, str | None]] = set()
-    encoded = 0
-    for d in docs:
-        key = (d.text, d.title)
-        if key in seen:
-            continue
-        seen.add(key)
-        encoded += 0 if warm(d) else 1
-    return len(seen), encoded
+    unique = distinct(docs)
+    return len(unique), sum(0 if warm(d) else 1 for d in unique)

@@ -139,6 +139,19 @@ def test_train_links_with_stored_documents_reuses_them_across_runs(tmp_path):
     assert code == 2 and "--doc-cache 'disk': choose memory or store" in output
 
 
+@pytest.mark.e2e
+def test_train_links_preencode_refuses_a_run_the_store_cannot_hold(tmp_path):
+    if not NQ_PATH.exists():
+        pytest.skip(f"{NQ_PATH} not present")
+    env = {"KVLINK_RAG_HOME": str(tmp_path / "home"), "KVLINK_RAG_MODEL": str(default_model_path()),
+           "KVLINK_RAG_STORE_MAX_BYTES": str(1 << 20)}  # 1 MiB: two NQ passages hold ~5 MiB of bfloat16 KV
+    code, output = run_cli(["train-links", "--nq", str(NQ_PATH), "--steps", "1", "--accumulate", "1", "--docs", "2",
+                            "--val-n", "1", "--val-every", "0", "--doc-cache", "store", "--preencode",
+                            "--out", str(tmp_path / "a.safetensors")], **env)
+    assert code == 2 and "more than 90% of the store's limit of 1 MiB" in output, output
+    assert "raise the limit or lower --mix-pool" in output and not (tmp_path / "a.safetensors").exists()
+
+
 @pytest.mark.parametrize("extra", [["--task", "kv-retrieval"], ["--int8"], ["--retention", "0.5"], []])
 def test_eval_doc_cache_store_refuses_what_it_cannot_hold(extra):
     if not NQ_PATH.exists():

@@ -6,7 +6,7 @@ import torch
 
 from factories import tiny_text_engine
 from kvlink_rag.types import Document
-from training.train_model import bf16_gemms, frozen_linears, preencode
+from training.train_model import bf16_gemms, distinct, frozen_linears, preencode, stored_kv_bytes
 
 
 def test_bf16_gemms_apply_inside_the_block_only(tmp_path):
@@ -28,3 +28,16 @@ def test_preencode_encodes_each_distinct_document_once(tmp_path):
     a, b = Document("Alpha is first.", "A"), Document("Beta is second.", "B")
     assert preencode(eng.warm, [a, b, a, Document("Alpha is first.", "A")]) == (2, 2)
     assert preencode(eng.warm, [b, a]) == (2, 0)  # already cached
+
+
+def test_distinct_keeps_first_uses_in_order():
+    a, b = Document("Alpha is first.", "A"), Document("Beta is second.", "B")
+    assert distinct([a, b, Document("Alpha is first.", "A"), Document("Alpha is first.", "other")]) == [
+        a, b, Document("Alpha is first.", "other")]
+
+
+def test_stored_kv_bytes_equals_the_encoded_caches_bytes(tmp_path):
+    eng = tiny_text_engine(tmp_path)
+    docs = [Document("Alpha is first.", "A"), Document("Beta is the second document, a little longer.", "B")]
+    kvs = [eng.get_or_encode(d)[0] for d in docs]
+    assert stored_kv_bytes(eng, docs) == sum(kv.keys.nbytes + kv.values.nbytes for kv in kvs) > 0
