@@ -77,11 +77,16 @@ def check_context(engine: Engine, split: Split, max_docs: int, k: int, answer_to
 
 
 def answer_ids(engine: Engine, answer: str, max_tokens: int) -> "torch.Tensor":
-    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token."""
+    """``[m + 1]`` int64: the answer's ids followed by the end-of-turn token; an answer longer than
+    ``max_tokens`` is cut to its first ``max_tokens`` ids WITHOUT the end token (``[max_tokens]``), since a
+    target that ends where the cap cuts teaches the model to stop mid-answer (a key-value UUID of 30-36 tokens
+    cut at 16 came out as 16 tokens and never matched)."""
     import torch  # here: the CLI imports this module before it loads the model (no torch at start-up)
 
     from kvlink_rag.text.prompt import encode_user_text
 
-    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()[:max_tokens]  # plain text, never special ids
+    ids = encode_user_text(engine.lm.tokenizer, answer).tolist()  # plain text, never special ids
+    if len(ids) > max_tokens:
+        return torch.tensor(ids[:max_tokens], dtype=torch.long)
     end = engine.stop_ids[0] if engine.stop_ids else engine.lm.tokenizer.eos_token_id
     return torch.tensor(ids + [end], dtype=torch.long)

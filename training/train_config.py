@@ -49,7 +49,7 @@ class TrainConfig:
     targets: tuple[str, ...] = DEFAULT_TARGETS
     seed: int = 0
     checkpoint_every: int = 25
-    max_answer_tokens: int = 16
+    max_answer_tokens: int = 48  # a key-value UUID (30-36 tokens) whole; longer answers lose their end token
     slots: int = 1
     init: str = ""
     curriculum: tuple[int, int] | None = None
