@@ -58,7 +58,7 @@ def eval_cmd(
     k: KOpt = None, encoding: EncOpt = None, kv_dtype: DtypeOpt = None,
     links: Annotated[Optional[Path], typer.Option(help="Trained link tokens (mode 'linked').")] = None,
     adapter: Annotated[Optional[Path], typer.Option(help="Link tokens + query-side LoRA, a file or a named adapter (modes full-adapted, linked-query-lora).")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows go to <json>.rows.jsonl; a rerun resumes).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here (rows beside it, .json replaced by .rows.jsonl; a rerun resumes).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="PNG of accuracy by gold position per mode.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Default 24; 100 for kv-retrieval.")] = None,
     int8: Annotated[bool, typer.Option("--int8", help="Serve document caches through an int8 LMDB store.")] = False,
