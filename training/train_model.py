@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvlink_rag.types import Document, parse_dtype
+from kvlink_rag.types import Document
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
@@ -72,12 +72,13 @@ def distinct(docs: Iterable[Document]) -> list[Document]:
 
 def stored_kv_bytes(engine: Engine, docs: Iterable[Document]) -> int:
     """Bytes of K and V the store's records of ``docs`` carry (every chunk, in the engine's stored KV dtype,
-    ``kv_dtype``), counted from token ids alone: ``2 x layers x kv_heads x head_dim x itemsize`` a token; record
+    ``kv_dtype``), counted from token ids alone (:func:`store.records.quant.bytes_per_token` a token); record
     framing and LMDB's pages come on top. Raises ValueError: an empty document."""
+    from store.records.quant import bytes_per_token
+
     lm = engine.lm
-    cfg = lm.config
-    kv_heads = int(cfg.num_key_value_heads or cfg.num_attention_heads)
-    per_token = 2 * lm.num_layers * kv_heads * lm.head_dim * parse_dtype(engine.settings.kv_dtype).itemsize
+    kv_heads = int(lm.config.num_key_value_heads or lm.config.num_attention_heads)
+    per_token = int(bytes_per_token(lm.num_layers, kv_heads, lm.head_dim, engine.settings.kv_dtype))
     return per_token * sum(int(engine.document_ids(c).numel()) for d in docs for c in engine.chunks(d))
 
 
