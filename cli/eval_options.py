@@ -1,4 +1,4 @@
-"""``kvlink-rag eval``'s argument handling: the task (nq, kv-retrieval, long-docs), the mode variants
+"""``kvlink-rag eval``'s argument handling: the task (nq, kv-retrieval, long-docs, contrast), the mode variants
 (retention, CacheBlend ratios, chunk sizes) and the checks that run before the model loads."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 ADAPTED = ("full-adapted", "linked-query-lora")  # the modes that take --adapter
 TaskOpt = Annotated[str, typer.Option(help="nq; kv-retrieval (generated UUID key-value pairs, exact match); "
-                                      "long-docs (the --docs passages joined into ONE document).")]
+                                      "long-docs (the --docs passages joined into ONE document); contrast (16 "
+                                      "hand-written questions over their answer and a document saying the "
+                                      "opposite: --docs 2 --gold-position first,last).")]
 PositionsOpt = Annotated[str, typer.Option(help="Comma list of first, middle, last, random, rotate "
                                           "(question i at first/middle/last in turn).")]
 RatiosOpt = Annotated[Optional[str], typer.Option(
@@ -44,6 +46,14 @@ def task_examples(task: str, data: Path, n: int, docs: int, pairs: int, seed: in
         except ValueError as e:
             fail(str(e))
         return examples, kv.build_documents, kv.exact_match, f"KV retrieval ({pairs} pairs/document, exact match)"
+    if task == "contrast":
+        from evaluation import contrast
+
+        if not 2 <= docs <= len(contrast.CASES) + 1:
+            fail(f"--task contrast takes --docs 2..{len(contrast.CASES) + 1} (a question's answering document, "
+                 f"its contrast and other cases' documents), not {docs}")
+        return (contrast.make_examples(), contrast.build_documents, contrast.contrast_match,
+                "contrast questions (answer from the answering document, nothing from its contrast)")
     from evaluation.nq import DataFormatError, best_subspan_em, build_documents, load_nq
     from training.long_docs import long_documents
 
@@ -79,8 +89,8 @@ def too_long_exits():
 def chunk_sizes(task: str, chunk_tokens: str | None) -> list[int]:
     """``--chunk-tokens`` of ``--task long-docs`` (each 0 or >= 64; default 0,512); ``[]`` for the other tasks,
     which take no such option; or exit."""
-    if task not in ("nq", "kv-retrieval", "long-docs"):
-        fail(f"unknown task {task!r}; choose nq, kv-retrieval or long-docs")
+    if task not in ("nq", "kv-retrieval", "long-docs", "contrast"):
+        fail(f"unknown task {task!r}; choose nq, kv-retrieval, long-docs or contrast")
     if task != "long-docs" and chunk_tokens is not None:
         fail(f"--chunk-tokens is an option of --task long-docs (task {task} links whole documents)")
     chunk_tokens = chunk_tokens or "0,512"

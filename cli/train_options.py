@@ -13,7 +13,8 @@ from cli.common import fail
 MixtureOpt = Annotated[Optional[str], typer.Option(
     help="Train on a task mixture: task=weight pairs among nq (5-20 documents, gold anywhere), kv (key-value "
     "retrieval, generated from seeds apart from eval's), long (passages joined into one document, chunked as the "
-    "store chunks it), retention (documents kept at retention < 1), e.g. nq=1,kv=0.5,long=0.5,retention=0.5; "
+    "store chunks it), retention (documents kept at retention < 1), polarity (a subject's two documents saying "
+    "opposite things, the question asking for one side), e.g. nq=1,kv=0.5,long=0.5,retention=0.5,polarity=0.5; "
     "validation per task, each task's best step saved as <out>-best-<task>. Default: NQ at --docs only.")]
 MixNqDocsOpt = Annotated[str, typer.Option(help="MIN-MAX documents of a mixture's nq example (drawn uniformly).")]
 MixKvDocsOpt = Annotated[int, typer.Option(help="Documents of a mixture's kv example (2 pairs each).")]

@@ -5,9 +5,9 @@
 #   scripts/train_mixture_recipe.sh cpu  [OUT]     # CPU fallback: the same recipe, TIME_LIMIT s of steps per run;
 #                                                  # rerun the same command to resume (optimiser state kept)
 #
-# Recipe: NQ 5-20 documents : key-value retrieval : long documents as chunks : retention 0.4-0.8 = 1 : 0.5 :
-# 0.5 : 0.5, K=5, LoRA r16 on attention + MLP, STEPS x ACCUMULATE examples (default 1000 x 8 = 8,000, 3.6x the
-# shipped artifact's 2,200), every step packed into one forward with bfloat16 GEMMs, documents pre-encoded once,
+# Recipe: NQ 5-20 documents : key-value retrieval : long documents as chunks : retention 0.4-0.8 : polarity
+# pairs = 1 : 0.5 : 0.5 : 0.5 : 0.5 (MIXTURE), K=5, LoRA r16 on attention + MLP, STEPS x ACCUMULATE examples
+# (default 1000 x 8 = 8,000, 3.6x the shipped artifact's 2,200), every step packed into one forward with bfloat16 GEMMs, documents pre-encoded once,
 # kv and long questions cycling through a pool of POOL (256 on a GPU, 64 on the CPU), validation per task every VAL_EVERY steps.
 # Writes to OUT (each file < 16 MiB): mixture.safetensors (best by the stated rule on validation),
 # mixture-best-<task>.safetensors, mixture-last.safetensors, mixture.json (curve, per-task validation, s/step),
@@ -19,6 +19,9 @@ OUT=${2:-${OUT:-/tmp/mixture-out}}
 STEPS=${STEPS:-1000}
 ACCUMULATE=${ACCUMULATE:-8}
 VAL_EVERY=${VAL_EVERY:-100}
+MIXTURE=${MIXTURE:-nq=1,kv=0.5,long=0.5,retention=0.5,polarity=0.5}
+SEED=${SEED:-0}                 # another seed draws other examples (e.g. a run continued from INIT)
+INIT=${INIT:+--init $INIT}      # start from a saved artifact (a new run; resuming uses CKPT instead)
 KV=${KV:-.venv/bin/kvlink-rag}
 PY=${PY:-.venv/bin/python}
 case "$DEVICE" in
@@ -41,7 +44,7 @@ mkdir -p "$OUT"
 export KVLINK_RAG_COMPUTE_DTYPE=float32  # the CPU's compute dtype on both: a run resumes on the other device
 export KVLINK_RAG_NQ_PATH=${KVLINK_RAG_NQ_PATH:-../shared/data/nq-open-oracle-dev.jsonl.gz}
 echo "== train-links on $DEVICE: $STEPS steps x $ACCUMULATE, time limit $TIME_LIMIT s ($(date +%T))" | tee "$OUT/train.log"
-$KV train-links --device "$DEVICE" --mixture nq=1,kv=0.5,long=0.5,retention=0.5 --mix-pool "$POOL" \
+$KV train-links --device "$DEVICE" --mixture "$MIXTURE" --seed "$SEED" $INIT --mix-pool "$POOL" \
   --steps "$STEPS" --accumulate "$ACCUMULATE" --val-every "$VAL_EVERY" --pack $BF16 --preencode --doc-cache "$CACHE" \
   --time-limit "$TIME_LIMIT" --out "$OUT/mixture.safetensors" --checkpoint "$CKPT" 2>&1 | tail -20 | tee -a "$OUT/train.log"
 rc=${PIPESTATUS[0]}

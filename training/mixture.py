@@ -15,11 +15,14 @@ run's seed and the example's index, so a run and its resumption draw the same se
   engine chunks as the store does (``chunk_tokens``, :mod:`kvlink_rag.text.chunking`), link tokens after every chunk.
   Each is a new document (~1,500 tokens at 10 passages, 35 MB of bfloat16 KV for the default model), or with
   ``pool`` N > 0 the long document of example ``i mod N`` (N documents to encode and hold).
+- ``polarity``: a subject's two documents of opposite polarity (covers / does not cover, ...) among 2-6
+  documents, the question asking for one of the two lists (:mod:`training.polarity`, seed
+  ``POLARITY_TRAIN_SEED + seed``, validation ``POLARITY_VAL_SEED``; with ``pool`` N, question ``i mod N``).
 - ``retention``: NQ at ``docs`` documents, each document kept at a retention drawn from ``retentions``
   (:mod:`kvlink_rag.retention`, ``retention_method``), so the link tokens learn to repair pruned caches.
 
 Validation is per task on fixed examples: NQ at ``docs`` documents (``--docs``, 10 by default: the
-evaluation's setting and today's validation), KV at ``kv_docs``, long documents at the midpoint of
+evaluation's setting and today's validation), KV at ``kv_docs``, polarity at 4 documents, long documents at the midpoint of
 ``long_passages``, retention at ``docs`` documents and the lowest of ``retentions``.
 
 No torch here.
@@ -35,8 +38,9 @@ from evaluation.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.types import Document
 
 from . import kv_retrieval as kv
+from . import polarity
 
-TASKS = ("nq", "kv", "long", "retention")
+TASKS = ("nq", "kv", "long", "retention", "polarity")
 KV_TRAIN_SEED = 7001
 KV_VAL_SEED = 9001
 
@@ -132,6 +136,11 @@ def train_sample(mix: Mixture, train: list[NQExample], order: list[int], seed: i
         ex = kv.make_example(i % mix.pool if mix.pool else i, mix.kv_docs, seed=KV_TRAIN_SEED + seed)
         docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=seed + i)
         return Sample(task, ex.question, ex.answers, tuple(docs))
+    if task == "polarity":
+        j = i % mix.pool if mix.pool else i
+        ex = polarity.make_example(j, random.Random(f"polarity-{seed}-{j}").randint(2, 6),
+                                   seed=polarity.POLARITY_TRAIN_SEED + seed)
+        return Sample(task, ex.question, ex.answers, ex.docs)
     if task == "long":
         j = i % mix.pool if mix.pool else i
         rng = random.Random(f"mixture-draw-{seed}-{j}")
@@ -159,6 +168,10 @@ def val_samples(mix: Mixture, task: str, val: list[NQExample], pool: list[NQExam
             ex = kv.make_example(i, mix.kv_docs, seed=KV_VAL_SEED)
             docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=i)
             out.append(Sample(task, ex.question, ex.answers, tuple(docs)))
+            continue
+        if task == "polarity":
+            ex = polarity.make_example(i, 4, seed=polarity.POLARITY_VAL_SEED)
+            out.append(Sample(task, ex.question, ex.answers, ex.docs))
             continue
         if i >= len(val):
             break

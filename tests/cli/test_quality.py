@@ -30,6 +30,20 @@ def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tm
     assert make_examples(1, 3)[0].answers[0] not in rows[0]["answer"]
 
 
+def test_eval_contrast_asks_each_case_in_both_orders(tmp_path, env):
+    out = tmp_path / "contrast.json"
+    result = runner.invoke(app, ["eval", "--task", "contrast", "--n", "2", "--docs", "2", "--gold-position",
+                                 "first,last", "--modes", "full", "--max-new-tokens", "2", "--json", str(out)],
+                           env=env)
+    assert result.exit_code == 0, result.output
+    assert "contrast questions (answer from the answering document, nothing from its contrast), 2 questions" \
+        in result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["settings"]["task"] == "contrast" and summary["settings"]["metric"] == "contrast_match"
+    rows = [json.loads(line) for line in out.with_suffix(".rows.jsonl").read_text().splitlines()]
+    assert sorted((r["index"], r["gold_slot"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--task", "bogus"], "unknown task 'bogus'"),
     (["--task", "kv-retrieval", "--docs", "0"], "documents (0) and pairs per document (2) must be >= 1"),
@@ -39,6 +53,7 @@ def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tm
     (["--modes", "full", "--recompute-ratio", "0.15"], "not to full prefill"),  # was silently dropped
     (["--task", "kv-retrieval", "--retrieve", "3"], "--retrieve K (K >= 1) is an option of --task nq"),
     (["--task", "kv-retrieval", "--min-relative-score", "0.5"], "apply with --retrieve K"),
+    (["--task", "contrast", "--docs", "1"], "--task contrast takes --docs 2..17"),
 ])
 def test_eval_task_errors_are_one_line(args, message, env):
     result = runner.invoke(app, ["eval", *args], env=env)
