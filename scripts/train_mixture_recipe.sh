@@ -7,7 +7,8 @@
 #
 # Recipe: NQ 5-20 documents : key-value retrieval : long documents as chunks : retention 0.4-0.8 : polarity
 # pairs = 1 : 0.5 : 0.5 : 0.5 : 0.5 (MIXTURE), K=5, LoRA r16 on attention + MLP, STEPS x ACCUMULATE examples
-# (default 1000 x 8 = 8,000, 3.6x the shipped artifact's 2,200), every step packed into one forward with bfloat16 GEMMs, documents pre-encoded once,
+# (default 1000 x 8 = 8,000, 3.6x the shipped artifact's 2,200), every step packed into one forward with bfloat16
+# GEMMs, documents pre-encoded once,
 # kv and long questions cycling through a pool of POOL (256 on a GPU, 64 on the CPU), validation per task every VAL_EVERY steps.
 # Writes to OUT (each file < 16 MiB): mixture.safetensors (best by the stated rule on validation),
 # mixture-best-<task>.safetensors, mixture-last.safetensors, mixture.json (curve, per-task validation, s/step),
