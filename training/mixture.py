@@ -23,8 +23,7 @@ run's seed and the example's index, so a run and its resumption draw the same se
 
 Validation is per task on fixed examples: NQ at ``docs`` documents (``--docs``, 10 by default: the
 evaluation's setting and today's validation), KV at ``kv_docs``, polarity at 4 documents, long documents at the
-midpoint of
-``long_passages``, retention at ``docs`` documents and the lowest of ``retentions``.
+midpoint of ``long_passages``, retention at ``docs`` documents and the lowest of ``retentions``.
 
 No torch here.
 """
