@@ -92,8 +92,17 @@ class EngineDocuments:
         return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * (len(chunks) - 1)
 
     def warm(self, doc: Document) -> bool:
-        """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already."""
-        return all([self.get_or_encode(c)[1] for c in self.chunks(doc)])
+        """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already.
+
+        Asks the cache where each chunk is (:meth:`DocumentCache.resolve`: in memory, stored, or nowhere)
+        without reading a stored one, so warming documents a store holds already costs a key lookup each
+        (a resumed ``train-links --preencode`` re-read 5,223 stored documents in 226 s before)."""
+        chunks = self.chunks(doc)
+        found = self.cache.resolve([self.cache_key(c) for c in chunks])
+        missing = [c for c, f in zip(chunks, found) if f is None]
+        for c in missing:
+            self.cache.put(self.cache_key(c), self.encode(c))
+        return not missing
 
     def max_document_tokens(self) -> int:
         """Longest document (tokens, framing included) that can still be asked about alone.

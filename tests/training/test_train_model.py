@@ -41,3 +41,20 @@ def test_stored_kv_bytes_equals_the_encoded_caches_bytes(tmp_path):
     docs = [Document("Alpha is first.", "A"), Document("Beta is the second document, a little longer.", "B")]
     kvs = [eng.get_or_encode(d)[0] for d in docs]
     assert stored_kv_bytes(eng, docs) == sum(kv.keys.nbytes + kv.values.nbytes for kv in kvs) > 0
+
+
+def test_preencode_over_a_store_finds_stored_documents_without_reading_them(tmp_path, monkeypatch):
+    """A resumed run's pre-encoding asks the store where each document is; it reads none back (host tier of
+    0 bytes: documents are only in LMDB, as after a restart)."""
+    from store.factory import open_store
+    from store.settings import StoreSettings
+
+    eng = tiny_text_engine(tmp_path)
+    eng.cache = open_store(StoreSettings(home=tmp_path, store_max_bytes=64 << 20, host_cache_bytes=0)).cache
+    docs = [Document("Alpha is first.", "A"), Document("Beta is second.", "B")]
+    assert preencode(eng.warm, docs) == (2, 2)
+    read = []
+    for name in ("get", "iter_layers", "iter_stored_layers", "get_ids"):
+        monkeypatch.setattr(type(eng.cache.blobs), name, lambda self, key, *a, _n=name, **k: read.append((_n, key)))
+    assert preencode(eng.warm, [*docs, Document("Gamma is third.", "C")]) == (3, 1)
+    assert read == []
