@@ -13,34 +13,31 @@ from factories import NQ_PATH, default_model_path
 from training.kv_retrieval import make_examples
 
 
-def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tmp_path, env):
-    out = tmp_path / "kv.json"
-    result = runner.invoke(app, ["eval", "--task", "kv-retrieval", "--n", "3", "--docs", "3", "--gold-position",
-                                 "rotate", "--modes", "full,naive", "--max-new-tokens", "2", "--json", str(out)],
-                           env=env)
+def _eval_json(tmp_path, env, task: str, n: int, docs: int, positions: str, modes: str) -> tuple[str, dict, list]:
+    """``eval --task`` with 2 new tokens and ``--json``: (stdout, summary, rows); asserts exit 0."""
+    out = tmp_path / f"{task}.json"
+    result = runner.invoke(app, ["eval", "--task", task, "--n", str(n), "--docs", str(docs), "--gold-position",
+                                 positions, "--modes", modes, "--max-new-tokens", "2", "--json", str(out)], env=env)
     assert result.exit_code == 0, result.output
-    assert "KV retrieval (2 pairs/document, exact match), 3 questions, 3 documents" in result.stdout
-    summary = json.loads(out.read_text())
+    rows = [json.loads(line) for line in out.with_suffix(".rows.jsonl").read_text().splitlines()]
+    return result.stdout, json.loads(out.read_text()), rows
+
+
+def test_eval_kv_retrieval_writes_rows_and_a_summary_with_the_task_and_metric(tmp_path, env):
+    stdout, summary, rows = _eval_json(tmp_path, env, "kv-retrieval", 3, 3, "rotate", "full,naive")
+    assert "KV retrieval (2 pairs/document, exact match), 3 questions, 3 documents" in stdout
     assert summary["settings"]["task"] == "kv-retrieval" and summary["settings"]["metric"] == "exact_match"
     assert summary["settings"]["pairs_per_doc"] == 2
     assert summary["modes"]["full"]["n"] == 3 and set(summary["by_position"]) == {"first", "middle", "last"}
-    rows = [json.loads(line) for line in out.with_suffix(".rows.jsonl").read_text().splitlines()]
     assert [(r["index"], r["gold_slot"]) for r in rows if r["mode"] == "full"] == [(0, 0), (1, 1), (2, 2)]
     assert all(r["em"] in (0.0, 1.0) for r in rows)  # a 2-token answer of a random model holds no UUID
     assert make_examples(1, 3)[0].answers[0] not in rows[0]["answer"]
 
 
 def test_eval_contrast_asks_each_case_in_both_orders(tmp_path, env):
-    out = tmp_path / "contrast.json"
-    result = runner.invoke(app, ["eval", "--task", "contrast", "--n", "2", "--docs", "2", "--gold-position",
-                                 "first,last", "--modes", "full", "--max-new-tokens", "2", "--json", str(out)],
-                           env=env)
-    assert result.exit_code == 0, result.output
-    assert "contrast questions (answer from the answering document, nothing from its contrast), 2 questions" \
-        in result.stdout
-    summary = json.loads(out.read_text())
+    stdout, summary, rows = _eval_json(tmp_path, env, "contrast", 2, 2, "first,last", "full")
+    assert "contrast questions (answer from the answering document, nothing from its contrast), 2 questions" in stdout
     assert summary["settings"]["task"] == "contrast" and summary["settings"]["metric"] == "contrast_match"
-    rows = [json.loads(line) for line in out.with_suffix(".rows.jsonl").read_text().splitlines()]
     assert sorted((r["index"], r["gold_slot"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 

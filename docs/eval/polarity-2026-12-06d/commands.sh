@@ -1,0 +1,18 @@
+#!/bin/bash
+# issue 28, session 2026-12-06d (AVX512-BF16 EPYC, 2 cores): the contrast check, the polarity task and the
+# shipping rule. Run from the repository root with KVLINK_RAG_NQ_PATH set.
+set -u
+D=$(dirname "$0"); KV=${KV:-.venv/bin/kvlink-rag}; A=kvlink_rag/assets/smollm2-135m-instruct-links-qlora.safetensors
+C="$KV eval --task contrast --n 16 --docs 2 --gold-position first,last"
+export KVLINK_RAG_TORCH_THREADS=${KVLINK_RAG_TORCH_THREADS:-1}
+# 1. the contrast check with the shipped artifact (and full prefill, naive, full prefill with its adapter)
+$C --modes full,naive,full-adapted,linked-query-lora --adapter $A --tag shipped --json $D/contrast-shipped.json
+# 2. the same with the 2026-12-06 mixture artifact
+$C --modes full-adapted,linked-query-lora --adapter docs/eval/mixture-2026-12-06/mixture.safetensors \
+  --tag mixture --json $D/contrast-mixture-2026-12-06.json
+# 3. the shipping rule on the 2026-12-06 mixture artifact (a home of its own: the model folder linked in)
+KVLINK_RAG_HOME=/work/shiphome .venv/bin/python scripts/ship_check.py docs/eval/mixture-2026-12-06/mixture.safetensors \
+  --out $D/ship-check-previous > $D/ship-check-previous/verdict.json
+# 4. the recipe with the polarity task, continued from the 2026-12-06 mixture artifact on other examples (seed 1)
+STEPS=400 VAL_EVERY=50 POOL=256 TIME_LIMIT=2700 SEED=1 INIT=docs/eval/mixture-2026-12-06/mixture.safetensors \
+  CKPT=/work/mix3/ckpt KVLINK_RAG_TORCH_THREADS=2 bash scripts/train_mixture_recipe.sh cpu /work/mix3/out
