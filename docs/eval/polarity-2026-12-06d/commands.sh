@@ -16,3 +16,14 @@ KVLINK_RAG_HOME=/work/shiphome .venv/bin/python scripts/ship_check.py docs/eval/
 # 4. the recipe with the polarity task, continued from the 2026-12-06 mixture artifact on other examples (seed 1)
 STEPS=400 VAL_EVERY=50 POOL=256 TIME_LIMIT=2700 SEED=1 INIT=docs/eval/mixture-2026-12-06/mixture.safetensors \
   CKPT=/work/mix3/ckpt KVLINK_RAG_TORCH_THREADS=2 bash scripts/train_mixture_recipe.sh cpu /work/mix3/out
+# 5. the shipping rule on its artifact (best validation step 350 of 400 by the in-run rule)
+cp /work/mix3/out/mixture.safetensors $D/polarity.safetensors
+KVLINK_RAG_HOME=/work/shiphome .venv/bin/python scripts/ship_check.py $D/polarity.safetensors --out $D/ship-check \
+  > $D/ship-check/verdict.json
+# 6. insight only (not a shipping candidate): the contrast check on the run's other saved steps (150: best nq,
+#    350: best polarity = the artifact, 400: last)
+for t in best-nq best-polarity last; do
+  $C --modes linked-query-lora --adapter /work/mix3/out/mixture-$t.safetensors --tag $t --json $D/checkpoints/${t#best-}.json
+done
+# 7. the evaluation lanes of the artifact (nq10 kv10)
+bash $D/eval_lanes.sh nq10 kv10
