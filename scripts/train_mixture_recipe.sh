@@ -5,11 +5,11 @@
 #   scripts/train_mixture_recipe.sh cpu  [OUT]     # CPU fallback: the same recipe, TIME_LIMIT s of steps per run;
 #                                                  # rerun the same command to resume (optimiser state kept)
 #
-# Recipe: NQ 5-20 documents : key-value retrieval : long documents as chunks : retention 0.4-0.8 : polarity
-# pairs = 1 : 0.5 : 0.5 : 0.5 : 0.5 (MIXTURE), K=5, LoRA r16 on attention + MLP, STEPS x ACCUMULATE examples
-# (default 1000 x 8 = 8,000, 3.6x the shipped artifact's 2,200), every step packed into one forward with bfloat16
-# GEMMs, documents pre-encoded once,
-# kv and long questions cycling through a pool of POOL (256 on a GPU, 64 on the CPU), validation per task every VAL_EVERY steps.
+# Recipe: NQ 5-20 documents : key-value retrieval : long documents as chunks : retention 0.4-0.8 = 1 : 0.5 :
+# 0.5 : 0.5 (MIXTURE; polarity pairs can be added, e.g. ...,polarity=0.5), K=5, LoRA r16 on attention + MLP,
+# STEPS x ACCUMULATE examples (default 1000 x 8 = 8,000, 3.6x the shipped artifact's 2,200), every step packed
+# into one forward with bfloat16 GEMMs, documents pre-encoded once, kv and long questions cycling through a pool
+# of POOL (256 on a GPU, 64 on the CPU), validation per task every VAL_EVERY steps.
 # Writes to OUT (each file < 16 MiB): mixture.safetensors (best by the stated rule on validation),
 # mixture-best-<task>.safetensors, mixture-last.safetensors, mixture.json (curve, per-task validation, s/step),
 # mixture.png, train.log; the checkpoint (params + optimiser, ~100 MB) goes to CKPT (outside OUT).
@@ -20,7 +20,7 @@ OUT=${2:-${OUT:-/tmp/mixture-out}}
 STEPS=${STEPS:-1000}
 ACCUMULATE=${ACCUMULATE:-8}
 VAL_EVERY=${VAL_EVERY:-100}
-MIXTURE=${MIXTURE:-nq=1,kv=0.5,long=0.5,retention=0.5,polarity=0.5}
+MIXTURE=${MIXTURE:-nq=1,kv=0.5,long=0.5,retention=0.5}  # 2026-12-06d added polarity=0.5 (EVALUATION.md)
 SEED=${SEED:-0}                 # another seed draws other examples (e.g. a run continued from INIT)
 INIT=${INIT:+--init $INIT}      # start from a saved artifact (a new run; resuming uses CKPT instead)
 KV=${KV:-.venv/bin/kvlink-rag}

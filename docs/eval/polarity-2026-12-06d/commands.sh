@@ -14,7 +14,8 @@ $C --modes full-adapted,linked-query-lora --adapter docs/eval/mixture-2026-12-06
 KVLINK_RAG_HOME=/work/shiphome .venv/bin/python scripts/ship_check.py docs/eval/mixture-2026-12-06/mixture.safetensors \
   --out $D/ship-check-previous > $D/ship-check-previous/verdict.json
 # 4. the recipe with the polarity task, continued from the 2026-12-06 mixture artifact on other examples (seed 1)
-STEPS=400 VAL_EVERY=50 POOL=256 TIME_LIMIT=2700 SEED=1 INIT=docs/eval/mixture-2026-12-06/mixture.safetensors \
+MIXTURE=nq=1,kv=0.5,long=0.5,retention=0.5,polarity=0.5 STEPS=400 VAL_EVERY=50 POOL=256 TIME_LIMIT=2700 SEED=1 \
+  INIT=docs/eval/mixture-2026-12-06/mixture.safetensors \
   CKPT=/work/mix3/ckpt KVLINK_RAG_TORCH_THREADS=2 bash scripts/train_mixture_recipe.sh cpu /work/mix3/out
 # 5. the shipping rule on its artifact (best validation step 350 of 400 by the in-run rule)
 cp /work/mix3/out/mixture.safetensors $D/polarity.safetensors
