@@ -6,7 +6,8 @@ coverage note and an FAQ listing what the warranty does NOT cover, where linked 
 exclusions): a question, the document that answers it, and a contrast document on the same subject that lists
 the opposite (exclusions, prohibitions, closures, side effects) in words close to the question's. Nothing here
 is generated or trained on: ``train-links`` never sees these documents, so the check is held out from every
-training task (the trap task of :mod:`training.traps` uses NQ questions and other templates).
+training task (the polarity task of :mod:`training.polarity` generates its own subjects and items, none of them
+these cases' phrases: tested).
 
 An example has the shape of :class:`evaluation.nq.NQExample` and :func:`build_documents` the signature of
 :func:`evaluation.nq.build_documents`, so every evaluation mode runs on it unchanged (``eval --task contrast
