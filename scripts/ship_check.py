@@ -55,12 +55,15 @@ def main() -> None:
     from training.data import split_examples
     from training.ship_rule import verdict
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("candidate")
-    ap.add_argument("--shipped", default=SHIPPED)
-    ap.add_argument("--mixture", default=MIXTURE)
-    ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="ship-check-")))
+    ap = argparse.ArgumentParser(description="Whether CANDIDATE replaces the shipped artifact (training/ship_rule.py)"
+                                 "; the verdict as JSON on stdout.")
+    ap.add_argument("candidate", help="the trained artifact (link tokens + query-side LoRA, .safetensors)")
+    ap.add_argument("--shipped", default=SHIPPED, help="the artifact it would replace (default: the shipped one)")
+    ap.add_argument("--mixture", default=MIXTURE, help="the tasks validated, as train-links --mixture")
+    ap.add_argument("--out", type=Path, default=None, help="folder for the contrast check's rows (default: a new "
+                    "temporary folder)")
     a = ap.parse_args()
+    a.out = a.out or Path(tempfile.mkdtemp(prefix="ship-check-"))
     a.out.mkdir(parents=True, exist_ok=True)
     mix = parse_mixture(a.mixture, "5-20", 10, 256, "5-15", "0.4,0.6,0.8", 10)
     split = split_examples(Path(os.environ["KVLINK_RAG_NQ_PATH"]), 500, 50)
