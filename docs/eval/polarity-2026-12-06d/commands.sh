@@ -5,6 +5,9 @@ set -u
 D=$(dirname "$0"); KV=${KV:-.venv/bin/kvlink-rag}; A=kvlink_rag/assets/smollm2-135m-instruct-links-qlora.safetensors
 C="$KV eval --task contrast --n 16 --docs 2 --gold-position first,last"
 export KVLINK_RAG_TORCH_THREADS=${KVLINK_RAG_TORCH_THREADS:-1}
+mkdir -p $D/ship-check $D/ship-check-previous $D/checkpoints
+# /work/mix3 (the run's output and checkpoint) and /work/shiphome (a home with the model folder linked in:
+# ln -s ~/.cache/kvlink-rag/models /work/shiphome/models) were this machine's; any folders do
 # 1. the contrast check with the shipped artifact (and full prefill, naive, full prefill with its adapter)
 $C --modes full,naive,full-adapted,linked-query-lora --adapter $A --tag shipped --json $D/contrast-shipped.json
 # 2. the same with the 2026-12-06 mixture artifact
