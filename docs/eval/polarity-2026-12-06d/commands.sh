@@ -30,4 +30,4 @@ for t in best-nq best-polarity last; do
   $C --modes linked-query-lora --adapter /work/mix3/out/mixture-$t.safetensors --tag $t --json $D/checkpoints/${t#best-}.json
 done
 # 7. the evaluation lanes of the artifact (nq10 kv10)
-bash $D/eval_lanes.sh nq10 kv10
+bash $D/eval_lanes.sh nq10 kv10 nq20 ret04 long   # two lanes at a time here
