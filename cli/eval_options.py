@@ -49,8 +49,8 @@ def task_examples(task: str, data: Path, n: int, docs: int, pairs: int, seed: in
     if task == "contrast":
         from evaluation import contrast
 
-        if not 2 <= docs <= len(contrast.CASES) + 1:
-            fail(f"--task contrast takes --docs 2..{len(contrast.CASES) + 1} (a question's answering document, "
+        if not 2 <= docs <= contrast.MAX_DOCS:
+            fail(f"--task contrast takes --docs 2..{contrast.MAX_DOCS} (a question's answering document, "
                  f"its contrast and other cases' documents), not {docs}")
         return (contrast.make_examples(), contrast.build_documents, contrast.contrast_match,
                 "contrast questions (answer from the answering document, nothing from its contrast)")

@@ -136,6 +136,8 @@ CASES: tuple[ContrastExample, ...] = (
           "graduates|staff|another grant"),
 )
 """The 16 cases (each asked in both document orders by ``--gold-position first,last``)."""
+MAX_DOCS = len(CASES) + 1
+"""Most documents a contrast question takes: its two and every other case's answering document."""
 _WRONG = {c.answers: c.wrong for c in CASES}
 
 
@@ -171,8 +173,8 @@ def build_documents(examples: list[ContrastExample], index: int, n_docs: int, go
     """
     if not 0 <= index < len(examples):
         raise ValueError(f"index {index} out of range 0..{len(examples) - 1}")
-    if not 2 <= n_docs <= len(CASES) + 1:
-        raise ValueError(f"contrast questions take 2..{len(CASES) + 1} documents (the answer and its contrast), "
+    if not 2 <= n_docs <= MAX_DOCS:
+        raise ValueError(f"contrast questions take 2..{MAX_DOCS} documents (the answer and its contrast), "
                          f"not {n_docs}")
     ex = examples[index]
     rng = random.Random(seed * 1_000_003 + index)

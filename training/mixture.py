@@ -90,6 +90,11 @@ class Mixture:
         w = dict(self.weights)
         return [t for t in TASKS if w.get(t, 0) > 0]
 
+    def pooled(self, i: int) -> int:
+        """The example index a pooled task (kv, long, polarity) draws for training example ``i``: ``i mod pool``,
+        or ``i`` without a pool."""
+        return i % self.pool if self.pool else i
+
     @property
     def max_docs(self) -> int:
         """Most NQ documents an example may hold (for the context check)."""
@@ -133,16 +138,16 @@ def train_sample(mix: Mixture, train: list[NQExample], order: list[int], seed: i
     task = draw_task(mix, seed, i)
     rng = random.Random(f"mixture-draw-{seed}-{i}")
     if task == "kv":
-        ex = kv.make_example(i % mix.pool if mix.pool else i, mix.kv_docs, seed=KV_TRAIN_SEED + seed)
+        ex = kv.make_example(mix.pooled(i), mix.kv_docs, seed=KV_TRAIN_SEED + seed)
         docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=seed + i)
         return Sample(task, ex.question, ex.answers, tuple(docs))
     if task == "polarity":
-        j = i % mix.pool if mix.pool else i
+        j = mix.pooled(i)
         ex = polarity.make_example(j, random.Random(f"polarity-{seed}-{j}").randint(2, 6),
                                    seed=polarity.POLARITY_TRAIN_SEED + seed)
         return Sample(task, ex.question, ex.answers, ex.docs)
     if task == "long":
-        j = i % mix.pool if mix.pool else i
+        j = mix.pooled(i)
         rng = random.Random(f"mixture-draw-{seed}-{j}")
         ex, docs = _nq_docs(train, order, j, rng.randint(*mix.long_passages), seed + j)
         return Sample(task, ex.question, ex.answers, (join_passages(docs),))
