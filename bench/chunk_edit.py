@@ -65,12 +65,13 @@ def _ready(engine: Engine, doc: Document) -> dict:
 
 def edit_stability(engine: Engine, doc: Document) -> dict:
     """Every paragraph edited in turn (chunking only, nothing encoded): ``{"edits", "changed": {n: count},
-    "mean_changed"}`` where n is how many of the edited document's chunks are not among the original's."""
-    before = {c.text for c in engine.chunks(doc)}
+    "mean_changed"}`` where n is how many of the edited document's chunk caches are not among the original's
+    (by cache key: with ``chunk_context`` a chunk after a changed one changes key too)."""
+    before = set(engine.cache_keys(doc))
     n_paras = len(doc.text.split("\n\n"))
     changed: dict[int, int] = {}
     for i in range(n_paras):
-        n = sum(c.text not in before for c in engine.chunks(edit_paragraph(doc, i)))
+        n = sum(k not in before for k in engine.cache_keys(edit_paragraph(doc, i)))
         changed[n] = changed.get(n, 0) + 1
     return {"edits": n_paras, "changed": dict(sorted(changed.items())),
             "mean_changed": sum(n * c for n, c in changed.items()) / n_paras}
@@ -89,7 +90,7 @@ def measure(engine: Engine, examples: list[NQExample], target_tokens: int = 8000
     block.cache = CountingCache()
     out = {"document_tokens": int(engine.document_ids(doc).numel()), "paragraphs": len(doc.text.split("\n\n")),
            "chunk_tokens": chunk_tokens, "linked_tokens_chunked": chunked.linked_tokens(doc),
-           "kv_dtype": engine.settings.kv_dtype}
+           "kv_dtype": engine.settings.kv_dtype, "chunk_context": chunked.chunker.context}
     log(f"document: {out['document_tokens']} tokens, {out['paragraphs']} paragraphs; editing paragraph {mid}")
     if "chunked" in parts:
         out["chunked_first"] = _ready(chunked, doc)
@@ -112,7 +113,9 @@ def markdown(r: dict) -> str:
     st = r["stability"]
     return "\n".join([
         f"Document of {r['document_tokens']} tokens ({r['paragraphs']} NQ passages, one per paragraph), "
-        f"{r['kv_dtype']} KV; one paragraph in the middle edited (a sentence appended).", "",
+        f"{r['kv_dtype']} KV; one paragraph in the middle edited (a sentence appended)"
+        + ("; chunks encoded in context (each after the chunk before it, which runs through the model again but is "
+           "not stored)." if r.get("chunk_context") else "; chunks encoded alone."), "",
         "| after the edit | caches encoded | tokens encoded | KV bytes written | encode s |", "|---|---|---|---|---|",
         f"| one block | 1 of 1 | {b['tokens']} | {mib(b['bytes'])} | {b['s']:.2f} |",
         f"| chunks of <= {r['chunk_tokens']} tokens | {c['encoded']} of {c['chunks']} | {c['tokens']} | "

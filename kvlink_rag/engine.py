@@ -65,7 +65,7 @@ class Engine(EngineDocuments):
         self.token_memo = functools.lru_cache(maxsize=4096)(
             lambda text, title: self.template.document_ids(tok, text, title))
         self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
-                               settings.chunk_tokens)
+                               settings.chunk_tokens, context=settings.chunk_context)
 
     def _load_link_tokens(self) -> LinkTokens | None:
         if self.settings.link_k == 0:
@@ -93,7 +93,7 @@ class Engine(EngineDocuments):
         """A shallow copy that chunks documents at ``chunk_tokens`` (0 = never), sharing this engine's model,
         prefix, link tokens and document cache. Raises ValueError: 0 < chunk_tokens < 64."""
         eng = copy.copy(self)
-        eng.chunker = Chunker(self.chunker.count, chunk_tokens)
+        eng.chunker = Chunker(self.chunker.count, chunk_tokens, context=self.chunker.context)
         return eng
 
     def _load_adapter(self) -> str | None:

@@ -6,6 +6,7 @@ a memo of documents' token ids.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -60,11 +61,15 @@ class EngineDocuments:
             cache: the cache whose keys to make (e.g. one tenant's view of the store); default this
                 engine's cache.
 
-        A text holding a special token's string gets a salted key: its ids changed when user text stopped
+        A chunk encoded in context (``doc.context``) is salted with the hash of the text before it. A text
+        holding a special token's string gets a salted key: its ids changed when user text stopped
         being parsed for special tokens, so a cache stored before must not be reused.
         """
         text = self.template.document_text(doc.text, doc.title)
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
+        if doc.context is not None:  # a chunk encoded after the one before it: keyed by both texts
+            before = self.template.document_text(doc.context, doc.title)
+            salt += "|after:" + hashlib.sha256(before.encode()).hexdigest()
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
 
     def chunks(self, doc: Document) -> list[Document]:
@@ -160,7 +165,7 @@ class EngineDocuments:
                 f"the model's context holds {self.lm.max_positions} tokens{_largest(docs, sizes)}")
 
     def encode(self, doc: Document) -> DocumentKV:
-        """Precompute ``doc``'s position-free KV.
+        """Precompute ``doc``'s position-free KV (a chunk with ``context``: after the chunk before it).
 
         Runs under no_grad (not inference mode) so that training can attend to the result.
 
@@ -169,14 +174,15 @@ class EngineDocuments:
         """
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
+        # a chunk in context: encoded right after the previous chunk's framed ids (kept only where they fit)
+        context = None if doc.context is None else self.document_ids(Document(doc.context, doc.title))
+        prefix = self.prefix if self.anchored else None
         if self.doc_adapter is not None:
             with torch.no_grad():
-                return encode_with_adapter(self.lm, ids, self.doc_adapter,
-                                           prefix=self.prefix if self.anchored else None,
+                return encode_with_adapter(self.lm, ids, self.doc_adapter, prefix=prefix, context=context,
                                            kv_dtype=self.settings.kv_dtype, fingerprint=self.fingerprint)
-        return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype,
-                               prefix=self.prefix if self.anchored else None, fingerprint=self.fingerprint,
-                               importance=self.settings.importance_scores)
+        return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype, prefix=prefix, context=context,
+                               fingerprint=self.fingerprint, importance=self.settings.importance_scores)
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
         """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""

@@ -32,12 +32,15 @@ class Document:
     """A document as given by a user: text and optional title.
 
     ``chunk`` is the index of this piece within a longer document split by :mod:`kvlink_rag.text.chunking`
-    (None: a whole document). It never enters the cache key: a chunk's cache is keyed by its text alone.
+    (None: a whole document); it never enters the cache key. ``context`` is the text of the chunk before this
+    one when chunks are encoded in context (``chunk_context``): the chunk's KV is computed right after that
+    text, and its cache key holds both texts. None: the chunk (or document) is encoded and keyed alone.
     """
 
     text: str
     title: str | None = None
     chunk: int | None = None
+    context: str | None = None
 
 
 class ContextTooLong(ValueError):

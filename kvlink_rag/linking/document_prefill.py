@@ -92,6 +92,7 @@ def encode_document(
     prefix: PrefixKV | None = None,
     fingerprint: str | None = None,
     importance: bool = False,
+    context: torch.Tensor | None = None,
 ) -> DocumentKV:
     """Run the model over one document and return its position-free KV.
 
@@ -106,6 +107,8 @@ def encode_document(
             summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`). This forward
             then runs the eager attention kernel (:func:`kvlink_rag.model.attention.capture_attention`); K and V are
             the same up to kernel rounding (~1e-6 in float32).
+        context: ``[c]`` int64 ids encoded right before the document (a chunk's previous chunk), which attends
+            to them; only its own K, V and importance are returned (the context's first ids dropped to fit).
     Returns:
         ``DocumentKV`` with keys before RoPE and values, each ``[layers, kv_heads, tokens, head_dim]``, and
         ``importance`` ``[tokens]`` float32 when asked for (else None).
@@ -125,19 +128,30 @@ def encode_document(
     encoding = "anchored" if prefix is not None else "isolated"
     if fingerprint is None:
         fingerprint = encoding_fingerprint(lm.fingerprint, encoding, prefix, kv_dtype)
-    pos = torch.arange(start, start + n, device=lm.device)
-    scores = ImportanceAccumulator(n, start) if importance else None
-    k, v = _forward(lm, ids, pos, prefix, scores)
-    cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
-    k_raw = remove_rope(k.float(), cos, sin)
+    ctx = context_ids(context, lm.max_positions - start - n)
+    c = int(ctx.numel())
+    # the context's ids, then the document's, at start..start+c+n-1; the document keeps the last n slots
+    pos = torch.arange(start, start + c + n, device=lm.device)
+    scores = ImportanceAccumulator(c + n, start) if importance else None
+    k, v = _forward(lm, torch.cat([ctx.to(ids.device), ids]), pos, prefix, scores)
+    cos, sin = rope_cos_sin(lm.rotary_emb, pos[c:], torch.float32)
+    k_raw = remove_rope(k[:, :, c:].float(), cos, sin)
     return DocumentKV(
         keys=k_raw.to(dtype).contiguous(),
-        values=v.to(dtype).contiguous(),
+        values=v[:, :, c:].to(dtype).contiguous(),
         token_ids=ids.detach().to(torch.long).cpu(),
         fingerprint=fingerprint,
         encoding=encoding,
-        importance=scores.scores if scores is not None else None,
+        importance=scores.scores[c:].contiguous() if scores is not None else None,
     )
+
+
+def context_ids(context: torch.Tensor | None, room: int) -> torch.Tensor:
+    """``[c]`` int64 ids of ``context`` that fit ``room`` positions (its last ones; none when ``room <= 0``),
+    on the CPU; empty for None."""
+    if context is None or room <= 0:
+        return torch.zeros(0, dtype=torch.long)
+    return context.detach().to(torch.long).cpu()[-room:]
 
 
 def _next_chunk(size: int, took_s: float) -> int:

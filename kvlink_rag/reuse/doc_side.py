@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from ..linking.context import PrefixKV
-from ..linking.document_prefill import encoding_fingerprint
+from ..linking.document_prefill import context_ids, encoding_fingerprint
 from ..linking.kvcache import build_cache, cache_tensors
 from ..linking.link_tokens import LinkTokens, LinkTokensMismatch
 from ..linking.rope import remove_rope, rope_cos_sin
@@ -81,7 +81,7 @@ def document_adapter(engine: EncodingEngine) -> tuple[str | None, str]:
 
 
 def encode_with_adapter(lm: LoadedModel, ids: torch.Tensor, adapter: str | None, *, prefix: PrefixKV | None,
-                        kv_dtype: str, fingerprint: str) -> DocumentKV:
+                        kv_dtype: str, fingerprint: str, context: torch.Tensor | None = None) -> DocumentKV:
     """Position-free KV of one document encoded with ``adapter`` on (``None``: the base model), in one forward.
 
     Unlike :func:`kvlink_rag.linking.document_prefill.encode_document` it does not turn gradients off: under grad
@@ -94,6 +94,8 @@ def encode_with_adapter(lm: LoadedModel, ids: torch.Tensor, adapter: str | None,
             model), or None (isolated, ``0..n-1``).
         kv_dtype: dtype of the returned K and V.
         fingerprint: recorded on the result.
+        context: ``[c]`` int64 ids encoded right before the document (a chunk's previous chunk; see
+            :func:`~kvlink_rag.linking.document_prefill.encode_document`); only the document's KV is returned.
     Returns:
         ``DocumentKV``: keys before RoPE and values ``[layers, kv_heads, tokens, head_dim]``.
     Raises:
@@ -103,14 +105,17 @@ def encode_with_adapter(lm: LoadedModel, ids: torch.Tensor, adapter: str | None,
     if n == 0:
         raise ValueError("document is empty (0 tokens)")
     start = prefix.num_tokens if prefix is not None else 0
-    pos = torch.arange(start, start + n, device=lm.device)
+    ctx = context_ids(context, lm.max_positions - start - n)
+    at = start + int(ctx.numel())  # the document's first slot
+    pos = torch.arange(start, at + n, device=lm.device)
     cache = None if prefix is None else build_cache(list(prefix.keys.to(lm.device)), list(prefix.values.to(lm.device)))
     with adapter_scope(lm, adapter):
-        out = lm.decoder(input_ids=ids.to(lm.device)[None], position_ids=pos[None], cache=cache, use_cache=True)
-    k, v = cache_tensors(out.cache)  # k, v: [layers, kv_heads, start + n, head_dim], keys rotated
-    cos, sin = rope_cos_sin(lm.rotary_emb, pos, torch.float32)
-    k_raw = remove_rope(k[:, :, start:].float(), cos, sin)
-    return DocumentKV(keys=k_raw.to(dtype).contiguous(), values=v[:, :, start:].to(dtype).contiguous(),
+        out = lm.decoder(input_ids=torch.cat([ctx, ids.cpu()]).to(lm.device)[None], position_ids=pos[None],
+                         cache=cache, use_cache=True)
+    k, v = cache_tensors(out.cache)  # k, v: [layers, kv_heads, at + n, head_dim], keys rotated
+    cos, sin = rope_cos_sin(lm.rotary_emb, pos[at - start:], torch.float32)
+    k_raw = remove_rope(k[:, :, at:].float(), cos, sin)
+    return DocumentKV(keys=k_raw.to(dtype).contiguous(), values=v[:, :, at:].to(dtype).contiguous(),
                       token_ids=ids.detach().to(torch.long).cpu(), fingerprint=fingerprint,
                       encoding="anchored" if prefix is not None else "isolated")
 

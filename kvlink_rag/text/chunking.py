@@ -163,14 +163,17 @@ class Chunker:
     Args:
         count: framed tokens of a text under a title: ``count(text, title) -> int``.
         chunk_tokens: largest chunk (framed tokens); 0 = never chunk.
+        context: each chunk after the first carries the previous chunk's text as its ``context`` (encoded in
+            context: an edit then re-encodes its own chunk(s) and the one after).
     Raises:
         ValueError: ``chunk_tokens`` neither 0 nor at least :data:`MIN_CHUNK_TOKENS`.
     """
 
-    def __init__(self, count: Callable[[str, str | None], int], chunk_tokens: int, memo: int = 4096):
+    def __init__(self, count: Callable[[str, str | None], int], chunk_tokens: int, memo: int = 4096,
+                 context: bool = False):
         if chunk_tokens and chunk_tokens < MIN_CHUNK_TOKENS:
             raise ValueError(f"chunk_tokens must be 0 or at least {MIN_CHUNK_TOKENS}, got {chunk_tokens}")
-        self.count, self.chunk_tokens, self.memo = count, chunk_tokens, memo
+        self.count, self.chunk_tokens, self.memo, self.context = count, chunk_tokens, memo, context
         self._seen: OrderedDict[tuple[str, str | None], list[Document]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -188,7 +191,9 @@ class Chunker:
                 self._seen.move_to_end(key)
                 return self._seen[key]
         texts = chunk_text(normalize_text(doc.text), lambda t: self.count(t, doc.title), self.chunk_tokens)
-        out = [doc] if len(texts) == 1 else [replace(doc, text=t, chunk=i) for i, t in enumerate(texts)]
+        before = [None] + (texts[:-1] if self.context else [None] * (len(texts) - 1))
+        out = [doc] if len(texts) == 1 else [replace(doc, text=t, chunk=i, context=b)
+                                             for i, (t, b) in enumerate(zip(texts, before))]
         with self._lock:
             self._seen[key] = out
             if len(self._seen) > self.memo:

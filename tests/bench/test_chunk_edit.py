@@ -1,8 +1,11 @@
-"""bench-edit on a tiny model: chunked, a one-paragraph edit encodes one chunk; one block, everything."""
+"""bench-edit on a tiny model: chunked, a one-paragraph edit encodes one chunk (two in context); one block,
+everything."""
 
 from __future__ import annotations
 
 import random
+
+import pytest
 
 from bench.chunk_edit import markdown, measure
 from factories import tiny_text_engine
@@ -12,13 +15,17 @@ from kvlink_rag.types import Document
 WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle orchard tidal basalt".split()
 
 
-def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path):
+@pytest.mark.parametrize("context", [False, True], ids=["alone", "in-context"])
+def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context):
+    """Chunks encoded alone: the edited chunk only; in context: it and the chunk after it."""
     rng = random.Random(0)
     examples = [NQExample(f"q{i}", ("a",), Document(" ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40))) + ".",
                                                     f"Passage {i}")) for i in range(40)]
-    r = measure(tiny_text_engine(tmp_path), examples, target_tokens=900, chunk_tokens=128, log=lambda m: None)
-    c, b = r["chunked_edit"], r["one_block_edit"]
+    engine = tiny_text_engine(tmp_path, chunk_context=context)
+    r = measure(engine, examples, target_tokens=900, chunk_tokens=128, log=lambda m: None)
+    c, b, n = r["chunked_edit"], r["one_block_edit"], 1 + context
     assert 700 < r["document_tokens"] <= 900 and r["chunked_first"]["encoded"] == c["chunks"] > 3
-    assert c["encoded"] == 1 and c["tokens"] <= 128 and b["encoded"] == 1 and b["tokens"] > r["document_tokens"]
-    assert c["bytes"] * 4 < b["bytes"] and r["stability"]["edits"] == r["paragraphs"]
-    assert "| one block | 1 of 1 |" in markdown(r)
+    assert c["encoded"] == n and c["tokens"] <= 128 * n and b["encoded"] == 1 and b["tokens"] > r["document_tokens"]
+    assert c["bytes"] * 2 < b["bytes"] and r["stability"]["edits"] == r["paragraphs"]
+    assert r["stability"]["mean_changed"] >= n - 0.25 and r["chunk_context"] is context
+    assert "| one block | 1 of 1 |" in markdown(r) and ("in context" in markdown(r)) is context

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from factories import tiny_text_engine
 from service.settings import Settings
 from service.documents import DocumentService
@@ -19,11 +21,11 @@ def _text(seed: int = 0, n: int = 24) -> str:
     return "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) + "." for _ in range(n))
 
 
-def _setup(tmp_path):
+def _setup(tmp_path, context: bool = True):
     queue: list[tuple[str, str, int]] = []
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
                     enqueue=lambda *task: queue.append(task))
-    engine = tiny_text_engine(tmp_path, chunk_tokens=128)
+    engine = tiny_text_engine(tmp_path, chunk_tokens=128, chunk_context=context)
     engine.cache = st.cache.for_tenant("acme")
     encoded = []
     encode = engine.encode
@@ -37,8 +39,11 @@ def _drain(st, engine, queue):
     return done
 
 
-def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
-    st, engine, queue, encoded = _setup(tmp_path)
+@pytest.mark.parametrize("context", [False, True], ids=["alone", "in-context"])
+def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path, context):
+    """Chunks encoded alone: the edited chunk only; in context: it and the one after it (whose key holds the
+    edited text before it)."""
+    st, engine, queue, encoded = _setup(tmp_path, context)
     text = _text()
     DocumentService(st).ingest("acme", "notes", text, "Notes")
     [ready] = _drain(st, engine, queue)
@@ -53,7 +58,9 @@ def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path):
     DocumentService(st).ingest("acme", "notes", "\n\n".join(paras), "Notes")
     [ready2] = _drain(st, engine, queue)
     new, gone = set(ready2.cache_keys) - set(keys), set(keys) - set(ready2.cache_keys)
-    assert len(new) == len(gone) == 1 and [("EDITED" in d.text) for d in encoded] == [True]
+    edited_after = [(("EDITED" in d.text), "EDITED" in (d.context or "")) for d in encoded]
+    assert len(new) == len(gone) == 1 + context
+    assert edited_after == ([(True, False), (False, True)] if context else [(True, False)])
     assert not any(st.blobs.contains(k) for k in gone) and all(st.blobs.contains(k) for k in ready2.cache_keys)
     assert check_store(st).problems == 0
 

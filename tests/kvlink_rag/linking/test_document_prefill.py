@@ -133,3 +133,33 @@ def test_the_bfloat16_formats_encode_on_the_runner_and_native_on_transformers():
             assert on_runner(lm)  # no input asks for a gradient
     finally:
         lm.weight_format = "native"
+
+
+@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+@pytest.mark.parametrize("runner", [False, True], ids=["transformers", "runner"])
+def test_a_document_encoded_after_a_context_is_the_tail_of_both_encoded_as_one(monkeypatch, anchored, runner):
+    """A chunk encoded in context (the chunk before it): K (before RoPE), V and importance equal the last
+    slots of the two encoded as one document, on transformers' forward and on the runner; the context's own
+    KV is not returned."""
+    from kvlink_rag.linking import document_prefill
+
+    lm = tiny_model("llama")
+    ctx, ids = random_ids(9, seed=5), random_ids(13, seed=6)
+    prefix = encode_prefix(lm, random_ids(4, seed=4)) if anchored else None
+    joint = encode_document(lm, torch.cat([ctx, ids]), kv_dtype="float32", prefix=prefix, importance=True)
+    monkeypatch.setattr(document_prefill, "on_runner", lambda lm: runner)
+    got = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True, context=ctx)
+    alone = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
+    assert got.keys.shape == (2, 2, 13, 64) and got.token_ids.tolist() == ids.tolist()
+    assert (got.keys - joint.keys[:, :, 9:]).abs().max() < 1e-4
+    assert (got.values - joint.values[:, :, 9:]).abs().max() < 1e-4
+    assert (got.importance - joint.importance[9:]).abs().max() < 1e-4
+    assert (got.values - alone.values).abs().max() > 1e-2  # the context changed the values
+
+
+def test_a_context_too_long_for_the_model_keeps_its_last_ids():
+    lm = tiny_model("llama")  # 2,048 positions
+    ctx, ids = random_ids(100, seed=7), random_ids(2000, seed=8)
+    got = encode_document(lm, ids, kv_dtype="float32", context=ctx)
+    want = encode_document(lm, ids, kv_dtype="float32", context=ctx[-48:])
+    assert torch.equal(got.values, want.values) and got.num_tokens == 2000

@@ -123,3 +123,17 @@ def test_named_adapter_registry_refuses_a_doc_side_artifact(tmp_path):
     for call in (variants.check, variants.get):
         with pytest.raises(LinkTokensMismatch, match="adapter 'docs' is a document-side artifact"):
             call("docs")
+
+
+def test_a_chunk_encoded_with_the_adapter_after_its_context_is_the_tail_of_both_as_one(tmp_path):
+    from factories import random_ids, tiny_model
+
+    lm = tiny_model("llama")
+    ctx, ids = random_ids(7, seed=1), random_ids(11, seed=2)
+    kw = dict(prefix=None, kv_dtype="float32", fingerprint="f")
+    with torch.no_grad():
+        joint = encode_with_adapter(lm, torch.cat([ctx, ids]), None, **kw)
+        got = encode_with_adapter(lm, ids, None, context=ctx, **kw)
+    assert got.token_ids.tolist() == ids.tolist()
+    assert (got.keys - joint.keys[:, :, 7:]).abs().max() < 1e-4
+    assert (got.values - joint.values[:, :, 7:]).abs().max() < 1e-4

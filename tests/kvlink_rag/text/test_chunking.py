@@ -87,6 +87,10 @@ def test_chunker_keeps_title_numbers_chunks_and_leaves_short_documents_alone():
     assert {p.title for p in parts} == {"Atlas"} and "".join(p.text for p in parts) == long.text
     assert chunker(parts[1]) == [parts[1]]  # a chunk is never chunked again
     assert Chunker(lambda text, title: count(text), 0)(long) == [long]
+    assert {p.context for p in parts} == {None}  # chunks encoded alone
+    in_context = Chunker(lambda text, title: count(text), 128, context=True)(long)
+    assert [p.text for p in in_context] == [p.text for p in parts]
+    assert [p.context for p in in_context] == [None] + [p.text for p in parts[:-1]]
 
 
 # -- through the engine (tiny random model, real tokenizer) ------------------------------------------------
@@ -96,7 +100,15 @@ SHORT = Document("The ferry leaves the harbour at noon.", "Ferry")
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
+    """Chunks encoded in context (the default ``chunk_context``)."""
     return tiny_text_engine(tmp_path_factory.mktemp("chunks"), max_new_tokens=4, chunk_tokens=128)
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    """Chunks encoded alone."""
+    return tiny_text_engine(tmp_path_factory.mktemp("alone"), max_new_tokens=4, chunk_tokens=128,
+                            chunk_context=False)
 
 
 class CountingCache(MemoryCache):
@@ -111,10 +123,12 @@ class CountingCache(MemoryCache):
         return super().put(key, kv)
 
 
-def test_long_document_links_exactly_as_its_chunks_given_as_documents(engine):
+@pytest.mark.parametrize("which", ["alone", "engine"], ids=["alone", "in-context"])
+def test_long_document_links_exactly_as_its_chunks_given_as_documents(which, request):
+    engine = request.getfixturevalue(which)
     chunks = engine.chunks(LONG)
     assert len(chunks) >= 3 and all(engine.document_ids(c).numel() <= 128 for c in chunks)
-    plain = [Document(c.text, c.title) for c in chunks]  # short documents: not chunked again
+    plain = [Document(c.text, c.title, context=c.context) for c in chunks]  # short documents: not chunked again
     a, hits_a = engine.link_context("where is the ferry?", [SHORT, LONG])
     b, hits_b = engine.link_context("where is the ferry?", [SHORT] + plain)
     assert torch.equal(a.last_logits, b.last_logits) and hits_b == len(chunks) + 1
@@ -131,7 +145,35 @@ def test_short_documents_are_bit_identical_with_chunking_on_and_off(engine, tmp_
     assert off.chunks(LONG) == [LONG]
 
 
-def test_an_edit_re_encodes_only_the_changed_chunk(engine):
+def test_a_chunk_in_context_is_keyed_by_its_text_and_the_text_before_it(engine, alone):
+    ctx, solo = engine.chunks(LONG), alone.chunks(LONG)
+    assert engine.cache_key(ctx[0]) == alone.cache_key(solo[0])  # the first chunk has no context
+    assert all(engine.cache_key(c) != alone.cache_key(s) for c, s in zip(ctx[1:], solo[1:]))
+    other = Document(ctx[1].text, ctx[1].title, chunk=1, context=ctx[0].context or "Another text before it.")
+    assert engine.cache_key(other) != engine.cache_key(ctx[1])
+    kv_ctx, kv_solo = engine.encode(ctx[1]), alone.encode(solo[1])
+    assert torch.equal(kv_ctx.token_ids, kv_solo.token_ids) and not torch.equal(kv_ctx.values, kv_solo.values)
+
+
+def test_an_edit_re_encodes_the_changed_chunk_and_the_one_after_it_in_context(engine):
+    eng = engine.with_link_tokens(engine.link_tokens)
+    eng.cache = CountingCache()
+    encoded = []
+    encode = eng.encode
+    eng.encode = lambda d: encoded.append(d) or encode(d)
+    eng.warm(LONG)
+    paras = LONG.text.split("\n\n")
+    edited = Document("\n\n".join(paras[:10] + [paras[10] + " EDITED"] + paras[11:]), LONG.title)
+    before, after = set(eng.cache_keys(LONG)), eng.cache_keys(edited)
+    assert len(set(after) - before) == 2  # the edited chunk (not the last) and the chunk after it
+    encoded.clear()
+    ctx, hits = eng.link_context("what was edited?", [edited])
+    assert [("EDITED" in d.text, "EDITED" in (d.context or "")) for d in encoded] == [(True, False), (False, True)]
+    assert hits == len(after) - 2
+
+
+def test_an_edit_re_encodes_only_the_changed_chunk(alone):
+    engine = alone
     eng = engine.with_link_tokens(engine.link_tokens)
     eng.cache = CountingCache()
     encoded = []
