@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from evaluation.contrast_more import MORE
 from evaluation.nq import NQExample, best_subspan_em, gold_slot, normalize_answer
 from kvlink_rag.types import Document
 
@@ -135,7 +136,11 @@ CASES: tuple[ContrastExample, ...] = (
           "already hold another grant.",
           "graduates|staff|another grant"),
 )
-"""The 16 cases (each asked in both document orders by ``--gold-position first,last``)."""
+FIRST = len(CASES)
+"""The first set's 16 cases (the shipping rule's contrast check until 2026-12-06d: ``eval --task contrast --n 16``)."""
+CASES += tuple(_case(*c) for c in MORE)
+"""All 48 cases (each asked in both document orders by ``--gold-position first,last``): the first set's 16, then
+:data:`evaluation.contrast_more.MORE`."""
 MAX_DOCS = len(CASES) + 1
 """Most documents a contrast question takes: its two and every other case's answering document."""
 _WRONG = {c.answers: c.wrong for c in CASES}
@@ -155,7 +160,7 @@ def contrast_match(prediction: str, answers: list[str] | tuple[str, ...]) -> flo
 
 
 def make_examples(n: int | None = None) -> list[ContrastExample]:
-    """The first ``n`` cases (all 16 by default). Raises ValueError: ``n`` below 1."""
+    """The first ``n`` cases (all 48 by default; the first set is ``n=16``). Raises ValueError: ``n`` below 1."""
     if n is not None and n < 1:
         raise ValueError(f"number of questions ({n}) must be >= 1")
     return list(CASES[:n])

@@ -5,7 +5,7 @@ task, the contrast check, the newcomer case), its inputs measured here, the verd
 
 Validation NLL: the recipe's fixed validation examples (20 a task, whole answers) under each artifact, documents
 from the store under KVLINK_RAG_HOME (the training run's pre-encoded ones are reused). Contrast check:
-``kvlink-rag eval --task contrast --docs 2 --gold-position first,last`` with each artifact (rows in --out).
+``kvlink-rag eval --task contrast --docs 2 --gold-position first,last`` (all 48 cases) with each artifact (rows in --out).
 One torch thread by default (KVLINK_RAG_TORCH_THREADS); ~5 min on a 2-core CPU.
 """
 
@@ -42,9 +42,12 @@ def task_nll(artifact: str, split, mix) -> dict[str, float]:
 
 def contrast_scores(artifact: str, tag: str, out: Path) -> list[tuple[int, str, float]]:
     """``(case, gold position, 0/1)`` of each contrast prompt answered linked with ``artifact``."""
+    from evaluation.contrast import CASES
+
     summary = out / f"contrast-{tag}.json"
-    cmd = [sys.executable, "-m", "cli", "eval", "--task", "contrast", "--n", "16", "--docs", "2", "--gold-position",
-           "first,last", "--modes", "linked-query-lora", "--adapter", artifact, "--tag", tag, "--json", str(summary)]
+    cmd = [sys.executable, "-m", "cli", "eval", "--task", "contrast", "--n", str(len(CASES)), "--docs", "2",
+           "--gold-position", "first,last", "--modes", "linked-query-lora", "--adapter", artifact, "--tag", tag,
+           "--json", str(summary)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in summary.with_suffix(".rows.jsonl").read_text().splitlines()]
     return sorted((r["index"], r["gold_position"], float(r["em"])) for r in rows)

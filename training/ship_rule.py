@@ -7,8 +7,11 @@ Three conditions, all required (``scripts/ship_check.py`` gathers the inputs and
    the mean over tasks of NLL(candidate) / NLL(shipped) is below 1 *and* no task's ratio exceeds
    ``max_task_ratio`` (1.10: one task's large gain, such as key-value retrieval's, may not pay for another's
    loss; the 2026-12-06 mixture artifact had nq 1.08 beside kv 0.23).
-2. **Contrast check** (:mod:`evaluation.contrast`, 16 hand-written cases in both orders, linked answers):
-   the candidate answers at least as many prompts right as the shipped artifact.
+2. **Contrast check** (:mod:`evaluation.contrast`, 48 hand-written cases in both orders, 96 prompts, linked
+   answers): the candidate answers at least as many prompts right as the shipped artifact. Until 2026-12-06d
+   the check was the first 16 cases (32 prompts), where one prompt decided the polarity artifact's verdict and
+   one run's checkpoints read 0.28 / 0.50 / 0.41; the 32 cases added in 2026-12-06e were written, and this
+   condition restated, before any artifact was run on them.
 3. **The newcomer case** (the README's first example, issue 17): "What does the warranty cover?" over the
    coverage note and the exclusions FAQ, in both orders, answered from the coverage (the contrast check's
    case 0). ``make test`` asserts the first order for the shipped default.

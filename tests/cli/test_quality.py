@@ -50,7 +50,7 @@ def test_eval_contrast_asks_each_case_in_both_orders(tmp_path, env):
     (["--modes", "full", "--recompute-ratio", "0.15"], "not to full prefill"),  # was silently dropped
     (["--task", "kv-retrieval", "--retrieve", "3"], "--retrieve K (K >= 1) is an option of --task nq"),
     (["--task", "kv-retrieval", "--min-relative-score", "0.5"], "apply with --retrieve K"),
-    (["--task", "contrast", "--docs", "1"], "--task contrast takes --docs 2..17"),
+    (["--task", "contrast", "--docs", "1"], "--task contrast takes --docs 2..49"),
 ])
 def test_eval_task_errors_are_one_line(args, message, env):
     result = runner.invoke(app, ["eval", *args], env=env)

@@ -3,12 +3,13 @@ from the contrast document."""
 
 import pytest
 
-from evaluation.contrast import CASES, build_documents, contrast_match, make_examples
+from evaluation.contrast import CASES, FIRST, build_documents, contrast_match, make_examples
 
 
 def test_both_orders_put_the_answer_and_its_contrast_side_by_side():
     ex = make_examples()
-    assert len(ex) == 16 and len({c.question for c in ex}) == 16
+    assert len(ex) == 48 and len({c.question for c in ex}) == 48 and FIRST == 16
+    assert make_examples(16) == list(CASES[:16]) and CASES[0].question == "What does the warranty cover?"
     docs, slot = build_documents(ex, 0, 2, "first")
     assert (docs, slot) == ([ex[0].gold, ex[0].contrast], 0)
     docs, slot = build_documents(ex, 0, 2, "last")
@@ -34,9 +35,9 @@ def test_an_answer_counts_only_without_the_contrast_documents_phrases():
 
 
 def test_bad_counts_are_refused():
-    with pytest.raises(ValueError, match="2..17 documents"):
+    with pytest.raises(ValueError, match="2..49 documents"):
         build_documents(make_examples(), 0, 1)
-    with pytest.raises(ValueError, match="index 16 out of range"):
-        build_documents(make_examples(), 16, 2)
+    with pytest.raises(ValueError, match="index 48 out of range"):
+        build_documents(make_examples(), 48, 2)
     with pytest.raises(ValueError, match=">= 1"):
         make_examples(0)
