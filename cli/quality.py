@@ -217,7 +217,7 @@ def eval_report(
         fail(str(e))
     summary = summarise(merged, seed)
     n = len({r["index"] for r in merged})
-    print_summary(summary, f"NQ-open, {n} questions, merged from {len(rows)} row file(s)")
+    print_summary(summary, f"{_tasks_of(rows)}, {n} questions, merged from {len(rows)} row file(s)")
     if against is not None:
         if against not in summary["modes"]:
             fail(f"--against {against!r}: no rows of that mode; modes: {', '.join(summary['modes'])}")
@@ -235,3 +235,19 @@ def eval_report(
         plot_by_position(summary, plot)
     if markdown is not None:
         markdown.write_text(summary_markdown(summary))
+
+
+def _tasks_of(rows: list[Path]) -> str:
+    """The task(s) of row files, from the summary JSON beside each (``x.rows.jsonl`` -> ``x.json``,
+    ``settings.task``; NQ-open where a summary is missing or names none)."""
+    tasks = []
+    for path in rows:
+        summary = path.with_name(path.name.removesuffix(".rows.jsonl") + ".json")
+        try:
+            task = json.loads(summary.read_text()).get("settings", {}).get("task", "nq")
+        except (OSError, ValueError, AttributeError):
+            task = "nq"
+        name = "NQ-open" if task in (None, "nq") else str(task)
+        tasks += [name] if name not in tasks else []
+    return " + ".join(tasks)
+

@@ -39,6 +39,8 @@ def test_eval_contrast_asks_each_case_in_both_orders(tmp_path, env):
     assert "contrast questions (answer from the answering document, nothing from its contrast), 2 questions" in stdout
     assert summary["settings"]["task"] == "contrast" and summary["settings"]["metric"] == "contrast_match"
     assert sorted((r["index"], r["gold_slot"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    report = runner.invoke(app, ["eval-report", str(tmp_path / "contrast.rows.jsonl")], env=env)
+    assert report.exit_code == 0 and "contrast, 2 questions, merged from 1 row file(s)" in report.stdout  # was "NQ-open"
 
 
 @pytest.mark.parametrize("args, message", [
