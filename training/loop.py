@@ -21,17 +21,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from evaluation.nq import NQExample, TooFewDistractors, build_documents
 from kvlink_rag.engine import Engine
 from kvlink_rag.linking.link_tokens import LinkTokens, initial_link_tokens
-from kvlink_rag.linking.linker import link
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.model.lora import adapter_scope, add_lora, lora_state
-from kvlink_rag.reuse.doc_side import encode_batch_with_adapter
 
-from .data import Split, answer_ids, check_context
+from .data import Split, check_context
+from .example_loss import example_loss
 from .fast_attention import training_attention
 from .mixture import Sample
 from .packed import packed_loss
@@ -39,25 +37,6 @@ from .samples import pack_item, sample_of, train_sample_at, validate_tasks
 from .train_config import TRAIN_ADAPTER, TrainConfig, TrainState, comparable
 from .train_forward import TrainForward
 from .train_model import bf16_gemms
-
-def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,
-                 lm: LoadedModel | None = None) -> torch.Tensor:
-    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout, the
-    link-and-question forward on ``lm`` (default ``engine.lm``; documents always come from ``engine``);
-    with ``cfg.doc_side`` the documents are encoded now with the training adapter on (graph kept)."""
-    if cfg.doc_side:
-        prefix = engine.prefix if engine.anchored else None
-        kvs = encode_batch_with_adapter(engine.lm, [engine.document_ids(d) for d in docs], TRAIN_ADAPTER,
-                                        prefix=prefix, kv_dtype=engine.settings.kv_dtype,
-                                        fingerprint="doc-side-training")
-    else:
-        kvs = [engine.get_or_encode(d)[0] for d in docs]
-    q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
-    a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
-    ctx = link(lm or engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
-               anchored=engine.anchored, logits_to_keep=len(a_ids))
-    return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
-
 
 class Trainer:
     """Owns the trainable tensors, the optimiser and checkpoints for one training run.

@@ -30,7 +30,7 @@ def _cfg(**kw) -> TrainConfig:
 def _overfit_loss(trainer: Trainer) -> float:
     ex, docs = trainer.example(0)
     from kvlink_rag.model.lora import adapter_scope
-    from training.loop import example_loss
+    from training.example_loss import example_loss
 
     with torch.no_grad(), adapter_scope(trainer.engine.lm, trainer.adapter):
         return float(example_loss(trainer.engine, trainer.link_embeds, ex, docs, trainer.cfg))

@@ -6,7 +6,8 @@ import torch
 
 from factories import tiny_text_engine
 from kvlink_rag.model.lora import adapter_scope
-from training.loop import Trainer, example_loss
+from training.example_loss import example_loss
+from training.loop import Trainer
 from training.packed import packed_loss
 from training.samples import pack_item, sample_of
 

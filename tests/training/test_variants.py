@@ -139,7 +139,7 @@ def test_a_curriculum_past_the_context_is_refused_before_training(tmp_path):
 
 def test_init_may_add_lora_targets_which_start_at_zero(tmp_path):
     from kvlink_rag.model.lora import adapter_scope
-    from training.loop import example_loss
+    from training.example_loss import example_loss
 
     first = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=2, targets=("q_proj", "v_proj")), tmp_path / "a")
     first.run(val_every=0)

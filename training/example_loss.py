@@ -1,0 +1,48 @@
+"""One training example's loss under the linked layout, and documents encoded with the training adapter on
+(``doc_side``; :mod:`kvlink_rag.reuse.doc_side`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from evaluation.nq import NQExample
+from kvlink_rag.engine import Engine
+from kvlink_rag.linking.linker import link
+from kvlink_rag.model.loader import LoadedModel
+from kvlink_rag.reuse.doc_side import encode_batch_with_adapter, encode_with_adapter
+from kvlink_rag.types import Document, DocumentKV
+
+from .data import answer_ids
+from .train_config import TRAIN_ADAPTER, TrainConfig
+
+
+def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs, cfg: TrainConfig,
+                 lm: LoadedModel | None = None) -> torch.Tensor:
+    """Mean cross-entropy (nats/token) of the first gold answer (+ end token) under the linked layout, the
+    link-and-question forward on ``lm`` (default ``engine.lm``; documents always come from ``engine``);
+    with ``cfg.doc_side`` the documents are encoded now with the training adapter on (graph kept)."""
+    if cfg.doc_side:
+        kvs = doc_side_kvs(engine, docs)
+    else:
+        kvs = [engine.get_or_encode(d)[0] for d in docs]
+    q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
+    a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
+    ctx = link(lm or engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
+               anchored=engine.anchored, logits_to_keep=len(a_ids))
+    return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
+
+
+def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
+    """``docs`` encoded now with the training adapter on (graph kept): in one batched forward, except chunks
+    encoded in context (``Document.context``), each after the chunk before it as the engine encodes them."""
+    prefix = engine.prefix if engine.anchored else None
+    kw = dict(prefix=prefix, kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
+    alone = [i for i, d in enumerate(docs) if d.context is None]
+    kvs = dict(zip(alone, encode_batch_with_adapter(engine.lm, [engine.document_ids(docs[i]) for i in alone],
+                                                    TRAIN_ADAPTER, **kw) if alone else []))
+    for i, d in enumerate(docs):
+        if d.context is not None:
+            before = engine.document_ids(Document(d.context, d.title))
+            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=before, **kw)
+    return [kvs[i] for i in range(len(docs))]
