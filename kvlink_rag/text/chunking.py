@@ -19,10 +19,13 @@ units are grouped into *runs* by a content-defined rule, and each run into chunk
 So editing one paragraph changes the chunk(s) of its own run only: one chunk, unless the run is packed
 into several (a changed length can move a cut inside that run) or the edit flips whether the paragraph
 closes its run (the neighbouring run is then merged or split). Chunks elsewhere keep their exact text,
-hence their cache key (the hash of their own text), and stay cache hits.
+hence their cache key, and stay cache hits.
 
 The chunk texts concatenate to the document's normalised text. Each chunk is framed like any document
-(``Document (Title: t) <chunk>``), so its cache is the same as that of a document with its text.
+(``Document (Title: t) <chunk>``). With ``context`` (the engine's ``chunk_context``, default on) each chunk
+after the first carries the previous chunk's text in :attr:`~kvlink_rag.types.Document.context`: it is encoded
+right after that chunk and keyed by both texts, so an edit also changes the key of the chunk after the edited
+one; without it a chunk's cache is that of a document with its text.
 """
 
 from __future__ import annotations
