@@ -89,10 +89,10 @@ class EngineSettings(LayerSettings):
     chunk_tokens: int = Field(512, ge=0, description="A document longer than this (tokens, title included) is "
                               "stored and linked as chunks of at most this many tokens, each its own cache "
                               "(kvlink_rag/text/chunking.py); 0 = one cache per document. At least 64.")
-    chunk_context: bool = Field(
-        True, description="Encode each chunk of a chunked document right after the chunk before it (its cache "
-        "keyed by both texts), so a chunk's values carry the text before it as in the whole document; an edit "
-        "then re-encodes its chunk and the next. False: every chunk is encoded alone.")
+    chunk_context: int = Field(
+        1, ge=0, le=64, description="Encode each chunk of a chunked document right after the text of this many "
+        "chunks before it (its cache keyed by both texts), so a chunk's values carry the text before it as in the "
+        "whole document; an edit then re-encodes its chunk and the next this many. 0: every chunk alone.")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

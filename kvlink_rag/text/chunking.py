@@ -22,10 +22,10 @@ closes its run (the neighbouring run is then merged or split). Chunks elsewhere 
 hence their cache key, and stay cache hits.
 
 The chunk texts concatenate to the document's normalised text. Each chunk is framed like any document
-(``Document (Title: t) <chunk>``). With ``context`` (the engine's ``chunk_context``, default on) each chunk
-after the first carries the previous chunk's text in :attr:`~kvlink_rag.types.Document.context`: it is encoded
-right after that chunk and keyed by both texts, so an edit also changes the key of the chunk after the edited
-one; without it a chunk's cache is that of a document with its text.
+(``Document (Title: t) <chunk>``). With ``context`` (the engine's ``chunk_context``, default 1) each chunk
+after the first carries the text of the chunk(s) before it in :attr:`~kvlink_rag.types.Document.context`: it is
+encoded right after that text and keyed by both texts, so an edit also changes the keys of the chunks after the
+edited one whose context holds it; without it a chunk's cache is that of a document with its text.
 """
 
 from __future__ import annotations
@@ -166,14 +166,15 @@ class Chunker:
     Args:
         count: framed tokens of a text under a title: ``count(text, title) -> int``.
         chunk_tokens: largest chunk (framed tokens); 0 = never chunk.
-        context: each chunk after the first carries the previous chunk's text as its ``context`` (encoded in
-            context: an edit then re-encodes its own chunk(s) and the one after).
+        context: each chunk after the first carries the text of up to this many chunks before it as its
+            ``context`` (encoded after it: an edit then re-encodes its own chunk(s) and the ``context`` after);
+            0: none.
     Raises:
         ValueError: ``chunk_tokens`` neither 0 nor at least :data:`MIN_CHUNK_TOKENS`.
     """
 
     def __init__(self, count: Callable[[str, str | None], int], chunk_tokens: int, memo: int = 4096,
-                 context: bool = False):
+                 context: int = 0):
         if chunk_tokens and chunk_tokens < MIN_CHUNK_TOKENS:
             raise ValueError(f"chunk_tokens must be 0 or at least {MIN_CHUNK_TOKENS}, got {chunk_tokens}")
         self.count, self.chunk_tokens, self.memo, self.context = count, chunk_tokens, memo, context
@@ -194,7 +195,8 @@ class Chunker:
                 self._seen.move_to_end(key)
                 return self._seen[key]
         texts = chunk_text(normalize_text(doc.text), lambda t: self.count(t, doc.title), self.chunk_tokens)
-        before = [None] + (texts[:-1] if self.context else [None] * (len(texts) - 1))
+        w = max(0, int(self.context))
+        before = [("".join(texts[max(0, i - w):i]) or None) if w else None for i in range(len(texts))]
         out = [doc] if len(texts) == 1 else [replace(doc, text=t, chunk=i, context=b)
                                              for i, (t, b) in enumerate(zip(texts, before))]
         with self._lock:

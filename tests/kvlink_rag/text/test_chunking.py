@@ -88,9 +88,12 @@ def test_chunker_keeps_title_numbers_chunks_and_leaves_short_documents_alone():
     assert chunker(parts[1]) == [parts[1]]  # a chunk is never chunked again
     assert Chunker(lambda text, title: count(text), 0)(long) == [long]
     assert {p.context for p in parts} == {None}  # chunks encoded alone
-    in_context = Chunker(lambda text, title: count(text), 128, context=True)(long)
+    in_context = Chunker(lambda text, title: count(text), 128, context=1)(long)
     assert [p.text for p in in_context] == [p.text for p in parts]
     assert [p.context for p in in_context] == [None] + [p.text for p in parts[:-1]]
+    two = Chunker(lambda text, title: count(text), 128, context=2)(long)
+    assert [p.context for p in two] == [None] + ["".join(p.text for p in parts[max(0, i - 2):i])
+                                                 for i in range(1, len(parts))]
 
 
 # -- through the engine (tiny random model, real tokenizer) ------------------------------------------------
