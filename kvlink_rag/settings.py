@@ -20,6 +20,9 @@ AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 
 
+_SWITCH = {"true": 1, "on": 1, "yes": 1, "false": 0, "off": 0, "no": 0}
+
+
 class EngineSettings(LayerSettings):
     """Engine settings (the core reads only these): the model, its KV encoding and link tokens, decoding
     defaults, chunking, adapters. Every field can be set with ``KVLINK_RAG_<FIELD>``; a process's whole
@@ -97,6 +100,14 @@ class EngineSettings(LayerSettings):
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."
     )
+
+    @field_validator("chunk_context", mode="before")
+    @classmethod
+    def _chunk_context_switch(cls, v: object) -> object:
+        """``true``/``on``/``yes`` mean one chunk back, ``false``/``off``/``no`` none."""
+        if isinstance(v, str) and v.strip().lower() in _SWITCH:
+            return _SWITCH[v.strip().lower()]
+        return v
 
     @field_validator("kv_dtype")
     @classmethod
