@@ -21,7 +21,7 @@ def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context)
     rng = random.Random(0)
     examples = [NQExample(f"q{i}", ("a",), Document(" ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40))) + ".",
                                                     f"Passage {i}")) for i in range(40)]
-    engine = tiny_text_engine(tmp_path, chunk_context=context)
+    engine = tiny_text_engine(tmp_path, chunk_context=int(context))
     r = measure(engine, examples, target_tokens=900, chunk_tokens=128, log=lambda m: None)
     c, b, n = r["chunked_edit"], r["one_block_edit"], 1 + context
     assert 700 < r["document_tokens"] <= 900 and r["chunked_first"]["encoded"] == c["chunks"] > 3

@@ -21,7 +21,7 @@ def _text(seed: int = 0, n: int = 24) -> str:
     return "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) + "." for _ in range(n))
 
 
-def _setup(tmp_path, context: bool = True):
+def _setup(tmp_path, context: int = 1):
     queue: list[tuple[str, str, int]] = []
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
                     enqueue=lambda *task: queue.append(task))
@@ -43,7 +43,7 @@ def _drain(st, engine, queue):
 def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path, context):
     """Chunks encoded alone: the edited chunk only; in context: it and the one after it (whose key holds the
     edited text before it)."""
-    st, engine, queue, encoded = _setup(tmp_path, context)
+    st, engine, queue, encoded = _setup(tmp_path, int(context))
     text = _text()
     DocumentService(st).ingest("acme", "notes", text, "Notes")
     [ready] = _drain(st, engine, queue)

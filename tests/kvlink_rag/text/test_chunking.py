@@ -111,7 +111,7 @@ def engine(tmp_path_factory):
 def alone(tmp_path_factory):
     """Chunks encoded alone."""
     return tiny_text_engine(tmp_path_factory.mktemp("alone"), max_new_tokens=4, chunk_tokens=128,
-                            chunk_context=False)
+                            chunk_context=0)
 
 
 class CountingCache(MemoryCache):
@@ -152,7 +152,7 @@ def test_a_chunk_in_context_is_keyed_by_its_text_and_the_text_before_it(engine, 
     ctx, solo = engine.chunks(LONG), alone.chunks(LONG)
     assert engine.cache_key(ctx[0]) == alone.cache_key(solo[0])  # the first chunk has no context
     assert all(engine.cache_key(c) != alone.cache_key(s) for c, s in zip(ctx[1:], solo[1:]))
-    other = Document(ctx[1].text, ctx[1].title, chunk=1, context=ctx[0].context or "Another text before it.")
+    other = Document(ctx[1].text, ctx[1].title, chunk=1, context="Another text before it.")
     assert engine.cache_key(other) != engine.cache_key(ctx[1])
     kv_ctx, kv_solo = engine.encode(ctx[1]), alone.encode(solo[1])
     assert torch.equal(kv_ctx.token_ids, kv_solo.token_ids) and not torch.equal(kv_ctx.values, kv_solo.values)
