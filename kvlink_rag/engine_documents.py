@@ -165,7 +165,7 @@ class EngineDocuments:
                 f"the model's context holds {self.lm.max_positions} tokens{_largest(docs, sizes)}")
 
     def encode(self, doc: Document) -> DocumentKV:
-        """Precompute ``doc``'s position-free KV (a chunk with ``context``: after the chunk before it).
+        """Precompute ``doc``'s position-free KV (a chunk with ``context``: after the text before it).
 
         Runs under no_grad (not inference mode) so that training can attend to the result.
 
@@ -174,7 +174,7 @@ class EngineDocuments:
         """
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
-        # a chunk in context: encoded right after the previous chunk's framed ids (kept only where they fit)
+        # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
         context = None if doc.context is None else self.document_ids(Document(doc.context, doc.title))
         prefix = self.prefix if self.anchored else None
         if self.doc_adapter is not None:

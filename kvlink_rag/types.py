@@ -32,9 +32,9 @@ class Document:
     """A document as given by a user: text and optional title.
 
     ``chunk`` is the index of this piece within a longer document split by :mod:`kvlink_rag.text.chunking`
-    (None: a whole document); it never enters the cache key. ``context`` is the text of the chunk before this
-    one when chunks are encoded in context (``chunk_context``): the chunk's KV is computed right after that
-    text, and its cache key holds both texts. None: the chunk (or document) is encoded and keyed alone.
+    (None: a whole document); it never enters the cache key. ``context`` is the text of the chunk(s) before
+    this one when chunks are encoded in context (``chunk_context`` chunks back): the chunk's KV is computed right
+    after that text, and its cache key holds both texts. None: the chunk (or document) is encoded and keyed alone.
     """
 
     text: str
