@@ -109,7 +109,8 @@ def markdown(r: dict) -> str:
     """The BENCHMARKS.md table of a :func:`measure` result (parts not measured show as -)."""
     none = {"chunks": "-", "encoded": "-", "tokens": "-", "bytes": float("nan"), "s": float("nan")}
     c, b, f = (r.get(p, none) for p in ("chunked_edit", "one_block_edit", "chunked_first"))
-    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+    mib = lambda n: "-" if n != n else f"{n / 2**20:.1f} MiB"  # noqa: E731 - a part not measured (nan): "-"
+    sec = lambda t: "-" if t != t else f"{t:.2f}"  # noqa: E731
     st = r["stability"]
     return "\n".join([
         f"Document of {r['document_tokens']} tokens ({r['paragraphs']} NQ passages, one per paragraph), "
@@ -117,10 +118,10 @@ def markdown(r: dict) -> str:
         + ("; chunks encoded in context (each after the chunk before it, which runs through the model again but is "
            "not stored)." if r.get("chunk_context") else "; chunks encoded alone."), "",
         "| after the edit | caches encoded | tokens encoded | KV bytes written | encode s |", "|---|---|---|---|---|",
-        f"| one block | 1 of 1 | {b['tokens']} | {mib(b['bytes'])} | {b['s']:.2f} |",
+        f"| one block | 1 of 1 | {b['tokens']} | {mib(b['bytes'])} | {sec(b['s'])} |",
         f"| chunks of <= {r['chunk_tokens']} tokens | {c['encoded']} of {c['chunks']} | {c['tokens']} | "
-        f"{mib(c['bytes'])} | {c['s']:.2f} |", "",
+        f"{mib(c['bytes'])} | {sec(c['s'])} |", "",
         f"The chunked document's first encode: {f['encoded']} chunks, {f['tokens']} tokens, {mib(f['bytes'])}, "
-        f"{f['s']:.2f} s; linked it takes {r['linked_tokens_chunked']} positions (link tokens between chunks). "
+        f"{sec(f['s'])} s; linked it takes {r['linked_tokens_chunked']} positions (link tokens between chunks). "
         f"Every paragraph edited in turn ({st['edits']} edits): chunks changed per edit {st['changed']} "
         f"(mean {st['mean_changed']:.2f}).", ""])

@@ -54,9 +54,12 @@ _FLAGS = {"link_k": "--k", "encoding": "--encoding", "kv_dtype": "--kv-dtype"}
 
 
 def _name(loc: tuple, overrides: dict) -> str:
-    """A settings error's field, as the flag that set it (``--k``) where the command line did, else its name."""
+    """A settings error's field, as the flag that set it (``--k``) where the command line did, else as the
+    environment variable that sets it (``KVLINK_RAG_CHUNK_CONTEXT``)."""
     field = ".".join(map(str, loc))
-    return _FLAGS[field] if field in _FLAGS and overrides.get(field) is not None else field
+    if field in _FLAGS and overrides.get(field) is not None:
+        return _FLAGS[field]
+    return f"KVLINK_RAG_{field.upper()}" if field.isidentifier() else field
 
 
 def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: str | None = None,

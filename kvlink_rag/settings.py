@@ -104,9 +104,15 @@ class EngineSettings(LayerSettings):
     @field_validator("chunk_context", mode="before")
     @classmethod
     def _chunk_context_switch(cls, v: object) -> object:
-        """``true``/``on``/``yes`` mean one chunk back, ``false``/``off``/``no`` none."""
+        """``true``/``on``/``yes`` mean one chunk back, ``false``/``off``/``no`` none; anything else must be a count.
+
+        Raises:
+            ValueError: a word that is neither a switch nor a whole number.
+        """
         if isinstance(v, str) and v.strip().lower() in _SWITCH:
             return _SWITCH[v.strip().lower()]
+        if isinstance(v, str) and not v.strip().lstrip("-").isdigit():
+            raise ValueError(f"expected a number of chunks (0, 1, 2, ...) or true/false, got {v!r}")
         return v
 
     @field_validator("kv_dtype")

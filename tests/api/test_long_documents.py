@@ -1,5 +1,5 @@
 """A long document through the API: stored as chunk caches, queried as one document, an update replaces
-only the edited paragraph's chunk."""
+only the edited paragraph's chunk and the one after it (encoded in its context)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,7 @@ def test_a_long_document_is_cached_as_chunks_and_an_update_replaces_one(client):
     done = wait_for(lambda: (d := client.get("/v1/documents/notes").json())["status"] == "ready" and d["version"] == 2
                     and d, 30, what="version 2 ready")
     new = done["cache_key"].split()
-    assert len(set(new) - set(keys)) == 1 and len(set(keys) - set(new)) == 1
+    # the edited paragraph's chunk and the chunk after it (encoded in its context, KVLINK_RAG_CHUNK_CONTEXT=1)
+    assert len(set(new) - set(keys)) == 2 and len(set(keys) - set(new)) == 2
+    assert [k == n for k, n in zip(keys, new)].count(False) == 2
     assert sorted(client.app_state.store.blobs.keys()) == sorted(set(new))

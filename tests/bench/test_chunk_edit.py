@@ -29,3 +29,5 @@ def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context)
     assert c["bytes"] * 2 < b["bytes"] and r["stability"]["edits"] == r["paragraphs"]
     assert r["stability"]["mean_changed"] >= n - 0.25 and r["chunk_context"] == context
     assert "| one block | 1 of 1 |" in markdown(r) and ("in context" in markdown(r)) is context
+    chunked_only = markdown({k: v for k, v in r.items() if k != "one_block_edit"})  # --parts chunked
+    assert "| one block | 1 of 1 | - | - | - |" in chunked_only and "nan" not in chunked_only

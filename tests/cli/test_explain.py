@@ -117,6 +117,17 @@ def test_a_bad_setting_from_the_command_line_is_named_by_its_flag(args, message,
     assert result.stderr.count("\n") == 1 and result.stdout == ""
 
 
+@pytest.mark.parametrize("value, message", [
+    ("maybe", "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: Value error, expected a number of chunks"),
+    ("-1", "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: Input should be greater than or equal to 0"),
+])
+def test_a_bad_setting_from_the_environment_is_named_by_its_variable(value, message, env):
+    result = runner.invoke(app, ["ask", "--doc", "README.md", "q?"], env={**env, "KVLINK_RAG_CHUNK_CONTEXT": value})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message)  # was "chunk_context: Input should be a valid integer"
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
 @pytest.mark.skipif(not NQ_PATH.exists(), reason=f"needs the NQ data at {NQ_PATH} (KVLINK_RAG_NQ_PATH)")
 def test_no_documents_per_question_is_a_one_line_error(env):
     result = runner.invoke(app, ["demo", "--nq", str(NQ_PATH), "--docs", "0"], env=env)
