@@ -57,8 +57,8 @@ def _name(loc: tuple, overrides: dict) -> str:
     """A settings error's field, as the flag that set it (``--k``) where the command line did, else as the
     environment variable that sets it (``KVLINK_RAG_CHUNK_CONTEXT``)."""
     field = ".".join(map(str, loc))
-    if field in _FLAGS and overrides.get(field) is not None:
-        return _FLAGS[field]
+    if overrides.get(field) is not None:  # the command line set it: its flag (--port for port)
+        return _FLAGS.get(field, "--" + field.replace("_", "-"))
     return f"KVLINK_RAG_{field.upper()}" if field.isidentifier() else field
 
 

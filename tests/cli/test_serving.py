@@ -85,7 +85,7 @@ def test_clear_errors_and_non_zero_exit(tmp_path, env):
     code, output = _run(["worker"], env)
     assert code == 2 and "KVLINK_RAG_BROKER_URL" in output
     code, output = _run(["serve", "--port", "0"], env)
-    assert code == 2 and "port" in output
+    assert code == 2 and "invalid setting: --port:" in output  # the flag, not the environment variable
 
 
 def test_ingest_prints_the_ids_it_assigned(tmp_path, env):
