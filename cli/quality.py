@@ -240,14 +240,12 @@ def eval_report(
 def _tasks_of(rows: list[Path]) -> str:
     """The task(s) of row files, from the summary JSON beside each (``x.rows.jsonl`` -> ``x.json``,
     ``settings.task``; NQ-open where a summary is missing or names none)."""
-    tasks = []
+    names = []
     for path in rows:
         summary = path.with_name(path.name.removesuffix(".rows.jsonl") + ".json")
         try:
             task = json.loads(summary.read_text()).get("settings", {}).get("task", "nq")
         except (OSError, ValueError, AttributeError):
             task = "nq"
-        name = "NQ-open" if task in (None, "nq") else str(task)
-        tasks += [name] if name not in tasks else []
-    return " + ".join(tasks)
-
+        names.append("NQ-open" if task in (None, "nq") else str(task))
+    return " + ".join(dict.fromkeys(names))  # each task once, in order
