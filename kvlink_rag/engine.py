@@ -191,7 +191,8 @@ class Engine(EngineDocuments):
         """The context of the request's reuse method (:mod:`kvlink_rag.reuse.methods`: link tokens, or with a recompute
         ratio above 0 CacheBlend over the same caches and link tokens)."""
         ids = [self.document_ids(d) for d in docs] if recompute_ratio > 0 else []
-        inputs = ReuseInputs(self.lm, self.prefix, source, ids, embeds, q_ids, self.anchored, new_tokens=1)
+        inputs = ReuseInputs(self.lm, self.prefix, source, ids, embeds, q_ids, self.anchored, new_tokens=1,
+                             joined=self.joins(docs))
         return reuse_method(recompute_ratio).context(inputs)
 
     def generate(self, ctx: LinkedContext, params: SamplingParams, t0: float, hits: int = 0,

@@ -15,6 +15,7 @@ import torch
 from .cache import DocumentCache
 from .linking.document_prefill import encode_document
 from .reuse.doc_side import encode_with_adapter
+from .text.chunking import continues
 from .text.prompt import has_special_text
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, RetainedKV
 
@@ -82,8 +83,17 @@ class EngineDocuments:
         return self.chunker(doc)
 
     def expand(self, docs: list[Document]) -> list[Document]:
-        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow every chunk)."""
+        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow each, see :meth:`joins`)."""
         return [c for d in docs for c in self.chunks(d)]
+
+    def joins(self, slots: list[Document]) -> list[bool] | None:
+        """Per slot, True where the next slot continues it with no link tokens between (``chunk_links`` 'last':
+        a chunk encoded in the context of the one before it, :func:`~kvlink_rag.text.chunking.continues`); None
+        where link tokens follow every slot (the linker's :func:`~kvlink_rag.linking.linker.plan_layout`)."""
+        if self.settings.chunk_links != "last":
+            return None
+        out = [continues(a, b) for a, b in zip(slots, slots[1:])] + [False]
+        return out if any(out) else None
 
     def cache_keys(self, doc: Document, cache: DocumentCache | None = None) -> list[str]:
         """The keys of ``doc``'s chunk caches (one key, :meth:`cache_key`, for a document that is not chunked)."""
@@ -91,10 +101,11 @@ class EngineDocuments:
 
     def linked_tokens(self, doc: Document) -> int:
         """Positions ``doc`` takes in a linked prompt before its last K link tokens: its framed ids, or for a
-        chunked document its chunks' ids and the K link tokens between them (compare with
-        :meth:`max_document_tokens`). Raises ValueError: empty document."""
+        chunked document its chunks' ids and the K link tokens between them (none between joined chunks,
+        :meth:`joins`; compare with :meth:`max_document_tokens`). Raises ValueError: empty document."""
         chunks = self.chunks(doc)
-        return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * (len(chunks) - 1)
+        links = len(chunks) - 1 - sum(self.joins(chunks) or [])
+        return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * links
 
     def warm(self, doc: Document) -> bool:
         """Encode and cache whichever of ``doc``'s chunks are not cached; True when all were cached already.
@@ -141,7 +152,8 @@ class EngineDocuments:
         (tokenising is cheap, encoding is not): the check to run before any of ``docs`` is encoded or stored.
 
         The count is the linker's (:func:`kvlink_rag.linking.linker.check_link_inputs`): the prefix, every chunk
-        (:meth:`chunks`) of every document with ``k`` link tokens after each chunk, ``text_tokens`` and
+        (:meth:`chunks`) of every document with ``k`` link tokens after each chunk not joined to the next
+        (:meth:`joins`), ``text_tokens`` and
         ``new_tokens``; retention and CacheBlend keep every position, so they change nothing.
 
         Args:
@@ -156,7 +168,7 @@ class EngineDocuments:
         """
         k = self.link_k if k is None else k
         sizes = [[int(self.document_ids(c).numel()) for c in self.chunks(d)] for d in docs]
-        slots, doc_tokens = sum(map(len, sizes)), sum(map(sum, sizes))
+        slots, doc_tokens = sum(map(len, sizes)) - sum(self.joins(self.expand(docs)) or []), sum(map(sum, sizes))
         total = self.prefix.num_tokens + doc_tokens + k * slots + text_tokens
         if total + new_tokens > self.lm.max_positions:
             raise ContextTooLong(

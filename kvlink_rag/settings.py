@@ -96,6 +96,10 @@ class EngineSettings(LayerSettings):
         1, ge=0, le=64, description="Encode each chunk of a chunked document right after the text of this many "
         "chunks before it (its cache keyed by both texts), so a chunk's values carry the text before it as in the "
         "whole document; an edit then re-encodes its chunk and the next this many. 0: every chunk alone.")
+    chunk_links: Literal["each", "last"] = Field(
+        "each", description="Link tokens between the chunks of one document: 'each' after every chunk; 'last' only "
+        "after a document's last chunk, each chunk encoded in context (chunk_context > 0) following the chunk it was "
+        "encoded after with nothing between them, as in the whole document.")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

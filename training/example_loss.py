@@ -29,7 +29,7 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
     q_ids = engine.template.question_ids(engine.lm.tokenizer, ex.question)
     a_ids = answer_ids(engine, ex.answers[0], cfg.max_answer_tokens)
     ctx = link(lm or engine.lm, engine.prefix, kvs, link_embeds, torch.cat([q_ids, a_ids[:-1]]),
-               anchored=engine.anchored, logits_to_keep=len(a_ids))
+               anchored=engine.anchored, logits_to_keep=len(a_ids), joined=engine.joins(docs))
     return F.cross_entropy(ctx.logits.float(), a_ids.to(ctx.logits.device))
 
 

@@ -23,7 +23,7 @@ from kvlink_rag.linking.context import PrefixKV
 from kvlink_rag.linking.filled_kv import write_layers
 from kvlink_rag.linking.rope import rope_cos_sin
 from kvlink_rag.linking.linker import (_new_token_inputs, check_link_inputs, document_positions, plan_layout,
-                               rotate_documents, slot_link_embeds)
+                               rotate_documents, segment_link_embeds)
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.types import DocumentKV, LayeredDocuments
 
@@ -34,11 +34,13 @@ from .train_forward import TrainForward
 @dataclass
 class PackItem:
     """One example: its documents (in slot order, or a retained layer stream), question ids ``[q]`` and
-    answer ids ``[m + 1]`` (answer and end token) int64."""
+    answer ids ``[m + 1]`` (answer and end token) int64; ``joined``: per slot, no link tokens after it (chunks
+    of one document, :meth:`kvlink_rag.engine_documents.EngineDocuments.joins`), None: after every slot."""
 
     docs: list[DocumentKV] | LayeredDocuments
     question_ids: torch.Tensor
     answer_ids: torch.Tensor
+    joined: list[bool] | None = None
 
 
 @dataclass
@@ -55,10 +57,10 @@ def _layout(lm: LoadedModel, prefix: PrefixKV | None, item: PackItem, link_embed
             anchored: bool) -> _Layout:
     docs = item.docs if isinstance(item.docs, LayeredDocuments) else LayeredDocuments.from_documents(item.docs)
     new_ids = torch.cat([item.question_ids, item.answer_ids[:-1]])
-    num_links = check_link_inputs(lm, prefix, docs, link_embeds, new_ids, 0)
+    num_links = check_link_inputs(lm, prefix, docs, link_embeds, new_ids, 0, item.joined)
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(new_ids.numel()))
-    slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
+    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(new_ids.numel()), item.joined)
+    slots = segment_link_embeds(link_embeds.to(lm.device, lm.dtype), segments) if num_links else []
     embeds, pos, mask, _ = _new_token_inputs(lm, segments, slots, new_ids, anchored, document_positions(segments, docs))
     return _Layout(docs, segments, p_len + sum(docs.num_tokens), embeds, pos, mask[0, 0])
 

@@ -75,7 +75,7 @@ def train_sample_at(trainer: Trainer, i: int) -> Sample:
 
 def slots(trainer: Trainer, sample: Sample) -> list:
     """The sample's document slots: a ``long`` sample's document as the store chunks it (``chunk_tokens`` of
-    the engine's settings; link tokens after every chunk), else its documents."""
+    the engine's settings; link tokens after each chunk not joined to the next, ``chunk_links``), else its documents."""
     if sample.task == "long":
         return trainer.engine.expand(list(sample.docs))
     return list(sample.docs)
@@ -85,11 +85,12 @@ def pack_item(trainer: Trainer, sample: Sample) -> PackItem:
     """:class:`training.packed.PackItem` of ``sample``: document caches from the engine (cached, else encoded
     now by the frozen base model), at the sample's retention (``cfg.retention_method``) when below 1."""
     eng = trainer.engine
-    kvs = [eng.get_or_encode(d)[0] for d in slots(trainer, sample)]
+    docs_in = slots(trainer, sample)
+    kvs = [eng.get_or_encode(d)[0] for d in docs_in]
     docs = LayeredDocuments.from_documents(kvs, sample.retention, trainer.cfg.retention_method) \
         if sample.retention < 1.0 else kvs
     return PackItem(docs, eng.template.question_ids(eng.lm.tokenizer, sample.question),
-                    answer_ids(eng, sample.answers[0], trainer.cfg.max_answer_tokens))
+                    answer_ids(eng, sample.answers[0], trainer.cfg.max_answer_tokens), eng.joins(docs_in))
 
 
 @torch.no_grad()

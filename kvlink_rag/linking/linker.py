@@ -23,22 +23,30 @@ from .rope import apply_rope, rope_cos_sin
 from .filled_kv import filled_layers, filled_sequence
 
 
-def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int) -> list[Segment]:
+def plan_layout(prefix_len: int, doc_lens: list[int], num_links: int, question_len: int,
+                joined: list[bool] | None = None) -> list[Segment]:
     """Contiguous positions for ``[prefix][d1][L1]...[dN][LN][question]`` (lengths in tokens).
 
     ``num_links`` link tokens follow each document; link segments are omitted when it is 0, the prefix
-    segment when ``prefix_len`` is 0.
+    segment when ``prefix_len`` is 0, and after document ``i`` where ``joined[i]`` (the next slot is the chunk
+    after it, encoded in its context: :meth:`kvlink_rag.engine_documents.EngineDocuments.joins`), so the two
+    chunks sit side by side as in the whole document. A link segment's ``index`` is its document's slot.
     """
     segments = [Segment("prefix", -1, 0, prefix_len)] if prefix_len else []
     pos = prefix_len
     for i, n in enumerate(doc_lens):
         segments.append(Segment("document", i, pos, n))
         pos += n
-        if num_links > 0:
+        if num_links > 0 and not (joined and joined[i]):
             segments.append(Segment("link", i, pos, num_links))
             pos += num_links
     segments.append(Segment("question", -1, pos, question_len))
     return segments
+
+
+def link_count(n_docs: int, joined: list[bool] | None) -> int:
+    """Link segments in a layout of ``n_docs`` slots (one after each slot not joined to the next)."""
+    return n_docs - sum(joined or [])
 
 
 def _positions(segments: list[Segment], kinds: tuple[str, ...]) -> torch.Tensor:
@@ -55,12 +63,24 @@ def slot_link_embeds(link_embeds: torch.Tensor, n_docs: int) -> list[torch.Tenso
     return [link_embeds[min(i, link_embeds.shape[0] - 1)] for i in range(n_docs)]
 
 
+def segment_link_embeds(link_embeds: torch.Tensor | None, segments: list[Segment]) -> list[torch.Tensor]:
+    """``[K, hidden]`` link embeddings of each link segment of ``segments`` in order (its slot's, as
+    :func:`slot_link_embeds`); empty without link segments or embeddings."""
+    idx = [s.index for s in segments if s.kind == "link"]
+    if link_embeds is None or not idx:
+        return []
+    slots = slot_link_embeds(link_embeds, max(idx) + 1)
+    return [slots[i] for i in idx]
+
+
 def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDocuments,
-                      link_embeds: torch.Tensor | None, question_ids: torch.Tensor, new_tokens: int = 0) -> int:
+                      link_embeds: torch.Tensor | None, question_ids: torch.Tensor, new_tokens: int = 0,
+                      joined: list[bool] | None = None) -> int:
     """Validate inputs; returns the number of link tokens per document (0 without link tokens).
 
     Args:
         new_tokens: positions that must stay free after the question (generation).
+        joined: per slot, no link tokens after it (:func:`plan_layout`); None: link tokens after every slot.
     Raises:
         ValueError: no documents, empty question, shape mismatch.
         ContextTooLong: prefix + documents + link tokens + question + ``new_tokens`` exceed the model's
@@ -79,10 +99,13 @@ def check_link_inputs(lm: LoadedModel, prefix: PrefixKV | None, docs: LayeredDoc
     n_docs = len(docs.num_tokens)
     p_len = prefix.num_tokens if prefix is not None else 0
     d_len, q_len = sum(docs.layout_lengths), int(question_ids.numel())  # dropped tokens keep their positions
-    total = p_len + d_len + num_links * n_docs + q_len
+    if joined is not None and len(joined) != n_docs:
+        raise ValueError(f"joined has {len(joined)} entries for {n_docs} documents")
+    links = num_links * link_count(n_docs, joined)
+    total = p_len + d_len + links + q_len
     if total + new_tokens > lm.max_positions:
         raise ContextTooLong(
-            f"the prompt needs {total} tokens (prefix {p_len}, {n_docs} documents {d_len}, link tokens {num_links * n_docs}, "
+            f"the prompt needs {total} tokens (prefix {p_len}, {n_docs} documents {d_len}, link tokens {links}, "
             f"question {q_len}) plus {new_tokens} new token(s); the model's context holds {lm.max_positions}")
     return num_links
 
@@ -155,6 +178,7 @@ def link(
     anchored: bool,
     logits_to_keep: int = 1,
     new_tokens: int = 0,
+    joined: list[bool] | None = None,
 ) -> LinkedContext:
     """Build the linked KV cache and the logits after the question.
 
@@ -171,6 +195,7 @@ def link(
         logits_to_keep: return logits for this many last new tokens in ``ctx.logits`` (training passes
             question + answer ids and keeps the answer's logits).
         new_tokens: positions to keep free after the question (1 before generating).
+        joined: per slot, True where the next slot continues it with no link tokens between (:func:`plan_layout`).
     Returns:
         ``LinkedContext`` whose cache holds ``[prefix][docs][links][question]`` in storage order.
     Raises:
@@ -180,15 +205,15 @@ def link(
         if not docs:
             raise ValueError("at least one document is required to link (a question alone has no documents)")
         docs = LayeredDocuments.from_documents(docs)
-    num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
+    num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens, joined)
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()))
+    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()), joined)
 
     runner = logits_to_keep == 1 and runs_on_runner(link_embeds)
     seq, doc_k, doc_v = _cached_kv(lm, docs, segments, prefix, new_tokens if runner else None, timings)
     t0 = time.perf_counter()
-    slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
+    slots = segment_link_embeds(link_embeds.to(lm.device, lm.dtype), segments) if num_links else []
     doc_pos = document_positions(segments, docs)
     if runner:
         cache, last, storage_pos = _runner_new_tokens(lm, doc_k, doc_v, segments, slots, question_ids, anchored,
@@ -242,7 +267,7 @@ def _forward_new_tokens(lm: LoadedModel, cache, segments: list[Segment], slot_li
     under the KVLink mask (:func:`kvlink_rag.linking.mask.allowed`).
 
     Args:
-        slot_links: per document slot ``[K, hidden]`` link embeddings in the compute dtype (empty: K=0).
+        slot_links: per link segment ``[K, hidden]`` link embeddings in the compute dtype (empty: K=0).
         doc_pos: ``[cached document tokens]`` int64 layout positions of the cached document slots.
     Returns:
         the model output (its ``cache`` extended) and ``[total_tokens]`` int64 storage positions.

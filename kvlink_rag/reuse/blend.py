@@ -32,7 +32,7 @@ import torch
 from ..bounds import check_recompute_ratio  # noqa: F401 - re-exported: callers import it from here
 from ..linking.context import LinkedContext, PrefixKV, Segment, Timings
 from ..linking.kvcache import build_cache
-from ..linking.linker import check_link_inputs, document_positions, plan_layout, rotate_documents, slot_link_embeds
+from ..linking.linker import check_link_inputs, document_positions, plan_layout, rotate_documents, segment_link_embeds
 from ..linking.mask import additive
 from ..model.loader import LoadedModel
 from ..model.lora import adapter_scope
@@ -68,23 +68,25 @@ def _causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, hidden: torch.T
 
 def _context_inputs(lm: LoadedModel, segments: list[Segment], docs: LayeredDocuments, doc_ids: list[torch.Tensor],
                     slots: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Embeddings and positions of the streamed document tokens and link tokens in layout order.
+    """Embeddings and positions of the streamed document tokens and link tokens in layout order (``slots``: per
+    link segment ``[K, hidden]``, :func:`~kvlink_rag.linking.linker.segment_link_embeds`).
 
     Returns:
         ``embeds [n, hidden]`` (compute dtype), ``pos [n]`` int64 and ``is_doc [n]`` bool.
     """
     embeds, pos, is_doc = [], [], []
     doc_starts = [s for s in segments if s.kind == "document"]
-    link_starts = [s for s in segments if s.kind == "link"]
+    links = {s.index: (s, e) for s, e in zip([s for s in segments if s.kind == "link"], slots)}
     for j, seg in enumerate(doc_starts):
         off = docs.offsets(j)
         embeds.append(lm.embed_tokens(doc_ids[j][off].to(lm.device)))
         pos.append(seg.start + off)
         is_doc.append(torch.ones(len(off), dtype=torch.bool))
-        if slots:
-            embeds.append(slots[j])
-            pos.append(torch.arange(link_starts[j].start, link_starts[j].end))
-            is_doc.append(torch.zeros(link_starts[j].length, dtype=torch.bool))
+        if j in links:
+            link, e = links[j]
+            embeds.append(e)
+            pos.append(torch.arange(link.start, link.end))
+            is_doc.append(torch.zeros(link.length, dtype=torch.bool))
     return torch.cat(embeds), torch.cat(pos), torch.cat(is_doc)
 
 
@@ -139,7 +141,7 @@ def select_recompute(reused_v: torch.Tensor, fresh_v: torch.Tensor, ratio: float
 @torch.no_grad()
 def blend(lm: LoadedModel, prefix: PrefixKV | None, docs: list[DocumentKV] | LayeredDocuments,
           doc_ids: list[torch.Tensor], link_embeds: torch.Tensor | None, question_ids: torch.Tensor, *,
-          recompute_ratio: float, new_tokens: int = 0) -> LinkedContext:
+          recompute_ratio: float, new_tokens: int = 0, joined: list[bool] | None = None) -> LinkedContext:
     """The linked (or, without link tokens, naive) context with ``recompute_ratio`` of document tokens recomputed.
 
     Args:
@@ -151,6 +153,7 @@ def blend(lm: LoadedModel, prefix: PrefixKV | None, docs: list[DocumentKV] | Lay
         question_ids: ``[question_tokens]`` int64.
         recompute_ratio: fraction of the (streamed) document tokens recomputed, in [0, 1].
         new_tokens: positions to keep free after the question.
+        joined: per slot, no link tokens after it (:func:`kvlink_rag.linking.linker.plan_layout`).
     Returns:
         ``LinkedContext`` with the linker's layout ``[prefix][docs][links][question]``;
         ``timings.link_forward_s`` covers selection and blend forwards.
@@ -161,20 +164,20 @@ def blend(lm: LoadedModel, prefix: PrefixKV | None, docs: list[DocumentKV] | Lay
     ratio = check_recompute_ratio(recompute_ratio)
     if not isinstance(docs, LayeredDocuments):
         docs = LayeredDocuments.from_documents(docs) if docs else LayeredDocuments([], "", iter(()))
-    num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens)
+    num_links = check_link_inputs(lm, prefix, docs, link_embeds, question_ids, new_tokens, joined)
     if [int(i.numel()) for i in doc_ids] != list(docs.layout_lengths):
         raise ValueError(f"doc_ids lengths {[int(i.numel()) for i in doc_ids]} differ from the cached documents' "
                          f"{list(docs.layout_lengths)}")
     timings = Timings()
     p_len = prefix.num_tokens if prefix is not None else 0
-    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()))
+    segments = plan_layout(p_len, docs.layout_lengths, num_links, int(question_ids.numel()), joined)
     t0 = time.perf_counter()
     keys, values = rotate_documents(lm, docs, segments, prefix)  # per layer [kv_heads, P + doc_tokens, head_dim]
     timings.load_s = docs.wait_s
     timings.rope_s = time.perf_counter() - t0 - docs.wait_s
 
     t0 = time.perf_counter()
-    slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), len(docs.num_tokens)) if num_links else []
+    slots = segment_link_embeds(link_embeds.to(lm.device, lm.dtype), segments) if num_links else []
     doc_pos = document_positions(segments, docs)  # [doc_tokens] layout positions, storage order
     selected = torch.zeros(0, dtype=torch.long)
     if recompute_count(int(doc_pos.numel()), ratio):

@@ -62,17 +62,18 @@ def _doc_inputs(lm: LoadedModel, lay: RequestLayout, doc_ids: list[torch.Tensor]
     """Embeddings ``[n, hidden]``, positions ``[n]`` and ``is_doc [n]`` of the documents' held tokens and the
     link tokens in position order ``[d1][L1]...[dN][LN]`` (as :func:`kvlink_rag.reuse.blend._context_inputs`)."""
     docs = [i for i, k in enumerate(lay.kinds) if k == "doc"]
-    links = [i for i, k in enumerate(lay.kinds) if k == "link"]
+    links = {lay.items[i][1]: i for i, k in enumerate(lay.kinds) if k == "link"}  # slot -> its link item
     embeds, pos, is_doc = [], [], []
     for j, i in enumerate(docs):
         off = lay.offsets.get(i, torch.arange(lay.sizes[i]))
         embeds.append(lm.embed_tokens(doc_ids[j][off].to(lm.device)))
         pos.append(lay.positions[i] + off)
         is_doc.append(torch.ones(len(off), dtype=torch.bool))
-        if slots:
+        if slots and j in links:  # no link tokens after a chunk joined to the next
+            li = links[j]
             embeds.append(slots[j])
-            pos.append(torch.arange(lay.positions[links[j]], lay.positions[links[j]] + lay.sizes[links[j]]))
-            is_doc.append(torch.zeros(lay.sizes[links[j]], dtype=torch.bool))
+            pos.append(torch.arange(lay.positions[li], lay.positions[li] + lay.sizes[li]))
+            is_doc.append(torch.zeros(lay.sizes[li], dtype=torch.bool))
     return torch.cat(embeds), torch.cat(pos), torch.cat(is_doc)
 
 

@@ -39,6 +39,7 @@ class ReuseInputs:
         question_ids: ``[question_tokens]`` int64.
         anchored: documents were encoded after the prefix.
         new_tokens: positions to keep free after the question.
+        joined: per slot, no link tokens after it (:func:`kvlink_rag.linking.linker.plan_layout`); None: after each.
     """
 
     lm: LoadedModel
@@ -49,6 +50,7 @@ class ReuseInputs:
     question_ids: torch.Tensor
     anchored: bool
     new_tokens: int = 1
+    joined: list[bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class LinkTokens:
         from ..linking.linker import link
 
         return link(inputs.lm, inputs.prefix, inputs.docs, inputs.link_embeds, inputs.question_ids,
-                    anchored=inputs.anchored, new_tokens=inputs.new_tokens)
+                    anchored=inputs.anchored, new_tokens=inputs.new_tokens, joined=inputs.joined)
 
     def scheduled(self, inputs: ScheduledInputs) -> tuple[PendingPrefill, Fixup | None]:
         return inputs.pending, None  # admission already laid out the link tokens and question
@@ -118,7 +120,7 @@ class CacheBlend:
         from .blend import blend
 
         return blend(inputs.lm, inputs.prefix, inputs.docs, inputs.doc_ids, inputs.link_embeds, inputs.question_ids,
-                     recompute_ratio=self.ratio, new_tokens=inputs.new_tokens)
+                     recompute_ratio=self.ratio, new_tokens=inputs.new_tokens, joined=inputs.joined)
 
     def scheduled(self, inputs: ScheduledInputs) -> tuple[PendingPrefill, Fixup | None]:
         """The selected document tokens join the link-and-question prefill (:func:`kvlink_rag.reuse.blend_stage.blend_prefill`)."""

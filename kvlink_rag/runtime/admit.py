@@ -46,9 +46,10 @@ def _too_long(lay: RequestLayout, max_positions: int) -> str:
 
 
 def context_key(eng: Engine, mode: str, k: int) -> tuple:
-    """Prefix-tree root of a request: KV is shared only under the same mode, adapter, link tokens and K."""
+    """Prefix-tree root of a request: KV is shared only under the same mode, adapter, link tokens, K and chunk
+    layout (``chunk_links``: where a document's slots sit depends on it)."""
     links = eng.link_tokens.identity() if eng.link_tokens is not None and k else None
-    return (mode, eng.adapter, links, k, eng.fingerprint)
+    return (mode, eng.adapter, links, k, eng.fingerprint, eng.settings.chunk_links)
 
 
 def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k: int,
@@ -61,7 +62,7 @@ def _layout(eng: Engine, docs: list[Document], text_ids: list[int], mode: str, k
         return full_layout(ids)
     keys = [eng.cache_key(d) for d in docs]
     lens = [int(eng.document_ids(d).numel()) for d in docs]
-    return linked_layout(prefix_ids, keys, lens, k, list(text_ids), eng.anchored, kept)
+    return linked_layout(prefix_ids, keys, lens, k, list(text_ids), eng.anchored, kept, eng.joins(docs))
 
 
 @dataclass(frozen=True)

@@ -138,14 +138,16 @@ class RequestLayout:
 
 
 def linked_layout(prefix_ids: list[int], doc_keys: list[str], doc_lens: list[int], num_links: int,
-                  text_ids: list[int], anchored: bool, kept: list[torch.Tensor] | None = None) -> RequestLayout:
+                  text_ids: list[int], anchored: bool, kept: list[torch.Tensor] | None = None,
+                  joined: list[bool] | None = None) -> RequestLayout:
     """Layout of a linked prompt (lengths in tokens; ``text_ids`` is the question or conversation).
 
     Args:
         kept: per document the ``[kept]`` int64 offsets of the tokens retention keeps (None: every token);
             a document's slot spans its whole length either way (dropped tokens keep their positions).
+        joined: per document, no link tokens after it (:func:`~kvlink_rag.linking.linker.plan_layout`).
     """
-    segs = plan_layout(len(prefix_ids), doc_lens, num_links, len(text_ids))
+    segs = plan_layout(len(prefix_ids), doc_lens, num_links, len(text_ids), joined)
     lay = RequestLayout(segments=segs, anchored=anchored, linked=True)
     for i, t in enumerate(prefix_ids):
         lay.add(int(t), 1, "prefix", i)
@@ -233,7 +235,7 @@ def pending_prefill(lm: LoadedModel, lay: RequestLayout, start: int, link_embeds
     """
     if start >= len(lay.items):
         raise ValueError("nothing to compute: keep at least the last prompt token out of the match")
-    n_slots = sum(k == "link" for k in lay.kinds)
+    n_slots = 1 + max((it[1] for it, k in zip(lay.items, lay.kinds) if k == "link"), default=-1)
     slots = slot_link_embeds(link_embeds.to(lm.device, lm.dtype), n_slots) if n_slots else []
     parts, run = [], []
     for i in range(start, len(lay.items)):

@@ -159,6 +159,14 @@ def chunk_text(text: str, count: Count, chunk_tokens: int) -> list[str]:
     return [c for run in runs(units, count, chunk_tokens) for c in pack(run, count, chunk_tokens)]
 
 
+def continues(before: Document, after: Document) -> bool:
+    """Whether ``after`` is the chunk that follows ``before`` in one document and was encoded in its context
+    (:attr:`Document.context` ends with ``before``'s text, same title, next chunk index): placed right after
+    ``before``, its cache sits where it was computed, so no link tokens are needed between them."""
+    return (after.context is not None and before.chunk is not None and after.chunk == before.chunk + 1
+            and after.title == before.title and after.context.endswith(before.text))
+
+
 class Chunker:
     """A document's chunks as :class:`Document` values (same title, ``chunk`` = index), remembered for the
     last ``memo`` documents (queries ask about the same documents again and again; safe across threads).

@@ -62,3 +62,25 @@ def test_long_samples_are_linked_as_the_store_chunks_them_and_retention_prunes(t
     item = pack_item(tr, kept)
     full = [tr.engine.get_or_encode(d)[0].num_tokens for d in kept.docs]
     assert sum(item.docs.num_tokens) < sum(full)
+
+
+def test_a_long_sample_with_chunk_links_last_is_trained_as_the_engine_links_it(tmp_path):
+    """``chunk_links`` 'last': the packed forward joins the chunks as serving does (no link tokens between them)
+    and its loss is the linker's on the same slots; link tokens after every chunk give another loss."""
+    import dataclasses
+
+    from kvlink_rag.model.lora import adapter_scope
+    from training.example_loss import example_loss
+    from training.packed import packed_loss
+    from training.samples import sample_of
+
+    eng = tiny_text_engine(tmp_path, chunk_tokens=64, chunk_context=1, chunk_links="last")
+    tr = Trainer(eng, _split(), _cfg(mixture=dataclasses.replace(MIX, long_passages=(8, 10))), tmp_path / "ck")
+    long = next(s for s in (tr.sample(i) for i in range(100)) if s.task == "long")
+    item, docs = pack_item(tr, long), slots(tr, long)
+    assert item.joined == [True] * (len(docs) - 1) + [False] and len(docs) > 1
+    with adapter_scope(eng.lm, tr.adapter), torch.no_grad():
+        want = example_loss(eng, tr.link_embeds, sample_of(long), docs, tr.cfg)
+        got = packed_loss(eng.lm, eng.prefix, [item], tr.link_embeds, eng.anchored)
+        each = packed_loss(eng.lm, eng.prefix, [dataclasses.replace(item, joined=None)], tr.link_embeds, eng.anchored)
+    assert abs(float(got) - float(want)) < 1e-5 and abs(float(each) - float(got)) > 1e-4

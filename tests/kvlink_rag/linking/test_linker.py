@@ -5,7 +5,7 @@ import torch
 
 from factories import random_ids, tiny_model
 from kvlink_rag.linking.document_prefill import encode_document, encode_prefix
-from kvlink_rag.linking.linker import link, plan_layout
+from kvlink_rag.linking.linker import link, link_count, plan_layout
 from kvlink_rag.types import ContextTooLong
 
 
@@ -15,6 +15,14 @@ def test_layout_is_contiguous_with_links_after_each_document():
         ("prefix", -1, 0, 4), ("document", 0, 4, 3), ("link", 0, 7, 2), ("document", 1, 9, 5),
         ("link", 1, 14, 2), ("question", -1, 16, 6)]
     assert [s.kind for s in plan_layout(0, [3], 0, 2)] == ["document", "question"]
+
+
+def test_a_joined_document_has_no_link_tokens_after_it_and_positions_stay_contiguous():
+    segs = plan_layout(4, [3, 5, 2], 2, 6, joined=[True, False, False])
+    assert [(s.kind, s.index, s.start, s.length) for s in segs] == [
+        ("prefix", -1, 0, 4), ("document", 0, 4, 3), ("document", 1, 7, 5), ("link", 1, 12, 2),
+        ("document", 2, 14, 2), ("link", 2, 16, 2), ("question", -1, 18, 6)]
+    assert link_count(3, [True, False, False]) == 2 and link_count(3, None) == 3
 
 
 def test_bad_link_inputs():

@@ -19,8 +19,9 @@ DOC_LENS = (13, 29, 7)  # offsets that are multiples of nothing convenient
 PREFIX_LEN, QUESTION_LEN = 11, 6
 
 
-def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LENS, slots: int = 0):
-    """Linked context and reference pieces for the same layout (``slots`` > 0: per-slot link tokens)."""
+def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LENS, slots: int = 0, joined=None):
+    """Linked context and reference pieces for the same layout (``slots`` > 0: per-slot link tokens; ``joined``:
+    no link tokens after those documents)."""
     prefix_ids = random_ids(PREFIX_LEN, 1)
     prefix = encode_prefix(lm, prefix_ids) if with_prefix else None
     docs_ids = [random_ids(n, 10 + i) for i, n in enumerate(doc_lens)]
@@ -29,7 +30,7 @@ def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LE
     torch.manual_seed(5)
     shape = (slots, k, lm.config.hidden_size) if slots else (k, lm.config.hidden_size)
     link_embeds = torch.randn(shape) * 0.02 if k else None
-    ctx = link(lm, prefix, docs, link_embeds, q_ids, anchored=anchored)
+    ctx = link(lm, prefix, docs, link_embeds, q_ids, anchored=anchored, joined=joined)
 
     pieces: list[Piece] = []
     pos = 0
@@ -43,7 +44,7 @@ def _build(lm, k: int, anchored: bool, with_prefix: bool = True, doc_lens=DOC_LE
                                 owner=len(pieces) + 1))
         pieces.append(Piece("document", torch.arange(pos, pos + n), ids=ids))
         pos += n
-        if k:
+        if k and not (joined and joined[slot]):
             embeds = link_embeds[min(slot, slots - 1)] if slots else link_embeds
             pieces.append(Piece("link", torch.arange(pos, pos + k), embeds=embeds))
             pos += k
@@ -96,6 +97,22 @@ def test_per_slot_link_tokens_match_reference_and_the_last_slot_is_reused(family
     _assert_matches(lm, ctx, pieces)
     shared, _ = _build(lm, k=3, anchored=anchored)
     assert not torch.allclose(ctx.last_logits, shared.last_logits)
+
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+def test_joined_documents_sit_side_by_side_and_the_last_keeps_its_slots_link_tokens(family, anchored):
+    """Chunks of one document joined (``chunk_links`` 'last'): no link tokens between them, the link tokens after
+    the last are its own slot's (row 2 of 3), and the context is the KVLink mask reference of that layout."""
+    lm = tiny_model(family)
+    ctx, pieces = _build(lm, k=3, anchored=anchored, slots=3, joined=[True, True, False])
+    assert [s.kind for s in ctx.segments] == ["prefix", "document", "document", "document", "link", "question"]
+    assert [s.index for s in ctx.segments if s.kind == "link"] == [2]
+    _assert_matches(lm, ctx, pieces)
+    part, pieces = _build(lm, k=3, anchored=anchored, slots=3, joined=[True, False, False])
+    assert [s.index for s in part.segments if s.kind == "link"] == [1, 2]
+    _assert_matches(lm, part, pieces)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

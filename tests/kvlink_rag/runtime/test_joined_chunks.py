@@ -1,0 +1,79 @@
+"""Chunks of one document linked without link tokens between them (``chunk_links`` 'last'): which slots join, the
+scheduler's answer equals the one-request reference for plain linking, retention and CacheBlend, and the fit
+check counts the link tokens that remain."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+import torch
+
+from factories import tiny_text_engine
+from kvlink_rag.runtime.gen_request import GenRequest
+from kvlink_rag.runtime.limits import SchedulerLimits
+from kvlink_rag.runtime.prefix_tree import PrefixTree
+from kvlink_rag.runtime.scheduler import Scheduler
+from kvlink_rag.text.chunking import continues
+from kvlink_rag.types import Document
+
+WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle orchard tidal basalt".split()
+Q = "what is the code word?"
+
+
+def _long_doc(seed: int = 0, paragraphs: int = 10) -> Document:
+    rng = random.Random(seed)
+    text = "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 30))) + "." for _ in range(paragraphs))
+    return Document(text, "Notes")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return tiny_text_engine(tmp_path_factory.mktemp("joined"), max_new_tokens=4, kv_dtype="float32", link_k=2,
+                            chunk_tokens=64, chunk_context=1, chunk_links="last")
+
+
+def test_only_the_chunk_after_its_context_joins_and_each_keeps_link_tokens(engine):
+    chunks = engine.chunks(_long_doc())
+    assert len(chunks) >= 3 and all(continues(a, b) for a, b in zip(chunks, chunks[1:]))
+    other = Document("a short note.", "Other")
+    assert engine.joins(chunks + [other]) == [True] * (len(chunks) - 1) + [False, False]
+    assert engine.joins([chunks[0], chunks[2]]) is None  # a retrieved chunk without the one before it
+    assert not continues(chunks[1], chunks[0])
+    each = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=1)
+    assert each.joins(chunks) is None
+    alone = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=0, chunk_links="last")
+    assert alone.joins(alone.chunks(_long_doc())) is None  # encoded alone: nothing to join
+
+
+def test_the_fit_count_holds_the_link_tokens_of_documents_not_of_chunks(engine):
+    doc = _long_doc()
+    sizes = [int(engine.document_ids(c).numel()) for c in engine.chunks(doc)]
+    assert engine.linked_tokens(doc) == sum(sizes)
+    q = 9
+    room = engine.lm.max_positions - engine.prefix.num_tokens - sum(sizes) - 2 - q
+    engine.check_fits([doc], q, new_tokens=room)  # exactly fits: K=2 after the last chunk only
+    with pytest.raises(ValueError, match="link tokens 2,"):
+        engine.check_fits([doc], q, new_tokens=room + 1)
+
+
+@pytest.mark.parametrize("reuse", [{}, {"retention": 0.6}, {"recompute_ratio": 0.3}])
+def test_joined_chunks_in_the_scheduler_equal_the_one_request_context(engine, reuse):
+    docs = [_long_doc(1, 6), Document("The code word is kiwi.", "Short")]
+    sched = Scheduler(engine.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
+    try:
+        ids = engine.template.question_ids(engine.lm.tokenizer, Q).tolist()
+        h = sched.submit(GenRequest(lambda: engine, docs, ids, engine.sampling(), "linked", keep_logits=True, **reuse))
+        toks, res = list(h.tokens()), h.result
+    finally:
+        sched.close()
+    ctx, _ = engine.link_context(Q, docs, retention=reuse.get("retention", 1.0),
+                                 recompute_ratio=reuse.get("recompute_ratio", 0.0))
+    n_chunks = len(engine.chunks(docs[0]))
+    assert [s.kind for s in ctx.segments].count("link") == 2 and n_chunks >= 2
+    assert torch.allclose(res.logits[0], ctx.last_logits, atol=1e-4)
+    layer = ctx.cache.layers[-1]
+    assert torch.allclose(res.last_layer_kv[0], layer.keys[0], atol=1e-4)
+    assert torch.allclose(res.last_layer_kv[1], layer.values[0], atol=1e-4)
+    assert toks == engine.answer(Q, docs, **reuse).token_ids
