@@ -63,7 +63,7 @@ class Engine(EngineDocuments):
         self.min_question_tokens = self.template.min_question_tokens(tok)
         self.cache: DocumentCache = cache if cache is not None else MemoryCache()
         self.token_memo = functools.lru_cache(maxsize=4096)(
-            lambda text, title: self.template.document_ids(tok, text, title))
+            lambda text, title, framed=True: self.template.document_ids(tok, text, title, framed))
         self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
                                settings.chunk_tokens, context=settings.chunk_context)
 

@@ -47,13 +47,32 @@ class EngineDocuments:
     min_question_tokens: int
     cache: DocumentCache
     chunker: Chunker
-    token_memo: Callable[[str, str], torch.Tensor]
+    token_memo: Callable[[str, str | None, bool], torch.Tensor]
 
     def document_ids(self, doc: Document) -> torch.Tensor:
         """``[tokens]`` int64 ids of ``doc`` tokenised alone (memoised per text and title: a request's documents
         were tokenised twice at admission, for the fit check and the layout, and again by the chunker; callers
         must not modify the tensor). Raises ValueError if empty."""
-        return self.token_memo(doc.text, doc.title)
+        return self.token_memo(doc.text, doc.title, self.framed(doc))
+
+    def framed(self, doc: Document) -> bool:
+        """Whether ``doc`` carries the document frame: all but a chunk encoded in context past its document's first
+        when ``chunk_frames`` is 'first' (that chunk is its bare text)."""
+        return not (self.settings.chunk_frames == "first" and doc.context is not None and bool(doc.chunk))
+
+    def document_text(self, doc: Document) -> str:
+        """``doc`` as it appears in the prompt (:meth:`~kvlink_rag.text.prompt.PromptTemplate.document_text`)."""
+        return self.template.document_text(doc.text, doc.title, self.framed(doc))
+
+    def _context_framed(self, doc: Document) -> bool:
+        """Whether the text ``doc`` is encoded after carries the frame: always, but with ``chunk_frames`` 'first'
+        only where that text starts at the document's first chunk (chunk index <= ``chunk_context``)."""
+        return self.settings.chunk_frames != "first" or (doc.chunk or 0) <= self.settings.chunk_context
+
+    def context_ids(self, doc: Document) -> torch.Tensor | None:
+        """``[tokens]`` int64 ids of the text ``doc`` is encoded after (its :attr:`Document.context`, framed as it
+        sits in the prompt), or None for a document encoded alone."""
+        return None if doc.context is None else self.token_memo(doc.context, doc.title, self._context_framed(doc))
 
     def cache_key(self, doc: Document, cache: DocumentCache | None = None) -> str:
         """Exact key of a document's cache: encoding fingerprint and the hash of its exact prompt text.
@@ -66,10 +85,10 @@ class EngineDocuments:
         holding a special token's string gets a salted key: its ids changed when user text stopped
         being parsed for special tokens, so a cache stored before must not be reused.
         """
-        text = self.template.document_text(doc.text, doc.title)
+        text = self.document_text(doc)
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
         if doc.context is not None:  # a chunk encoded after the one before it: keyed by both texts
-            before = self.template.document_text(doc.context, doc.title)
+            before = self.template.document_text(doc.context, doc.title, self._context_framed(doc))
             salt += "|after:" + hashlib.sha256(before.encode()).hexdigest()
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
 
@@ -187,7 +206,7 @@ class EngineDocuments:
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
         # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
-        context = None if doc.context is None else self.document_ids(Document(doc.context, doc.title))
+        context = self.context_ids(doc)
         prefix = self.prefix if self.anchored else None
         if self.doc_adapter is not None:
             with torch.no_grad():

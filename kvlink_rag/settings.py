@@ -100,6 +100,10 @@ class EngineSettings(LayerSettings):
         "each", description="Link tokens between the chunks of one document: 'each' after every chunk; 'last' only "
         "after a document's last chunk, each chunk encoded in context (chunk_context > 0) following the chunk it was "
         "encoded after with nothing between them, as in the whole document.")
+    chunk_frames: Literal["each", "first"] = Field(
+        "each", description="The 'Document (Title: t)' frame before every chunk of a chunked document ('each'), or "
+        "before its first chunk only ('first': a chunk encoded in context (chunk_context > 0) is its bare text, so "
+        "joined chunks (chunk_links 'last') read as the whole document).")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."

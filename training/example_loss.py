@@ -43,6 +43,6 @@ def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
                                                     TRAIN_ADAPTER, **kw) if alone else []))
     for i, d in enumerate(docs):
         if d.context is not None:
-            before = engine.document_ids(Document(d.context, d.title))
-            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=before, **kw)
+            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=engine.context_ids(d),
+                                         **kw)
     return [kvs[i] for i in range(len(docs))]

@@ -51,7 +51,7 @@ def attribution(engine: Engine, mass: AttentionMass, ctx: LinkedContext, docs: l
     tok = engine.lm.tokenizer
     slots = engine.expand(docs)
     for doc, d in zip(slots, att.documents):
-        framed = engine.template.document_text(doc.text, doc.title)
+        framed = engine.document_text(doc)
         body = normalize_text(doc.text)
         try:
             offsets = user_text_offsets(tok, framed)

@@ -131,22 +131,25 @@ class PromptTemplate:
         return _encode(tokenizer, self.prefix_text)
 
     @staticmethod
-    def document_text(text: str, title: str | None = None) -> str:
-        """How a document appears in the prompt (no slot number: the text must not depend on its slot)."""
+    def document_text(text: str, title: str | None = None, framed: bool = True) -> str:
+        """How a document appears in the prompt (no slot number: the text must not depend on its slot); not
+        ``framed``: its text alone (a chunk continuing the one before it, ``chunk_frames`` 'first')."""
         body = normalize_text(text)
+        if not framed:
+            return f"{body}\n\n"
         if title and title.strip():
             return f"Document (Title: {normalize_text(title)}) {body}\n\n"
         return f"Document: {body}\n\n"
 
-    def document_ids(self, tokenizer, text: str, title: str | None = None) -> torch.Tensor:
-        """``[doc_tokens]`` int64 ids of one document, tokenised alone.
+    def document_ids(self, tokenizer, text: str, title: str | None = None, framed: bool = True) -> torch.Tensor:
+        """``[doc_tokens]`` int64 ids of one document, tokenised alone (``framed``: see :meth:`document_text`).
 
         Raises:
             ValueError: empty document text.
         """
         if not text or not text.strip():
             raise ValueError("document text is empty")
-        return encode_user_text(tokenizer, self.document_text(text, title))
+        return encode_user_text(tokenizer, self.document_text(text, title, framed))
 
     def question_ids(self, tokenizer, question: str) -> torch.Tensor:
         """``[question_tokens]`` int64: the question (plain text) and the assistant header (template).

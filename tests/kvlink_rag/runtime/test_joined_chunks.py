@@ -77,3 +77,41 @@ def test_joined_chunks_in_the_scheduler_equal_the_one_request_context(engine, re
     assert torch.allclose(res.last_layer_kv[0], layer.keys[0], atol=1e-4)
     assert torch.allclose(res.last_layer_kv[1], layer.values[0], atol=1e-4)
     assert toks == engine.answer(Q, docs, **reuse).token_ids
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """Joined chunks without frames after the first: the document's text in one run of slots."""
+    return tiny_text_engine(tmp_path_factory.mktemp("bare"), max_new_tokens=4, kv_dtype="float32", link_k=2,
+                            chunk_tokens=64, chunk_context=1, chunk_links="last", chunk_frames="first")
+
+
+def test_chunks_after_the_first_are_bare_text_and_read_as_the_whole_document(bare, engine):
+    doc = _long_doc()
+    chunks = bare.chunks(doc)
+    assert "".join(bare.document_text(c) for c in chunks) == bare.document_text(doc)
+    assert bare.document_text(chunks[0]).startswith("Document (Title: Notes) ")
+    assert not any(bare.document_text(c).startswith("Document") for c in chunks[1:])
+    # the text a chunk is encoded after is framed as it sits in the prompt: chunk 0 framed, later ones bare
+    tok = bare.lm.tokenizer
+    assert tok.decode(bare.context_ids(chunks[1])).startswith("Document (Title: Notes) ")
+    assert not tok.decode(bare.context_ids(chunks[2])).startswith("Document")
+    assert bare.cache_key(chunks[0]) == engine.cache_key(chunks[0])
+    assert all(bare.cache_key(c) != engine.cache_key(c) for c in chunks[1:])
+    loose = Document("The code word is kiwi.", "Short")
+    assert bare.document_text(loose) == engine.document_text(loose)  # a document that is not chunked keeps its frame
+
+
+@pytest.mark.parametrize("reuse", [{}, {"retention": 0.6}])
+def test_bare_chunks_in_the_scheduler_equal_the_one_request_context(bare, reuse):
+    docs = [_long_doc(2, 6), Document("The code word is kiwi.", "Short")]
+    sched = Scheduler(bare.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
+    try:
+        ids = bare.template.question_ids(bare.lm.tokenizer, Q).tolist()
+        h = sched.submit(GenRequest(lambda: bare, docs, ids, bare.sampling(), "linked", keep_logits=True, **reuse))
+        toks, res = list(h.tokens()), h.result
+    finally:
+        sched.close()
+    ctx, _ = bare.link_context(Q, docs, retention=reuse.get("retention", 1.0))
+    assert torch.allclose(res.logits[0], ctx.last_logits, atol=1e-4)
+    assert toks == bare.answer(Q, docs, **reuse).token_ids
