@@ -102,7 +102,8 @@ class EngineDocuments:
         return self.chunker(doc)
 
     def expand(self, docs: list[Document]) -> list[Document]:
-        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow each, see :meth:`joins`)."""
+        """The slots of ``docs``: each document's :meth:`chunks` in order (link tokens follow each slot not joined to
+        the next, :meth:`joins`)."""
         return [c for d in docs for c in self.chunks(d)]
 
     def joins(self, slots: list[Document]) -> list[bool] | None:
@@ -187,12 +188,13 @@ class EngineDocuments:
         """
         k = self.link_k if k is None else k
         sizes = [[int(self.document_ids(c).numel()) for c in self.chunks(d)] for d in docs]
-        slots, doc_tokens = sum(map(len, sizes)) - sum(self.joins(self.expand(docs)) or []), sum(map(sum, sizes))
-        total = self.prefix.num_tokens + doc_tokens + k * slots + text_tokens
+        doc_tokens = sum(map(sum, sizes))
+        links = sum(map(len, sizes)) - sum(self.joins(self.expand(docs)) or [])  # link segments: one per unjoined slot
+        total = self.prefix.num_tokens + doc_tokens + k * links + text_tokens
         if total + new_tokens > self.lm.max_positions:
             raise ContextTooLong(
                 f"the prompt needs {total} tokens (prefix {self.prefix.num_tokens}, {_documents(len(docs))} "
-                f"{doc_tokens}, link tokens {k * slots}, question {text_tokens}) plus {new_tokens} new token(s); "
+                f"{doc_tokens}, link tokens {k * links}, question {text_tokens}) plus {new_tokens} new token(s); "
                 f"the model's context holds {self.lm.max_positions} tokens{_largest(docs, sizes)}")
 
     def encode(self, doc: Document) -> DocumentKV:

@@ -43,6 +43,6 @@ def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
                                                     TRAIN_ADAPTER, **kw) if alone else []))
     for i, d in enumerate(docs):
         if d.context is not None:
-            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=engine.context_ids(d),
-                                         **kw)
+            before = engine.context_ids(d)
+            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=before, **kw)
     return [kvs[i] for i in range(len(docs))]
