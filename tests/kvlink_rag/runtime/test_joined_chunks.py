@@ -58,27 +58,6 @@ def test_the_fit_count_holds_the_link_tokens_of_documents_not_of_chunks(engine):
         engine.check_fits([doc], q, new_tokens=room + 1)
 
 
-@pytest.mark.parametrize("reuse", [{}, {"retention": 0.6}, {"recompute_ratio": 0.3}])
-def test_joined_chunks_in_the_scheduler_equal_the_one_request_context(engine, reuse):
-    docs = [_long_doc(1, 6), Document("The code word is kiwi.", "Short")]
-    sched = Scheduler(engine.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
-    try:
-        ids = engine.template.question_ids(engine.lm.tokenizer, Q).tolist()
-        h = sched.submit(GenRequest(lambda: engine, docs, ids, engine.sampling(), "linked", keep_logits=True, **reuse))
-        toks, res = list(h.tokens()), h.result
-    finally:
-        sched.close()
-    ctx, _ = engine.link_context(Q, docs, retention=reuse.get("retention", 1.0),
-                                 recompute_ratio=reuse.get("recompute_ratio", 0.0))
-    n_chunks = len(engine.chunks(docs[0]))
-    assert [s.kind for s in ctx.segments].count("link") == 2 and n_chunks >= 2
-    assert torch.allclose(res.logits[0], ctx.last_logits, atol=1e-4)
-    layer = ctx.cache.layers[-1]
-    assert torch.allclose(res.last_layer_kv[0], layer.keys[0], atol=1e-4)
-    assert torch.allclose(res.last_layer_kv[1], layer.values[0], atol=1e-4)
-    assert toks == engine.answer(Q, docs, **reuse).token_ids
-
-
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
     """Joined chunks without frames after the first: the document's text in one run of slots."""
@@ -102,16 +81,25 @@ def test_chunks_after_the_first_are_bare_text_and_read_as_the_whole_document(bar
     assert bare.document_text(loose) == engine.document_text(loose)  # a document that is not chunked keeps its frame
 
 
-@pytest.mark.parametrize("reuse", [{}, {"retention": 0.6}])
-def test_bare_chunks_in_the_scheduler_equal_the_one_request_context(bare, reuse):
-    docs = [_long_doc(2, 6), Document("The code word is kiwi.", "Short")]
-    sched = Scheduler(bare.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
+@pytest.mark.parametrize("which,reuse", [("engine", {}), ("engine", {"retention": 0.6}),
+                                         ("engine", {"recompute_ratio": 0.3}), ("bare", {}), ("bare", {"retention": 0.6})])
+def test_joined_chunks_in_the_scheduler_equal_the_one_request_context(request, which, reuse):
+    """Joined chunks (framed, or bare past the first) through the batching scheduler, in chunked prefill steps: the
+    one-request context's logits and last-layer KV, slot for slot, and its greedy tokens."""
+    eng = request.getfixturevalue(which)
+    docs = [_long_doc(1, 6), Document("The code word is kiwi.", "Short")]
+    sched = Scheduler(eng.lm, PrefixTree(1 << 30), threading.Lock(), SchedulerLimits(max_step_tokens=16))
     try:
-        ids = bare.template.question_ids(bare.lm.tokenizer, Q).tolist()
-        h = sched.submit(GenRequest(lambda: bare, docs, ids, bare.sampling(), "linked", keep_logits=True, **reuse))
+        ids = eng.template.question_ids(eng.lm.tokenizer, Q).tolist()
+        h = sched.submit(GenRequest(lambda: eng, docs, ids, eng.sampling(), "linked", keep_logits=True, **reuse))
         toks, res = list(h.tokens()), h.result
     finally:
         sched.close()
-    ctx, _ = bare.link_context(Q, docs, retention=reuse.get("retention", 1.0))
+    ctx, _ = eng.link_context(Q, docs, retention=reuse.get("retention", 1.0),
+                              recompute_ratio=reuse.get("recompute_ratio", 0.0))
+    assert [s.kind for s in ctx.segments].count("link") == 2 and len(eng.chunks(docs[0])) >= 2
     assert torch.allclose(res.logits[0], ctx.last_logits, atol=1e-4)
-    assert toks == bare.answer(Q, docs, **reuse).token_ids
+    layer = ctx.cache.layers[-1]
+    assert torch.allclose(res.last_layer_kv[0], layer.keys[0], atol=1e-4)
+    assert torch.allclose(res.last_layer_kv[1], layer.values[0], atol=1e-4)
+    assert toks == eng.answer(Q, docs, **reuse).token_ids
