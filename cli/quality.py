@@ -239,13 +239,14 @@ def eval_report(
 
 def _tasks_of(rows: list[Path]) -> str:
     """The task(s) of row files, from the summary JSON beside each (``x.rows.jsonl`` -> ``x.json``,
-    ``settings.task``; NQ-open where a summary is missing or names none)."""
+    ``settings.task``; NQ-open where a summary names none, as before tasks were recorded). A file without a readable
+    summary (a run stopped before its end writes none) names no task; "task not recorded" when none does."""
     names = []
     for path in rows:
         summary = path.with_name(path.name.removesuffix(".rows.jsonl") + ".json")
         try:
             task = json.loads(summary.read_text()).get("settings", {}).get("task", "nq")
         except (OSError, ValueError, AttributeError):
-            task = "nq"
+            continue
         names.append("NQ-open" if task in (None, "nq") else str(task))
-    return " + ".join(dict.fromkeys(names))  # each task once, in order
+    return " + ".join(dict.fromkeys(names)) or "task not recorded"  # each task once, in order

@@ -41,6 +41,12 @@ def test_eval_contrast_asks_each_case_in_both_orders(tmp_path, env):
     assert sorted((r["index"], r["gold_slot"]) for r in rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     report = runner.invoke(app, ["eval-report", str(tmp_path / "contrast.rows.jsonl")], env=env)
     assert report.exit_code == 0 and "contrast, 2 questions, merged from 1 row file(s)" in report.stdout  # was "NQ-open"
+    stopped = tmp_path / "stopped.rows.jsonl"  # a run stopped before its end: rows, no summary beside them
+    stopped.write_text((tmp_path / "contrast.rows.jsonl").read_text())
+    report = runner.invoke(app, ["eval-report", str(stopped)], env=env)
+    assert report.exit_code == 0 and "task not recorded, 2 questions" in report.stdout  # was "NQ-open"
+    report = runner.invoke(app, ["eval-report", str(tmp_path / "contrast.rows.jsonl"), str(stopped)], env=env)
+    assert "contrast, 2 questions, merged from 2 row file(s)" in report.stdout
 
 
 @pytest.mark.parametrize("args, message", [
