@@ -62,6 +62,13 @@ def _name(loc: tuple, overrides: dict) -> str:
     return f"KVLINK_RAG_{field.upper()}" if field.isidentifier() else field
 
 
+def _message(error: dict, overrides: dict) -> str:
+    """One pydantic error as ``NAME: message`` (:func:`_name`), or the message alone for a rule across settings (no
+    field); pydantic's "Value error, " prefix dropped."""
+    msg = error["msg"].removeprefix("Value error, ")
+    return f"{_name(error['loc'], overrides)}: {msg}" if error["loc"] else msg
+
+
 def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: str | None = None,
                   **extra) -> Settings:
     """Settings from the environment with CLI overrides; a bad value exits with a message."""
@@ -71,7 +78,7 @@ def make_settings(k: int | None = None, encoding: str | None = None, kv_dtype: s
     try:
         return get_settings(**{k_: v for k_, v in overrides.items() if v is not None})
     except ValidationError as e:  # the messages only, a field the command line set named by its flag
-        fail("invalid setting: " + "; ".join(f"{_name(x['loc'], overrides)}: {x['msg']}" for x in e.errors()))
+        fail("invalid setting: " + "; ".join(_message(x, overrides) for x in e.errors()))
     except Exception as e:  # noqa: BLE001 - any other bad value: one line, no traceback
         fail(f"invalid setting: {e}")
 

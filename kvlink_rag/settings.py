@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .home import LayerSettings, registered
 
@@ -127,6 +127,18 @@ class EngineSettings(LayerSettings):
     @classmethod
     def _check_kv_dtype(cls, v: str) -> str:
         return registered("kv_dtype", v, KV_DTYPES)
+
+    @model_validator(mode="after")
+    def _chunk_layout_needs_context(self) -> EngineSettings:
+        """``chunk_links`` 'last' and ``chunk_frames`` 'first' change only chunks encoded in context.
+
+        Raises:
+            ValueError: either is set while ``chunk_context`` is 0 (it would silently change nothing).
+        """
+        if self.chunk_context == 0 and (self.chunk_links != "each" or self.chunk_frames != "each"):
+            raise ValueError("KVLINK_RAG_CHUNK_LINKS=last and KVLINK_RAG_CHUNK_FRAMES=first apply to chunks encoded "
+                             "in context: set KVLINK_RAG_CHUNK_CONTEXT to 1 or more (it is 0)")
+        return self
 
     @property
     def models_dir(self) -> Path:

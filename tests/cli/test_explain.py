@@ -117,12 +117,18 @@ def test_a_bad_setting_from_the_command_line_is_named_by_its_flag(args, message,
     assert result.stderr.count("\n") == 1 and result.stdout == ""
 
 
-@pytest.mark.parametrize("value, message", [
-    ("maybe", "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: Value error, expected a number of chunks"),
-    ("-1", "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: Input should be greater than or equal to 0"),
+@pytest.mark.parametrize("values, message", [
+    ({"KVLINK_RAG_CHUNK_CONTEXT": "maybe"},
+     "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: expected a number of chunks"),  # was "... Value error, ..."
+    ({"KVLINK_RAG_CHUNK_CONTEXT": "-1"},
+     "error: invalid setting: KVLINK_RAG_CHUNK_CONTEXT: Input should be greater than or equal to 0"),
+    ({"KVLINK_RAG_CHUNK_LINKS": "LAST"},
+     "error: invalid setting: KVLINK_RAG_CHUNK_LINKS: Input should be 'each' or 'last'"),
+    ({"KVLINK_RAG_CHUNK_CONTEXT": "0", "KVLINK_RAG_CHUNK_LINKS": "last"},  # a rule across settings: no field named
+     "error: invalid setting: KVLINK_RAG_CHUNK_LINKS=last and KVLINK_RAG_CHUNK_FRAMES=first apply to chunks encoded"),
 ])
-def test_a_bad_setting_from_the_environment_is_named_by_its_variable(value, message, env):
-    result = runner.invoke(app, ["ask", "--doc", "README.md", "q?"], env={**env, "KVLINK_RAG_CHUNK_CONTEXT": value})
+def test_a_bad_setting_from_the_environment_is_named_by_its_variable(values, message, env):
+    result = runner.invoke(app, ["ask", "--doc", "README.md", "q?"], env={**env, **values})
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(message)  # was "chunk_context: Input should be a valid integer"
     assert result.stderr.count("\n") == 1 and result.stdout == ""

@@ -43,8 +43,9 @@ def test_only_the_chunk_after_its_context_joins_and_each_keeps_link_tokens(engin
     assert not continues(chunks[1], chunks[0])
     each = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=1)
     assert each.joins(chunks) is None
-    alone = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=0, chunk_links="last")
-    assert alone.joins(alone.chunks(_long_doc())) is None  # encoded alone: nothing to join
+    for layout in ({"chunk_links": "last"}, {"chunk_frames": "first"}):  # chunks encoded alone: it would do nothing
+        with pytest.raises(ValueError, match="set KVLINK_RAG_CHUNK_CONTEXT to 1 or more"):
+            tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=0, **layout)
 
 
 def test_the_fit_count_holds_the_link_tokens_of_documents_not_of_chunks(engine):
