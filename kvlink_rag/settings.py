@@ -135,9 +135,12 @@ class EngineSettings(LayerSettings):
         Raises:
             ValueError: either is set while ``chunk_context`` is 0 (it would silently change nothing).
         """
-        if self.chunk_context == 0 and (self.chunk_links != "each" or self.chunk_frames != "each"):
-            raise ValueError("KVLINK_RAG_CHUNK_LINKS=last and KVLINK_RAG_CHUNK_FRAMES=first apply to chunks encoded "
-                             "in context: set KVLINK_RAG_CHUNK_CONTEXT to 1 or more (it is 0)")
+        given = [f"KVLINK_RAG_CHUNK_{name.upper()}={value}" for name, value in
+                 (("links", self.chunk_links), ("frames", self.chunk_frames)) if value != "each"]
+        if self.chunk_context == 0 and given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise ValueError(f"{' and '.join(given)} {verb} to chunks encoded in context: set KVLINK_RAG_CHUNK_CONTEXT "
+                             "to 1 or more (it is 0)")
         return self
 
     @property

@@ -125,7 +125,7 @@ def test_a_bad_setting_from_the_command_line_is_named_by_its_flag(args, message,
     ({"KVLINK_RAG_CHUNK_LINKS": "LAST"},
      "error: invalid setting: KVLINK_RAG_CHUNK_LINKS: Input should be 'each' or 'last'"),
     ({"KVLINK_RAG_CHUNK_CONTEXT": "0", "KVLINK_RAG_CHUNK_LINKS": "last"},  # a rule across settings: no field named
-     "error: invalid setting: KVLINK_RAG_CHUNK_LINKS=last and KVLINK_RAG_CHUNK_FRAMES=first apply to chunks encoded"),
+     "error: invalid setting: KVLINK_RAG_CHUNK_LINKS=last applies to chunks encoded in context"),
 ])
 def test_a_bad_setting_from_the_environment_is_named_by_its_variable(values, message, env):
     result = runner.invoke(app, ["ask", "--doc", "README.md", "q?"], env={**env, **values})
