@@ -14,6 +14,7 @@ import torch
 
 from .cache import DocumentCache
 from .linking.document_prefill import encode_document
+from .linking.linker import link_count
 from .reuse.doc_side import encode_with_adapter
 from .text.chunking import continues
 from .text.prompt import has_special_text
@@ -124,7 +125,7 @@ class EngineDocuments:
         chunked document its chunks' ids and the K link tokens between them (none between joined chunks,
         :meth:`joins`; compare with :meth:`max_document_tokens`). Raises ValueError: empty document."""
         chunks = self.chunks(doc)
-        links = len(chunks) - 1 - sum(self.joins(chunks) or [])
+        links = link_count(len(chunks), self.joins(chunks)) - 1  # the last chunk's K are not counted here
         return sum(int(self.document_ids(c).numel()) for c in chunks) + self.link_k * links
 
     def warm(self, doc: Document) -> bool:
@@ -187,9 +188,10 @@ class EngineDocuments:
                 and chunks, and the context, in tokens.
         """
         k = self.link_k if k is None else k
-        sizes = [[int(self.document_ids(c).numel()) for c in self.chunks(d)] for d in docs]
-        doc_tokens = sum(map(sum, sizes))
-        links = sum(map(len, sizes)) - sum(self.joins(self.expand(docs)) or [])  # link segments: one per unjoined slot
+        chunks = [self.chunks(d) for d in docs]
+        sizes = [[int(self.document_ids(c).numel()) for c in cs] for cs in chunks]
+        slots = [c for cs in chunks for c in cs]
+        doc_tokens, links = sum(map(sum, sizes)), link_count(len(slots), self.joins(slots))
         total = self.prefix.num_tokens + doc_tokens + k * links + text_tokens
         if total + new_tokens > self.lm.max_positions:
             raise ContextTooLong(
