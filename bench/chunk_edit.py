@@ -90,7 +90,8 @@ def measure(engine: Engine, examples: list[NQExample], target_tokens: int = 8000
     block.cache = CountingCache()
     out = {"document_tokens": int(engine.document_ids(doc).numel()), "paragraphs": len(doc.text.split("\n\n")),
            "chunk_tokens": chunk_tokens, "linked_tokens_chunked": chunked.linked_tokens(doc),
-           "kv_dtype": engine.settings.kv_dtype, "chunk_context": chunked.chunker.context}
+           "kv_dtype": engine.settings.kv_dtype, "chunk_context": engine.settings.chunk_context,
+           "chunk_context_from": engine.settings.chunk_context_from}
     log(f"document: {out['document_tokens']} tokens, {out['paragraphs']} paragraphs; editing paragraph {mid}")
     if "chunked" in parts:
         out["chunked_first"] = _ready(chunked, doc)
@@ -115,8 +116,7 @@ def markdown(r: dict) -> str:
     return "\n".join([
         f"Document of {r['document_tokens']} tokens ({r['paragraphs']} NQ passages, one per paragraph), "
         f"{r['kv_dtype']} KV; one paragraph in the middle edited (a sentence appended)"
-        + ("; chunks encoded in context (each after the chunk before it, which runs through the model again but is "
-           "not stored)." if r.get("chunk_context") else "; chunks encoded alone."), "",
+        + _context_note(r), "",
         "| after the edit | caches encoded | tokens encoded | KV bytes written | encode s |", "|---|---|---|---|---|",
         f"| one block | 1 of 1 | {b['tokens']} | {mib(b['bytes'])} | {sec(b['s'])} |",
         f"| chunks of <= {r['chunk_tokens']} tokens | {c['encoded']} of {c['chunks']} | {c['tokens']} | "
@@ -125,3 +125,12 @@ def markdown(r: dict) -> str:
         f"{sec(f['s'])} s; linked it takes {r['linked_tokens_chunked']} positions (link tokens between chunks). "
         f"Every paragraph edited in turn ({st['edits']} edits): chunks changed per edit {st['changed']} "
         f"(mean {st['mean_changed']:.2f}).", ""])
+
+
+def _context_note(r: dict) -> str:
+    """How the result's chunks were encoded, as a sentence's end."""
+    if not r.get("chunk_context"):
+        return "; chunks encoded alone."
+    if r.get("chunk_context_from") == "cache":
+        return "; each chunk encoded after the stored caches of every chunk before it (read, not recomputed)."
+    return "; chunks encoded in context (each after the chunk before it, which runs through the model again but is not stored)."

@@ -65,7 +65,7 @@ class Engine(EngineDocuments):
         self.token_memo = functools.lru_cache(maxsize=4096)(
             lambda text, title, framed=True: self.template.document_ids(tok, text, title, framed))
         self.chunker = Chunker(lambda text, title: int(self.document_ids(Document(text, title)).numel()),
-                               settings.chunk_tokens, context=settings.chunk_context)
+                               settings.chunk_tokens, context=settings.chunk_window)
 
     def _load_link_tokens(self) -> LinkTokens | None:
         if self.settings.link_k == 0:

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from .cache import DocumentCache
+from .linking.chunk_past import fitting, past_prefix
 from .linking.document_prefill import encode_document
 from .linking.linker import link_count
 from .reuse.doc_side import encode_with_adapter
-from .text.chunking import continues
+from .text.chunking import chunks_before, continues
 from .text.prompt import has_special_text
 from .types import ContextTooLong, Document, DocumentKV, LayeredDocuments, RetainedKV
 
@@ -68,7 +69,7 @@ class EngineDocuments:
     def _context_framed(self, doc: Document) -> bool:
         """Whether the text ``doc`` is encoded after carries the frame: always, but with ``chunk_frames`` 'first'
         only where that text starts at the document's first chunk (chunk index <= ``chunk_context``)."""
-        return self.settings.chunk_frames != "first" or (doc.chunk or 0) <= self.settings.chunk_context
+        return self.settings.chunk_frames != "first" or (doc.chunk or 0) <= self.settings.chunk_window
 
     def context_ids(self, doc: Document) -> torch.Tensor | None:
         """``[tokens]`` int64 ids of the text ``doc`` is encoded after (its :attr:`Document.context`, framed as it
@@ -82,7 +83,8 @@ class EngineDocuments:
             cache: the cache whose keys to make (e.g. one tenant's view of the store); default this
                 engine's cache.
 
-        A chunk encoded in context (``doc.context``) is salted with the hash of the text before it. A text
+        A chunk encoded in context (``doc.context``) is salted with the hash of the text before it (and with whether it
+        read that text's caches, ``chunk_context_from``). A text
         holding a special token's string gets a salted key: its ids changed when user text stopped
         being parsed for special tokens, so a cache stored before must not be reused.
         """
@@ -90,7 +92,8 @@ class EngineDocuments:
         salt = "|plain-user-text" if has_special_text(self.lm.tokenizer, text) else ""
         if doc.context is not None:  # a chunk encoded after the one before it: keyed by both texts
             before = self.template.document_text(doc.context, doc.title, self._context_framed(doc))
-            salt += "|after:" + hashlib.sha256(before.encode()).hexdigest()
+            past = "|after-cache:" if self.settings.chunk_context_from == "cache" else "|after:"  # its caches, or text
+            salt += past + hashlib.sha256(before.encode()).hexdigest()
         return (cache if cache is not None else self.cache).key(self.fingerprint + salt, text)
 
     def chunks(self, doc: Document) -> list[Document]:
@@ -199,8 +202,10 @@ class EngineDocuments:
                 f"{doc_tokens}, link tokens {k * links}, question {text_tokens}) plus {new_tokens} new token(s); "
                 f"the model's context holds {self.lm.max_positions} tokens{_largest(docs, sizes)}")
 
-    def encode(self, doc: Document) -> DocumentKV:
-        """Precompute ``doc``'s position-free KV (a chunk with ``context``: after the text before it).
+    def encode(self, doc: Document, before: list[DocumentKV] | None = None) -> DocumentKV:
+        """Precompute ``doc``'s position-free KV (a chunk with ``context``: after the text before it, or with
+        ``chunk_context_from`` 'cache' after the caches of the chunks before it: ``before`` in order, else read
+        through :meth:`get_or_encode`).
 
         Runs under no_grad (not inference mode) so that training can attend to the result.
 
@@ -209,9 +214,15 @@ class EngineDocuments:
         """
         ids = self.document_ids(doc)
         self.check_document_tokens(int(ids.numel()))
-        # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
-        context = self.context_ids(doc)
         prefix = self.prefix if self.anchored else None
+        if self.settings.chunk_context_from == "cache" and doc.context is not None:
+            # after the stored caches of the chunks before it (those that fit the context, whole), as one forward
+            room = self.lm.max_positions - (prefix.num_tokens if prefix is not None else 0) - int(ids.numel())
+            if before is None:
+                before = [self.get_or_encode(d)[0] for d in chunks_before(doc)]
+            prefix, context = past_prefix(self.lm, prefix, fitting(before, room)), None
+        else:  # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
+            context = self.context_ids(doc)
         if self.doc_adapter is not None:
             with torch.no_grad():
                 return encode_with_adapter(self.lm, ids, self.doc_adapter, prefix=prefix, context=context,

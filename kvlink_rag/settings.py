@@ -21,6 +21,8 @@ ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
 
 
 _SWITCH = {"true": 1, "on": 1, "yes": 1, "false": 0, "off": 0, "no": 0}
+CHUNK_WINDOW_ALL = 1 << 20
+"""A chunk window that reaches every chunk before (``chunk_context_from`` 'cache')."""
 
 
 class EngineSettings(LayerSettings):
@@ -104,6 +106,11 @@ class EngineSettings(LayerSettings):
         "each", description="The 'Document (Title: t)' frame before every chunk of a chunked document ('each'), or "
         "before its first chunk only ('first': a chunk encoded in context (chunk_context > 0) is its bare text, so "
         "joined chunks (chunk_links 'last') read as the whole document).")
+    chunk_context_from: Literal["text", "cache"] = Field(
+        "text", description="What a chunk encoded in context (chunk_context > 0) attends to: 'text' re-runs the text "
+        "of the chunk_context chunks before it; 'cache' reads the stored caches of every chunk before it (each encoded "
+        "the same way), so a document's chunks hold what one forward over it would, at one forward's cost; an edit "
+        "then re-encodes its chunk and every chunk after it (kvlink_rag/linking/chunk_past.py).")
     max_loaded_adapters: int = Field(
         4, ge=1, le=1024, description="Named query-side adapters whose LoRA stays loaded in the model at once; "
         "using another unloads the least recently used (it is reloaded from its file when needed)."
@@ -130,18 +137,26 @@ class EngineSettings(LayerSettings):
 
     @model_validator(mode="after")
     def _chunk_layout_needs_context(self) -> EngineSettings:
-        """``chunk_links`` 'last' and ``chunk_frames`` 'first' change only chunks encoded in context.
+        """``chunk_links`` 'last', ``chunk_frames`` 'first' and ``chunk_context_from`` 'cache' change only chunks
+        encoded in context.
 
         Raises:
             ValueError: either is set while ``chunk_context`` is 0 (it would silently change nothing).
         """
-        given = [f"KVLINK_RAG_CHUNK_{name.upper()}={value}" for name, value in
-                 (("links", self.chunk_links), ("frames", self.chunk_frames)) if value != "each"]
+        given = [f"KVLINK_RAG_CHUNK_{name.upper()}={value}" for name, value, default in
+                 (("links", self.chunk_links, "each"), ("frames", self.chunk_frames, "each"),
+                  ("context_from", self.chunk_context_from, "text")) if value != default]
         if self.chunk_context == 0 and given:
             verb = "apply" if len(given) > 1 else "applies"
             raise ValueError(f"{' and '.join(given)} {verb} to chunks encoded in context: set KVLINK_RAG_CHUNK_CONTEXT "
                              "to 1 or more (it is 0)")
         return self
+
+    @property
+    def chunk_window(self) -> int:
+        """Chunks back whose text a chunk's key (and, from 'text', its encode) holds: ``chunk_context``, or
+        :data:`CHUNK_WINDOW_ALL` when chunks read every chunk before them from the cache."""
+        return CHUNK_WINDOW_ALL if self.chunk_context and self.chunk_context_from == "cache" else self.chunk_context
 
     @property
     def models_dir(self) -> Path:

@@ -8,7 +8,7 @@ need torch import it when called.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .rows import RowWriter, StoredRows, stage_tensors, write_rows
@@ -35,12 +35,16 @@ class Document:
     (None: a whole document); it never enters the cache key. ``context`` is the text of the chunk(s) before
     this one when chunks are encoded in context (``chunk_context`` chunks back): the chunk's KV is computed right
     after that text, and its cache key holds both texts. None: the chunk (or document) is encoded and keyed alone.
+    ``previous`` is the chunk before this one as the chunker made it (None for a whole document or a first chunk):
+    what a chunk encoded after its earlier chunks' caches reads (``KVLINK_RAG_CHUNK_CONTEXT_FROM=cache``); never in
+    equality, hash or key.
     """
 
     text: str
     title: str | None = None
     chunk: int | None = None
     context: str | None = None
+    previous: Document | None = field(default=None, compare=False, repr=False)
 
 
 class ContextTooLong(ValueError):

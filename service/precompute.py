@@ -80,7 +80,7 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
     """
     kvs: dict = {}
     num_tokens = nbytes = 0
-    for c, key in zip(chunks, keys, strict=True):
+    for i, (c, key) in enumerate(zip(chunks, keys, strict=True)):
         meta = catalog.blobs.meta(key)
         if meta is not None:
             num_tokens, nbytes = num_tokens + int(meta["num_tokens"]), nbytes + int(meta["nbytes"])
@@ -88,7 +88,7 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
         if key in kvs:  # the same chunk text twice in one document: stored once
             num_tokens += kvs[key].num_tokens
             continue
-        kv = engine.encode(c)
+        kv = engine.encode(c, _before(engine, cache, keys[:i], kvs))
         try:
             nbytes += cache.write(key, kv, fill_tiers=False)
         except StoreFullError as e:
@@ -101,6 +101,16 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
         kvs[key] = kv
         num_tokens += kv.num_tokens
     return kvs, num_tokens, nbytes
+
+
+def _before(engine: Engine, cache: StoreCache, keys: list[str], kvs: dict[str, DocumentKV]) -> list[DocumentKV] | None:
+    """The caches of the chunks before one (``keys``: theirs, in order) where the engine encodes a chunk after them
+    (``chunk_context_from`` 'cache'): encoded here (``kvs``) or read from this tenant's store; None otherwise, or
+    when one is gone meanwhile (the engine then reads them through its own cache, encoding what it lacks)."""
+    if engine.settings.chunk_context_from != "cache" or not keys:
+        return None
+    out = [kvs[k] if k in kvs else cache.get(k) for k in keys]
+    return None if any(kv is None for kv in out) else out
 
 
 def adopt(catalog: Catalog, tenant: str, doc_id: str, version: int, doc: Document,

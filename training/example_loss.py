@@ -35,7 +35,14 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
 
 def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
     """``docs`` encoded now with the training adapter on (graph kept): in one batched forward, except chunks
-    encoded in context (``Document.context``), each after the chunk before it as the engine encodes them."""
+    encoded in context (``Document.context``), each after the chunk before it as the engine encodes them.
+
+    Raises:
+        ValueError: chunks encoded after their earlier chunks' caches (``chunk_context_from`` 'cache'): not here.
+    """
+    if engine.settings.chunk_context_from == "cache" and any(d.context is not None for d in docs):
+        raise ValueError("doc-side training encodes a chunk after the text before it: set "
+                         "KVLINK_RAG_CHUNK_CONTEXT_FROM=text (it is cache)")
     prefix = engine.prefix if engine.anchored else None
     kw = dict(prefix=prefix, kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
     alone = [i for i, d in enumerate(docs) if d.context is None]

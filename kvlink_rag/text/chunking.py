@@ -167,6 +167,23 @@ def continues(before: Document, after: Document) -> bool:
             and after.title == before.title and after.context.endswith(before.text))
 
 
+def chunks_before(doc: Document) -> list[Document]:
+    """The chunks before chunk ``doc`` of its document, in order (its :attr:`Document.previous` chain).
+
+    Raises:
+        ValueError: the chain does not reach the document's first chunk (a chunk not made by a :class:`Chunker`).
+    """
+    chain, d = [], doc.previous
+    while d is not None:
+        chain.append(d)
+        d = d.previous
+    chain.reverse()
+    if [c.chunk for c in chain] != list(range(doc.chunk or 0)):
+        raise ValueError(f"chunk {doc.chunk} of {doc.title!r} does not carry the chunks before it "
+                         "(KVLINK_RAG_CHUNK_CONTEXT_FROM=cache reads them): make chunks with the engine's chunker")
+    return chain
+
+
 class Chunker:
     """A document's chunks as :class:`Document` values (same title, ``chunk`` = index), remembered for the
     last ``memo`` documents (queries ask about the same documents again and again; safe across threads).
@@ -205,8 +222,9 @@ class Chunker:
         texts = chunk_text(normalize_text(doc.text), lambda t: self.count(t, doc.title), self.chunk_tokens)
         w = max(0, int(self.context))
         before = [("".join(texts[max(0, i - w):i]) or None) if w else None for i in range(len(texts))]
-        out = [doc] if len(texts) == 1 else [replace(doc, text=t, chunk=i, context=b)
-                                             for i, (t, b) in enumerate(zip(texts, before))]
+        out: list[Document] = [doc] if len(texts) == 1 else []
+        for i, (t, b) in enumerate(zip(texts, before) if len(texts) > 1 else ()):
+            out.append(replace(doc, text=t, chunk=i, context=b, previous=out[-1] if i else None))
         with self._lock:
             self._seen[key] = out
             if len(self._seen) > self.memo:

@@ -31,3 +31,15 @@ def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context)
     assert "| one block | 1 of 1 |" in markdown(r) and ("in context" in markdown(r)) is context
     chunked_only = markdown({k: v for k, v in r.items() if k != "one_block_edit"})  # --parts chunked
     assert "| one block | 1 of 1 | - | - | - |" in chunked_only and "nan" not in chunked_only
+
+
+def test_from_the_caches_an_edit_re_encodes_its_chunk_and_every_chunk_after_it(tmp_path):
+    rng = random.Random(0)
+    examples = [NQExample(f"q{i}", ("a",), Document(" ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40))) + ".",
+                                                    f"Passage {i}")) for i in range(40)]
+    engine = tiny_text_engine(tmp_path, chunk_context=1, chunk_context_from="cache")
+    r = measure(engine, examples, target_tokens=900, chunk_tokens=128, log=lambda m: None, parts=("chunked",))
+    c, first = r["chunked_edit"], r["chunked_first"]
+    assert first["encoded"] == c["chunks"] > 3 and first["tokens"] < r["document_tokens"] + 128  # each chunk once
+    assert 1 < c["encoded"] < c["chunks"] and r["chunk_context_from"] == "cache"  # the edited chunk and the rest
+    assert "read, not recomputed" in markdown(r)

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from factories import tiny_text_engine
+from kvlink_rag.types import Document
 from service.settings import Settings
 from service.documents import DocumentService
 from store.check import check_store
@@ -21,15 +22,15 @@ def _text(seed: int = 0, n: int = 24) -> str:
     return "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) + "." for _ in range(n))
 
 
-def _setup(tmp_path, context: int = 1):
+def _setup(tmp_path, context: int = 1, **engine_settings):
     queue: list[tuple[str, str, int]] = []
     st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
                     enqueue=lambda *task: queue.append(task))
-    engine = tiny_text_engine(tmp_path, chunk_tokens=128, chunk_context=context)
+    engine = tiny_text_engine(tmp_path, chunk_tokens=128, chunk_context=context, **engine_settings)
     engine.cache = st.cache.for_tenant("acme")
     encoded = []
     encode = engine.encode
-    engine.encode = lambda d: encoded.append(d) or encode(d)
+    engine.encode = lambda d, before=None: encoded.append(d) or encode(d, before)
     return st, engine, queue, encoded
 
 
@@ -67,3 +68,23 @@ def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path, context):
     _, doc = st.catalog.document("acme", "notes")
     assert engine.warm(doc)  # every chunk a hit
     assert DocumentService(st).delete("acme", "notes") and st.blobs.keys() == []
+
+
+def test_chunks_after_their_earlier_chunks_caches_reencode_from_the_edit_on_and_read_the_rest_from_the_store(tmp_path):
+    """``chunk_context_from`` 'cache': each chunk encoded once at ingest, reading the chunks before it from what was
+    just encoded or stored; an edit re-encodes its chunk and every chunk after it, and nothing before it."""
+    st, engine, queue, encoded = _setup(tmp_path, 1, chunk_context_from="cache")
+    text = _text()
+    DocumentService(st).ingest("acme", "notes", text, "Notes")
+    [ready] = _drain(st, engine, queue)
+    keys = ready.cache_keys
+    assert len(keys) >= 4 and [d.chunk for d in encoded] == list(range(len(keys)))  # each once, in order
+    paras = text.split("\n\n")
+    paras[12] = "EDITED " + paras[12]
+    encoded.clear()
+    DocumentService(st).ingest("acme", "notes", "\n\n".join(paras), "Notes")
+    [ready2] = _drain(st, engine, queue)
+    first = next(i for i, d in enumerate(engine.chunks(Document("\n\n".join(paras), "Notes"))) if "EDITED" in d.text)
+    assert first > 0 and [d.chunk for d in encoded] == list(range(first, len(ready2.cache_keys)))
+    assert ready2.cache_keys[:first] == keys[:first] and not set(ready2.cache_keys[first:]) & set(keys)
+    assert check_store(st).problems == 0
