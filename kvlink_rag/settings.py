@@ -141,7 +141,7 @@ class EngineSettings(LayerSettings):
         encoded in context.
 
         Raises:
-            ValueError: either is set while ``chunk_context`` is 0 (it would silently change nothing).
+            ValueError: any of them is set while ``chunk_context`` is 0 (it would silently change nothing).
         """
         given = [f"KVLINK_RAG_CHUNK_{name.upper()}={value}" for name, value, default in
                  (("links", self.chunk_links, "each"), ("frames", self.chunk_frames, "each"),

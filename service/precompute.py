@@ -88,7 +88,8 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
         if key in kvs:  # the same chunk text twice in one document: stored once
             num_tokens += kvs[key].num_tokens
             continue
-        kv = engine.encode(c, _before(engine, cache, keys[:i], kvs))
+        before = _before(engine, cache, keys[:i], kvs)  # only where chunks are encoded after their caches
+        kv = engine.encode(c) if before is None else engine.encode(c, before)
         try:
             nbytes += cache.write(key, kv, fill_tiers=False)
         except StoreFullError as e:

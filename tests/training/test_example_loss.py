@@ -3,6 +3,7 @@ the chunk before it, as the engine encodes it; other documents in one batched fo
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from factories import tiny_text_engine
@@ -31,3 +32,10 @@ def test_doc_side_encodes_a_chunk_after_its_context_and_the_rest_alone(tmp_path)
     for g, w in zip(got, want):
         assert g.keys.shape == w.keys.shape and (g.values.float() - w.values.float()).abs().max() < 1e-2
     assert (got[1].values.float() - alone.values.float()).abs().max() > 1e-2
+
+
+def test_doc_side_refuses_chunks_encoded_after_their_earlier_chunks_caches(tmp_path):
+    engine = tiny_text_engine(tmp_path, chunk_context=1, chunk_context_from="cache")
+    chunk = Document("It returns at six in the evening.", "Ferry", chunk=1, context="The ferry leaves at noon. ")
+    with pytest.raises(ValueError, match="set KVLINK_RAG_CHUNK_CONTEXT_FROM=text"):
+        doc_side_kvs(engine, [chunk])
