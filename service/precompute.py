@@ -79,6 +79,7 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
             written here are dropped again unless another record uses them).
     """
     kvs: dict = {}
+    read: dict[str, DocumentKV] = {}  # chunks read from the store for the chunks after them (each read once)
     num_tokens = nbytes = 0
     for i, (c, key) in enumerate(zip(chunks, keys, strict=True)):
         meta = catalog.blobs.meta(key)
@@ -88,7 +89,7 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
         if key in kvs:  # the same chunk text twice in one document: stored once
             num_tokens += kvs[key].num_tokens
             continue
-        before = _before(engine, cache, keys[:i], kvs)  # only where chunks are encoded after their caches
+        before = _before(engine, cache, keys[:i], kvs, read)  # only where chunks are encoded after their caches
         kv = engine.encode(c) if before is None else engine.encode(c, before)
         try:
             nbytes += cache.write(key, kv, fill_tiers=False)
@@ -104,13 +105,18 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
     return kvs, num_tokens, nbytes
 
 
-def _before(engine: Engine, cache: StoreCache, keys: list[str], kvs: dict[str, DocumentKV]) -> list[DocumentKV] | None:
+def _before(engine: Engine, cache: StoreCache, keys: list[str], kvs: dict[str, DocumentKV],
+            read: dict[str, DocumentKV]) -> list[DocumentKV] | None:
     """The caches of the chunks before one (``keys``: theirs, in order) where the engine encodes a chunk after them
-    (``chunk_context_from`` 'cache'): encoded here (``kvs``) or read from this tenant's store; None otherwise, or
-    when one is gone meanwhile (the engine then reads them through its own cache, encoding what it lacks)."""
+    (``chunk_context_from`` 'cache'): encoded here (``kvs``) or read from this tenant's store once (kept in ``read``);
+    None otherwise, or when one is gone meanwhile (the engine then reads them through its own cache, encoding what it
+    lacks)."""
     if engine.settings.chunk_context_from != "cache" or not keys:
         return None
-    out = [kvs[k] if k in kvs else cache.get(k) for k in keys]
+    for k in keys:
+        if k not in kvs and k not in read and (kv := cache.get(k)) is not None:
+            read[k] = kv
+    out = [kvs.get(k, read.get(k)) for k in keys]
     return None if any(kv is None for kv in out) else out
 
 
