@@ -128,7 +128,9 @@ def markdown(r: dict) -> str:
 
 
 def _context_note(r: dict) -> str:
-    """How the result's chunks were encoded, as a sentence's end."""
+    """How the result's chunks were encoded, as a sentence's end (nothing about chunks when none were encoded)."""
+    if "chunked_first" not in r:
+        return "."
     if not r.get("chunk_context"):
         return "; chunks encoded alone."
     if r.get("chunk_context_from") == "cache":

@@ -31,6 +31,8 @@ def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context)
     assert "| one block | 1 of 1 |" in markdown(r) and ("in context" in markdown(r)) is context
     chunked_only = markdown({k: v for k, v in r.items() if k != "one_block_edit"})  # --parts chunked
     assert "| one block | 1 of 1 | - | - | - |" in chunked_only and "nan" not in chunked_only
+    block_only = markdown({k: v for k, v in r.items() if k not in ("chunked_first", "chunked_edit")})  # --parts block
+    assert "edited (a sentence appended)." in block_only and "encoded alone" not in block_only
 
 
 def test_from_the_caches_an_edit_re_encodes_its_chunk_and_every_chunk_after_it(tmp_path):
