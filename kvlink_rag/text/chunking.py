@@ -222,9 +222,11 @@ class Chunker:
         texts = chunk_text(normalize_text(doc.text), lambda t: self.count(t, doc.title), self.chunk_tokens)
         w = max(0, int(self.context))
         before = [("".join(texts[max(0, i - w):i]) or None) if w else None for i in range(len(texts))]
-        out: list[Document] = [doc] if len(texts) == 1 else []
-        for i, (t, b) in enumerate(zip(texts, before) if len(texts) > 1 else ()):
-            out.append(replace(doc, text=t, chunk=i, context=b, previous=out[-1] if i else None))
+        out = [doc]  # a document that fits stays whole
+        if len(texts) > 1:  # chunks, each carrying the one before it (Document.previous)
+            out = []
+            for i, (t, b) in enumerate(zip(texts, before)):
+                out.append(replace(doc, text=t, chunk=i, context=b, previous=out[-1] if out else None))
         with self._lock:
             self._seen[key] = out
             if len(self._seen) > self.memo:
