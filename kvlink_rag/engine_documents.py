@@ -216,11 +216,9 @@ class EngineDocuments:
         self.check_document_tokens(int(ids.numel()))
         prefix = self.prefix if self.anchored else None
         if self.settings.chunk_context_from == "cache" and doc.context is not None:
-            # after the stored caches of the chunks before it (those that fit the context, whole), as one forward
-            room = self.lm.max_positions - (prefix.num_tokens if prefix is not None else 0) - int(ids.numel())
             if before is None:
                 before = [self.get_or_encode(d)[0] for d in chunks_before(doc)]
-            prefix, context = past_prefix(self.lm, prefix, fitting(before, room)), None
+            prefix, context = self.past(doc, before), None
         else:  # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
             context = self.context_ids(doc)
         if self.doc_adapter is not None:
@@ -229,6 +227,14 @@ class EngineDocuments:
                                            kv_dtype=self.settings.kv_dtype, fingerprint=self.fingerprint)
         return encode_document(self.lm, ids, kv_dtype=self.settings.kv_dtype, prefix=prefix, context=context,
                                fingerprint=self.fingerprint, importance=self.settings.importance_scores)
+
+    def past(self, doc: Document, before: list[DocumentKV]) -> PrefixKV | None:
+        """The prefix chunk ``doc`` is encoded after with ``chunk_context_from`` 'cache': the anchor prefix (anchored
+        encoding) and the caches ``before`` of the chunks before it, in order, the earliest dropped whole where they
+        do not fit the model's context beside ``doc`` (:func:`~kvlink_rag.linking.chunk_past.past_prefix`)."""
+        prefix = self.prefix if self.anchored else None
+        room = self.lm.max_positions - (prefix.num_tokens if prefix is not None else 0) - len(self.document_ids(doc))
+        return past_prefix(self.lm, prefix, fitting(before, room))
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
         """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""

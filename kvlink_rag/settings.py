@@ -95,19 +95,20 @@ class EngineSettings(LayerSettings):
                               "stored and linked as chunks of at most this many tokens, each its own cache "
                               "(kvlink_rag/text/chunking.py); 0 = one cache per document. At least 64.")
     chunk_context: int = Field(
-        1, ge=0, le=64, description="Encode each chunk of a chunked document right after the text of this many "
-        "chunks before it (its cache keyed by both texts), so a chunk's values carry the text before it as in the "
-        "whole document; an edit then re-encodes its chunk and the next this many. 0: every chunk alone.")
+        1, ge=0, le=64, description="Encode each chunk of a chunked document in the context of the chunks before it "
+        "(its cache keyed by the text before it too), so a chunk's values carry that text as in the whole document: "
+        "with chunk_context_from 'cache' (default) every chunk before it, any count > 0; with 'text' this many "
+        "chunks' text, an edit then re-encoding its chunk and the next this many. 0: every chunk alone.")
     chunk_links: Literal["each", "last"] = Field(
-        "each", description="Link tokens between the chunks of one document: 'each' after every chunk; 'last' only "
+        "last", description="Link tokens between the chunks of one document: 'each' after every chunk; 'last' only "
         "after a document's last chunk, each chunk encoded in context (chunk_context > 0) following the chunk it was "
         "encoded after with nothing between them, as in the whole document.")
     chunk_frames: Literal["each", "first"] = Field(
-        "each", description="The 'Document (Title: t)' frame before every chunk of a chunked document ('each'), or "
+        "first", description="The 'Document (Title: t)' frame before every chunk of a chunked document ('each'), or "
         "before its first chunk only ('first': a chunk encoded in context (chunk_context > 0) is its bare text, so "
         "joined chunks (chunk_links 'last') read as the whole document).")
     chunk_context_from: Literal["text", "cache"] = Field(
-        "text", description="What a chunk encoded in context (chunk_context > 0) attends to: 'text' re-runs the text "
+        "cache", description="What a chunk encoded in context (chunk_context > 0) attends to: 'text' re-runs the text "
         "of the chunk_context chunks before it; 'cache' reads the stored caches of every chunk before it (each encoded "
         "the same way), so a document's chunks hold what one forward over it would, at one forward's cost; an edit "
         "then re-encodes its chunk and every chunk after it (kvlink_rag/linking/chunk_past.py).")
@@ -137,15 +138,17 @@ class EngineSettings(LayerSettings):
 
     @model_validator(mode="after")
     def _chunk_layout_needs_context(self) -> EngineSettings:
-        """``chunk_links`` 'last', ``chunk_frames`` 'first' and ``chunk_context_from`` 'cache' change only chunks
-        encoded in context.
+        """``chunk_links`` 'last', ``chunk_frames`` 'first' and ``chunk_context_from`` 'cache' (the defaults) change
+        only chunks encoded in context: with ``chunk_context`` 0 they do nothing (chunks are encoded, framed and
+        linked alone).
 
         Raises:
-            ValueError: any of them is set while ``chunk_context`` is 0 (it would silently change nothing).
+            ValueError: any of them is given explicitly while ``chunk_context`` is 0 (it would silently change
+                nothing).
         """
-        given = [f"KVLINK_RAG_CHUNK_{name.upper()}={value}" for name, value, default in
-                 (("links", self.chunk_links, "each"), ("frames", self.chunk_frames, "each"),
-                  ("context_from", self.chunk_context_from, "text")) if value != default]
+        given = [f"KVLINK_RAG_CHUNK_{name.upper()}={getattr(self, 'chunk_' + name)}" for name, alone in
+                 (("links", "each"), ("frames", "each"), ("context_from", "text"))
+                 if "chunk_" + name in self.model_fields_set and getattr(self, "chunk_" + name) != alone]
         if self.chunk_context == 0 and given:
             verb = "apply" if len(given) > 1 else "applies"
             raise ValueError(f"{' and '.join(given)} {verb} to chunks encoded in context: set KVLINK_RAG_CHUNK_CONTEXT "

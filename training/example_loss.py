@@ -11,6 +11,7 @@ from kvlink_rag.engine import Engine
 from kvlink_rag.linking.linker import link
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.reuse.doc_side import encode_batch_with_adapter, encode_with_adapter
+from kvlink_rag.text.chunking import chunks_before
 from kvlink_rag.types import Document, DocumentKV
 
 from .data import answer_ids
@@ -35,21 +36,30 @@ def example_loss(engine: Engine, link_embeds: torch.Tensor, ex: NQExample, docs,
 
 def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
     """``docs`` encoded now with the training adapter on (graph kept): in one batched forward, except chunks
-    encoded in context (``Document.context``), each after the chunk before it as the engine encodes them.
+    encoded in context (``Document.context``), each encoded as the engine encodes it: after the text of the chunks
+    before it, or (``chunk_context_from`` 'cache') after the caches of every chunk before it, encoded here with the
+    adapter on too (those in ``docs`` once; a chunk's loss reaches the adapter through its own forward, the earlier
+    chunks' caches enter it detached).
 
     Raises:
-        ValueError: chunks encoded after their earlier chunks' caches (``chunk_context_from`` 'cache'): not here.
+        ValueError: a chunk from ``chunk_context_from`` 'cache' not made by the engine's chunker (no chain).
     """
-    if engine.settings.chunk_context_from == "cache" and any(d.context is not None for d in docs):
-        raise ValueError("doc-side training encodes a chunk after the text before it: set "
-                         "KVLINK_RAG_CHUNK_CONTEXT_FROM=text (it is cache)")
     prefix = engine.prefix if engine.anchored else None
-    kw = dict(prefix=prefix, kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
+    kw = dict(kv_dtype=engine.settings.kv_dtype, fingerprint="doc-side-training")
     alone = [i for i, d in enumerate(docs) if d.context is None]
     kvs = dict(zip(alone, encode_batch_with_adapter(engine.lm, [engine.document_ids(docs[i]) for i in alone],
-                                                    TRAIN_ADAPTER, **kw) if alone else []))
+                                                    TRAIN_ADAPTER, prefix=prefix, **kw) if alone else []))
+    done = {docs[i]: kv for i, kv in kvs.items()}
     for i, d in enumerate(docs):
-        if d.context is not None:
-            before = engine.context_ids(d)
-            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, context=before, **kw)
+        if d.context is None:
+            continue
+        if engine.settings.chunk_context_from == "cache":
+            for c in [*chunks_before(d), d]:  # the chain in order, each chunk after the caches of those before it
+                if c not in done:
+                    past = engine.past(c, [done[p] for p in chunks_before(c)]) if c.context is not None else prefix
+                    done[c] = encode_with_adapter(engine.lm, engine.document_ids(c), TRAIN_ADAPTER, prefix=past, **kw)
+            kvs[i] = done[d]
+        else:
+            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, prefix=prefix,
+                                         context=engine.context_ids(d), **kw)
     return [kvs[i] for i in range(len(docs))]

@@ -17,11 +17,11 @@ WORDS = "harbour lantern granite meadow falcon copper willow ember quarry saddle
 
 @pytest.mark.parametrize("context", [False, True], ids=["alone", "in-context"])
 def test_an_edit_re_encodes_one_chunk_against_the_whole_block(tmp_path, context):
-    """Chunks encoded alone: the edited chunk only; in context: it and the chunk after it."""
+    """Chunks encoded alone: the edited chunk only; in context of one chunk's text: it and the chunk after it."""
     rng = random.Random(0)
     examples = [NQExample(f"q{i}", ("a",), Document(" ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40))) + ".",
                                                     f"Passage {i}")) for i in range(40)]
-    engine = tiny_text_engine(tmp_path, chunk_context=int(context))
+    engine = tiny_text_engine(tmp_path, chunk_context=int(context), **({"chunk_context_from": "text"} if context else {}))
     r = measure(engine, examples, target_tokens=900, chunk_tokens=128, log=lambda m: None)
     c, b, n = r["chunked_edit"], r["one_block_edit"], 1 + context
     assert 700 < r["document_tokens"] <= 900 and r["chunked_first"]["encoded"] == c["chunks"] > 3
@@ -39,7 +39,7 @@ def test_from_the_caches_an_edit_re_encodes_its_chunk_and_every_chunk_after_it(t
     rng = random.Random(0)
     examples = [NQExample(f"q{i}", ("a",), Document(" ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40))) + ".",
                                                     f"Passage {i}")) for i in range(40)]
-    engine = tiny_text_engine(tmp_path, chunk_context=1, chunk_context_from="cache")
+    engine = tiny_text_engine(tmp_path, chunk_context=1)  # the default: from the caches
     r = measure(engine, examples, target_tokens=900, chunk_tokens=128, log=lambda m: None, parts=("chunked",))
     c, first = r["chunked_edit"], r["chunked_first"]
     assert first["encoded"] == c["chunks"] > 3 and first["tokens"] < r["document_tokens"] + 128  # each chunk once

@@ -63,18 +63,22 @@ def test_a_prompt_that_cannot_fit_is_refused_before_any_document_is_encoded(engi
     assert calls == [] and eng.cache.get(eng.cache_key(docs[0])) is None
 
 
-def test_a_long_document_counts_as_one_document_of_its_chunks(engine, monkeypatch):
-    eng, calls = _counting_encodes(engine.with_chunk_tokens(64), monkeypatch)
+@pytest.mark.parametrize("links", ["last", "each"])
+def test_a_long_document_counts_as_one_document_of_its_chunks(engine, monkeypatch, links, tmp_path):
+    """Link tokens after the document's last chunk (the default), or after each chunk (chunks encoded alone)."""
+    alone = links == "each" and tiny_text_engine(tmp_path, max_positions=96, max_new_tokens=100, chunk_context=0)
+    eng, calls = _counting_encodes((alone or engine).with_chunk_tokens(64), monkeypatch)
     doc = Document("\n\n".join(f"Paragraph {i} says word " * 6 for i in range(12)), "notes")
     chunks = eng.chunks(doc)
     tokens = sum(int(eng.document_ids(c).numel()) for c in chunks)
     question = int(eng.template.question_ids(eng.lm.tokenizer, "what is it?").numel())
     assert len(chunks) > 2 and tokens > 96
-    total = 29 + tokens + 5 * len(chunks) + question
+    links = 5 * (len(chunks) if alone else 1)
+    total = 29 + tokens + links + question
     with pytest.raises(ContextTooLong) as e:
         eng.answer("what is it?", [doc])
     assert str(e.value) == (f"the prompt needs {total} tokens (prefix 29, 1 document {tokens}, link tokens "
-                            f"{5 * len(chunks)}, question {question}) plus 1 new token(s); the model's context holds "
+                            f"{links}, question {question}) plus 1 new token(s); the model's context holds "
                             f"96 tokens (document 'notes' has {tokens} tokens in {len(chunks)} chunks)")
     assert calls == [] and all(eng.cache.get(eng.cache_key(c)) is None for c in chunks)
 

@@ -42,9 +42,9 @@ def _drain(st, engine, queue):
 
 @pytest.mark.parametrize("context", [False, True], ids=["alone", "in-context"])
 def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path, context):
-    """Chunks encoded alone: the edited chunk only; in context: it and the one after it (whose key holds the
-    edited text before it)."""
-    st, engine, queue, encoded = _setup(tmp_path, int(context))
+    """Chunks encoded alone: the edited chunk only; in context of one chunk's text: it and the one after it (whose
+    key holds the edited text before it)."""
+    st, engine, queue, encoded = _setup(tmp_path, int(context), chunk_context_from="text")
     text = _text()
     DocumentService(st).ingest("acme", "notes", text, "Notes")
     [ready] = _drain(st, engine, queue)
@@ -73,7 +73,7 @@ def test_an_update_encodes_and_drops_only_the_changed_chunk(tmp_path, context):
 def test_chunks_after_their_earlier_chunks_caches_reencode_from_the_edit_on_and_read_the_rest_from_the_store(tmp_path):
     """``chunk_context_from`` 'cache': each chunk encoded once at ingest, reading the chunks before it from what was
     just encoded or stored; an edit re-encodes its chunk and every chunk after it, and nothing before it."""
-    st, engine, queue, encoded = _setup(tmp_path, 1, chunk_context_from="cache")
+    st, engine, queue, encoded = _setup(tmp_path, 1)  # the default: from the caches
     text = _text()
     DocumentService(st).ingest("acme", "notes", text, "Notes")
     [ready] = _drain(st, engine, queue)

@@ -3,6 +3,8 @@ the chunk before it, as the engine encodes it; other documents in one batched fo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -15,7 +17,7 @@ from training.train_config import TRAIN_ADAPTER
 
 
 def test_doc_side_encodes_a_chunk_after_its_context_and_the_rest_alone(tmp_path):
-    engine = tiny_text_engine(tmp_path)
+    engine = tiny_text_engine(tmp_path, chunk_context_from="text")
     add_lora(engine.lm, TRAIN_ADAPTER, rank=4, alpha=8)
     try:
         plain = Document("The ferry leaves the harbour at noon.", "Ferry")
@@ -34,8 +36,29 @@ def test_doc_side_encodes_a_chunk_after_its_context_and_the_rest_alone(tmp_path)
     assert (got[1].values.float() - alone.values.float()).abs().max() > 1e-2
 
 
-def test_doc_side_refuses_chunks_encoded_after_their_earlier_chunks_caches(tmp_path):
-    engine = tiny_text_engine(tmp_path, chunk_context=1, chunk_context_from="cache")
+def test_doc_side_encodes_chunks_after_their_earlier_chunks_caches_as_the_engine_does(tmp_path):
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32", chunk_tokens=64)  # defaults: from the caches
+    text = "\n\n".join(f"Paragraph {i} says the ferry leaves the harbour at {i} and returns at dusk." for i in range(12))
+    chunks = engine.chunks(Document(text, "Ferry"))
+    assert len(chunks) >= 3 and engine.settings.chunk_context_from == "cache"
+    add_lora(engine.lm, TRAIN_ADAPTER, rank=4, alpha=8)  # B = 0: the adapter changes nothing yet
+    try:
+        with torch.no_grad():
+            got = doc_side_kvs(engine, chunks[1:])  # the first chunk is encoded for the chain, not returned
+    finally:
+        remove_lora(engine.lm, TRAIN_ADAPTER)
+    want = [engine.encode(c) for c in chunks[1:]]
+    alone = engine.encode(replace(chunks[-1], context=None, previous=None))
+    assert len(got) == len(chunks) - 1
+    for g, w in zip(got, want):
+        assert (g.keys.float() - w.keys.float()).abs().max() < 1e-4
+        assert (g.values.float() - w.values.float()).abs().max() < 1e-4
+    assert got[-1].token_ids[-1] == alone.token_ids[-1]  # the same last token, its value computed after the rest
+    assert (got[-1].values[:, :, -1].float() - alone.values[:, :, -1].float()).abs().max() > 1e-2
+
+
+def test_doc_side_refuses_a_chunk_from_the_caches_without_its_chain(tmp_path):
+    engine = tiny_text_engine(tmp_path)
     chunk = Document("It returns at six in the evening.", "Ferry", chunk=1, context="The ferry leaves at noon. ")
-    with pytest.raises(ValueError, match="set KVLINK_RAG_CHUNK_CONTEXT_FROM=text"):
+    with pytest.raises(ValueError, match="make chunks with the engine's chunker"):
         doc_side_kvs(engine, [chunk])

@@ -65,12 +65,13 @@ def test_each_chunk_holds_its_rows_of_one_forward_over_the_chunks_before_it(tmp_
 
 def test_keys_differ_from_the_text_encoding_and_the_first_chunk_is_shared(tmp_path):
     cache, text = _engine(tmp_path / "c"), tiny_text_engine(tmp_path / "t", kv_dtype="float32", link_k=2,
-                                                            chunk_tokens=64, chunk_context=1)
+                                                            chunk_tokens=64, chunk_context=1, chunk_context_from="text")
     chunks = cache.chunks(_long_doc())
     assert chunks[-1].context == "".join(c.text for c in chunks[:-1])  # every chunk before, not one
     assert cache.cache_key(chunks[0]) == text.cache_key(chunks[0])
     assert all(cache.cache_key(c) != text.cache_key(t) for c, t in zip(chunks[1:], text.chunks(_long_doc())[1:]))
-    one = tiny_text_engine(tmp_path / "w", kv_dtype="float32", link_k=2, chunk_tokens=64, chunk_context=64)
+    one = tiny_text_engine(tmp_path / "w", kv_dtype="float32", link_k=2, chunk_tokens=64, chunk_context=64,
+                           chunk_context_from="text")
     assert cache.cache_key(chunks[-1]) != one.cache_key(one.chunks(_long_doc())[-1])  # same text before, other encode
 
 
@@ -101,3 +102,14 @@ def test_a_chunk_without_its_chain_is_refused_and_the_window_drops_whole_early_c
 def test_cache_from_is_refused_without_chunks_in_context(tmp_path):
     with pytest.raises(ValueError, match="KVLINK_RAG_CHUNK_CONTEXT_FROM=cache applies to chunks encoded in context"):
         tiny_text_engine(tmp_path, link_k=2, chunk_tokens=64, chunk_context=0, chunk_context_from="cache")
+
+
+def test_the_defaults_read_the_caches_and_chunks_in_context_0_are_alone_framed_and_linked(tmp_path):
+    default = tiny_text_engine(tmp_path / "d", kv_dtype="float32", link_k=2, chunk_tokens=64)
+    assert (default.settings.chunk_context_from, default.settings.chunk_links, default.settings.chunk_frames) == (
+        "cache", "last", "first")
+    assert default.cache_key(default.chunks(_long_doc())[-1]) == _engine(tmp_path / "c").cache_key(
+        _engine(tmp_path / "c").chunks(_long_doc())[-1])
+    alone = tiny_text_engine(tmp_path / "a", kv_dtype="float32", link_k=2, chunk_tokens=64, chunk_context=0)
+    chunks = alone.chunks(_long_doc())
+    assert all(c.context is None and alone.framed(c) for c in chunks) and alone.joins(chunks) is None

@@ -30,8 +30,9 @@ def _long_doc(seed: int = 0, paragraphs: int = 10) -> Document:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
+    """Joined chunks, each framed (``chunk_frames`` 'each'), encoded after the caches before it (the default)."""
     return tiny_text_engine(tmp_path_factory.mktemp("joined"), max_new_tokens=4, kv_dtype="float32", link_k=2,
-                            chunk_tokens=64, chunk_context=1, chunk_links="last")
+                            chunk_tokens=64, chunk_context=1, chunk_links="last", chunk_frames="each")
 
 
 def test_only_the_chunk_after_its_context_joins_and_each_keeps_link_tokens(engine):
@@ -41,7 +42,7 @@ def test_only_the_chunk_after_its_context_joins_and_each_keeps_link_tokens(engin
     assert engine.joins(chunks + [other]) == [True] * (len(chunks) - 1) + [False, False]
     assert engine.joins([chunks[0], chunks[2]]) is None  # a retrieved chunk without the one before it
     assert not continues(chunks[1], chunks[0])
-    each = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=1)
+    each = tiny_text_engine(engine.settings.home, link_k=2, chunk_tokens=64, chunk_context=1, chunk_links="each")
     assert each.joins(chunks) is None
     for layout in ({"chunk_links": "last"}, {"chunk_frames": "first"}):  # chunks encoded alone: it would do nothing
         with pytest.raises(ValueError, match="set KVLINK_RAG_CHUNK_CONTEXT to 1 or more"):
@@ -61,7 +62,7 @@ def test_the_fit_count_holds_the_link_tokens_of_documents_not_of_chunks(engine):
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
-    """Joined chunks without frames after the first: the document's text in one run of slots."""
+    """Joined chunks without frames after the first: the document's text in one run of slots (the defaults)."""
     return tiny_text_engine(tmp_path_factory.mktemp("bare"), max_new_tokens=4, kv_dtype="float32", link_k=2,
                             chunk_tokens=64, chunk_context=1, chunk_links="last", chunk_frames="first")
 
@@ -72,10 +73,13 @@ def test_chunks_after_the_first_are_bare_text_and_read_as_the_whole_document(bar
     assert "".join(bare.document_text(c) for c in chunks) == bare.document_text(doc)
     assert bare.document_text(chunks[0]).startswith("Document (Title: Notes) ")
     assert not any(bare.document_text(c).startswith("Document") for c in chunks[1:])
-    # the text a chunk is encoded after is framed as it sits in the prompt: chunk 0 framed, later ones bare
-    tok = bare.lm.tokenizer
-    assert tok.decode(bare.context_ids(chunks[1])).startswith("Document (Title: Notes) ")
-    assert not tok.decode(bare.context_ids(chunks[2])).startswith("Document")
+    # the text a chunk is encoded after (from the text, one chunk back) is framed as it sits in the prompt: chunk 0
+    # framed, later ones bare
+    text = tiny_text_engine(bare.settings.home, kv_dtype="float32", link_k=2, chunk_tokens=64, chunk_context=1,
+                            chunk_context_from="text")
+    tok = text.lm.tokenizer
+    assert tok.decode(text.context_ids(chunks[1])).startswith("Document (Title: Notes) ")
+    assert not tok.decode(text.context_ids(chunks[2])).startswith("Document")
     assert bare.cache_key(chunks[0]) == engine.cache_key(chunks[0])
     assert all(bare.cache_key(c) != engine.cache_key(c) for c in chunks[1:])
     loose = Document("The code word is kiwi.", "Short")

@@ -103,8 +103,10 @@ SHORT = Document("The ferry leaves the harbour at noon.", "Ferry")
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    """Chunks encoded in context (the default ``chunk_context``)."""
-    return tiny_text_engine(tmp_path_factory.mktemp("chunks"), max_new_tokens=4, chunk_tokens=128)
+    """Chunks encoded in context of the text of one chunk before, each framed and followed by link tokens (the
+    defaults, 'cache' / 'last' / 'first', are tested in test_chunk_past and test_joined_chunks)."""
+    return tiny_text_engine(tmp_path_factory.mktemp("chunks"), max_new_tokens=4, chunk_tokens=128,
+                            chunk_context_from="text", chunk_links="each", chunk_frames="each")
 
 
 @pytest.fixture(scope="module")
