@@ -110,13 +110,15 @@ def _before(engine: Engine, cache: StoreCache, keys: list[str], kvs: dict[str, D
     """The caches of the chunks before one (``keys``: theirs, in order) where the engine encodes a chunk after them
     (``chunk_context_from`` 'cache'): encoded here (``kvs``) or read from this tenant's store once (kept in ``read``);
     None otherwise, or when one is gone meanwhile (the engine then reads them through its own cache, encoding what it
-    lacks)."""
+    lacks). A store that quantizes (``store_int8``) is always read: a chunk is then encoded after what the store
+    holds, as after an edit or at query time, never after the exact KV only this encode saw."""
     if engine.settings.chunk_context_from != "cache" or not keys:
         return None
+    fresh = {} if cache.int8 else kvs
     for k in keys:
-        if k not in kvs and k not in read and (kv := cache.get(k)) is not None:
+        if k not in fresh and k not in read and (kv := cache.get(k)) is not None:
             read[k] = kv
-    out = [kvs.get(k, read.get(k)) for k in keys]
+    out = [fresh.get(k, read.get(k)) for k in keys]
     return None if any(kv is None for kv in out) else out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from factories import tiny_text_engine
 from kvlink_rag.types import Document
@@ -22,15 +23,16 @@ def _text(seed: int = 0, n: int = 24) -> str:
     return "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) + "." for _ in range(n))
 
 
-def _setup(tmp_path, context: int = 1, **engine_settings):
+def _setup(tmp_path, context: int = 1, store_int8: bool = False, **engine_settings):
     queue: list[tuple[str, str, int]] = []
-    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20),
-                    enqueue=lambda *task: queue.append(task))
+    st = open_store(Settings(home=tmp_path, model="unused", store_max_bytes=64 << 20, host_cache_bytes=32 << 20,
+                             store_int8=store_int8), enqueue=lambda *task: queue.append(task))
     engine = tiny_text_engine(tmp_path, chunk_tokens=128, chunk_context=context, **engine_settings)
     engine.cache = st.cache.for_tenant("acme")
     encoded = []
     encode = engine.encode
-    engine.encode = lambda d, before=None: encoded.append(d) or encode(d, before)
+    engine.encode = lambda d, before=None: encoded.append(d) or engine.befores.append(before) or encode(d, before)
+    engine.befores = []
     return st, engine, queue, encoded
 
 
@@ -88,3 +90,19 @@ def test_chunks_after_their_earlier_chunks_caches_reencode_from_the_edit_on_and_
     assert first > 0 and [d.chunk for d in encoded] == list(range(first, len(ready2.cache_keys)))
     assert ready2.cache_keys[:first] == keys[:first] and not set(ready2.cache_keys[first:]) & set(keys)
     assert check_store(st).problems == 0
+
+
+def test_an_int8_store_encodes_each_chunk_after_what_it_holds_of_the_chunks_before(tmp_path):
+    """With ``store_int8`` a chunk is encoded after the stored (quantized) caches of the chunks before it, as an edit
+    or a query would read them, not after the exact KV the same precompute just encoded."""
+    st, engine, queue, encoded = _setup(tmp_path, 1, store_int8=True, kv_dtype="float32")
+    DocumentService(st).ingest("acme", "notes", _text(), "Notes")
+    [ready] = _drain(st, engine, queue)
+    keys, befores = ready.cache_keys, engine.befores
+    assert len(keys) >= 3 and befores[0] is None and [len(b) for b in befores[1:]] == list(range(1, len(keys)))
+    stored = [engine.cache.get(k) for k in keys]
+    for i, before in enumerate(befores[1:], start=1):
+        for j, kv in enumerate(before):
+            assert torch.equal(kv.keys, stored[j].keys) and torch.equal(kv.values, stored[j].values), (i, j)
+    fresh = engine.encode(engine.chunks(Document(_text(), "Notes"))[0])
+    assert not torch.equal(fresh.values, stored[0].values)  # int8 rounds: only reading the store makes paths agree
