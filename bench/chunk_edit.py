@@ -122,7 +122,7 @@ def markdown(r: dict) -> str:
         f"| chunks of <= {r['chunk_tokens']} tokens | {c['encoded']} of {c['chunks']} | {c['tokens']} | "
         f"{mib(c['bytes'])} | {sec(c['s'])} |", "",
         f"The chunked document's first encode: {f['encoded']} chunks, {f['tokens']} tokens, {mib(f['bytes'])}, "
-        f"{sec(f['s'])} s; linked it takes {r['linked_tokens_chunked']} positions (with its link tokens). "
+        f"{sec(f['s'])} s; linked it takes {r['linked_tokens_chunked']} positions before its last link tokens. "
         f"Every paragraph edited in turn ({st['edits']} edits): chunks changed per edit {st['changed']} "
         f"(mean {st['mean_changed']:.2f}).", ""])
 
