@@ -108,8 +108,8 @@ def test_the_defaults_read_the_caches_and_chunks_in_context_0_are_alone_framed_a
     default = tiny_text_engine(tmp_path / "d", kv_dtype="float32", link_k=2, chunk_tokens=64)
     assert (default.settings.chunk_context_from, default.settings.chunk_links, default.settings.chunk_frames) == (
         "cache", "last", "first")
-    assert default.cache_key(default.chunks(_long_doc())[-1]) == _engine(tmp_path / "c").cache_key(
-        _engine(tmp_path / "c").chunks(_long_doc())[-1])
+    explicit = _engine(tmp_path / "c")
+    assert default.cache_key(default.chunks(_long_doc())[-1]) == explicit.cache_key(explicit.chunks(_long_doc())[-1])
     alone = tiny_text_engine(tmp_path / "a", kv_dtype="float32", link_k=2, chunk_tokens=64, chunk_context=0)
     chunks = alone.chunks(_long_doc())
     assert all(c.context is None and alone.framed(c) for c in chunks) and alone.joins(chunks) is None
