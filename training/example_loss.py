@@ -54,9 +54,10 @@ def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
         if d.context is None:
             continue
         if engine.settings.chunk_context_from == "cache":
-            for c in [*chunks_before(d), d]:  # the chain in order, each chunk after the caches of those before it
-                if c not in done:
-                    past = engine.past(c, [done[p] for p in chunks_before(c)]) if c.context is not None else prefix
+            chain = [*chunks_before(d), d]  # in order, each chunk after the caches of those before it
+            for j, c in enumerate(chain):
+                if c not in done:  # the first chunk's past is the anchor prefix alone (past_prefix of nothing)
+                    past = engine.past(c, [done[p] for p in chain[:j]])
                     done[c] = encode_with_adapter(engine.lm, engine.document_ids(c), TRAIN_ADAPTER, prefix=past, **kw)
             kvs[i] = done[d]
         else:
