@@ -207,8 +207,7 @@ class Trainer:
         """The packed steps' :class:`training.train_forward.TrainForward` (made on first use; its GEMMs in bfloat16
         with ``cfg.bf16``), or None where they run through transformers' decoder (``cfg.own_forward`` False)."""
         if self.cfg.own_forward and self._train_forward is None:
-            self._train_forward = TrainForward(self.lm, torch.bfloat16 if self.cfg.bf16 else self.lm.dtype,
-                                               row_bucket=self.cfg.row_bucket)
+            self._train_forward = TrainForward(self.lm, torch.bfloat16 if self.cfg.bf16 else self.lm.dtype)
         return self._train_forward if self.cfg.own_forward else None
 
     @torch.no_grad()

@@ -8,10 +8,9 @@ from dataclasses import asdict, dataclass, field
 from kvlink_rag.model.lora import DEFAULT_TARGETS
 
 from .mixture import Mixture
-from .train_forward import ROW_BUCKET
 
 TRAIN_ADAPTER = "train_links"
-SPEED_FIELDS = ("fast_attention", "pack", "bf16", "own_forward", "row_bucket")
+SPEED_FIELDS = ("fast_attention", "pack", "bf16", "own_forward")
 """Settings a run may change when it resumes (a CPU fallback resumes a bfloat16 GPU run, say)."""
 
 
@@ -35,8 +34,7 @@ class TrainConfig:
     GEMMs run in bfloat16 during training steps (everything else float32; documents are encoded by the
     float32 model as at serving, :mod:`training.train_model`); own_forward: with ``pack``, the forward runs on
     :class:`training.train_forward.TrainForward` (the runner's layout in plain torch) instead of transformers'
-    decoder (default; False: transformers', the reference); row_bucket: that forward's GEMMs run over its rows
-    rounded up to a multiple of this (:data:`training.train_forward.ROW_BUCKET`; 1: the rows as they are).
+    decoder (default; False: transformers', the reference).
     """
 
     steps: int = 150
@@ -63,7 +61,6 @@ class TrainConfig:
     pack: bool = False
     bf16: bool = False
     own_forward: bool = True
-    row_bucket: int = ROW_BUCKET
 
 
 @dataclass

@@ -33,25 +33,6 @@ from kvlink_rag.runtime.weights import base_linear, check_silu_mlp, fused_weight
 from .cached_attention import RaggedLayout, Workspace, cached_attention
 from .frozen_linear import frozen_lora_linear
 
-ROW_BUCKET = 32
-"""The frozen GEMMs run over the packed rows rounded up to a multiple of this (zero rows after the real ones, never
-read by attention or the loss). oneDNN builds a kernel per new row count and keeps at most 1,024 (AMX: 2-13 ms a
-build at ~300 rows, ~6% of a packed step of 4 examples, and a training run sees a new count nearly every step,
-``docs/bench/train-rows-2026-12-06i``); rounded, the few counts a run sees stay built. 1: no rounding."""
-HEAD_BUCKET = 16
-"""The LM head's rows (answer tokens, 3-10 an example) rounded up alike: its backward GEMM over the vocabulary
-costs 2.6-4 ms to build per new row count, more than it computes."""
-
-
-def bucketed(rows: int, bucket: int) -> int:
-    """``rows`` rounded up to a multiple of ``bucket`` (>= 1)."""
-    return -(-rows // bucket) * bucket
-
-
-def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """``x`` ``[n, ...]`` with zero rows appended up to ``rows`` (``x`` itself when it has them)."""
-    return x if x.shape[0] >= rows else F.pad(x, (0, 0) * (x.dim() - 1) + (0, rows - x.shape[0]))
-
 
 @dataclass
 class _Proj:
@@ -110,9 +91,8 @@ class TrainForward:
             its adapters are read at every call).
         dtype: dtype of the frozen GEMMs and of attention's matmuls and KV buffers (bfloat16 on CPUs with native
             bfloat16, :func:`kvlink_rag.model.loader.cpu_has_native_bf16`; float32: exact).
-        row_bucket: the GEMMs' rows rounded up to a multiple of this (:data:`ROW_BUCKET`; 1: as they are).
     Raises:
-        ValueError: an MLP activation other than SiLU, or ``row_bucket`` below 1.
+        ValueError: an MLP activation other than SiLU.
 
     Memory: a copy of the frozen weights in ``dtype`` (~270 MB for SmolLM2-135M in bfloat16, its LM head included),
     and the :attr:`workspace`'s buffers, kept from step to step: every layer's attention probabilities and KV
@@ -120,12 +100,9 @@ class TrainForward:
     later forward rewrote fails in backward (version counters), never silently.
     """
 
-    def __init__(self, lm: LoadedModel, dtype: torch.dtype = torch.bfloat16, row_bucket: int = ROW_BUCKET):
+    def __init__(self, lm: LoadedModel, dtype: torch.dtype = torch.bfloat16):
         cfg = lm.model.config
         check_silu_mlp(cfg)
-        if row_bucket < 1:
-            raise ValueError(f"row_bucket must be >= 1, got {row_bucket}")
-        self.row_bucket = row_bucket
         fam = family_of(cfg)
         self.dtype, self.lm = dtype, lm
         self.rotary_emb = fam.rotary_emb(lm.model)
@@ -161,16 +138,14 @@ class TrainForward:
         Returns:
             ``[T, hidden]`` float32.
         """
-        t = int(embeds.shape[0])
-        rows = bucketed(t, self.row_bucket)  # the GEMMs' row count; rows t.. are zeros, never read
         cos, sin = rope_cos_sin(self.rotary_emb, position_ids, torch.float32, embeds.device)
         half = self.head_dim // 2
         sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half(x) * sin == roll(x, half) * this
-        cos, sin = cos[:, None], sin[:, None]  # [t, 1, head_dim]: every head
-        h = pad_rows(embeds.float(), rows)  # [rows, hidden]
+        cos, sin = cos[:, None], sin[:, None]  # [T, 1, head_dim]: every head
+        h = embeds.float()
         for i, (layer, k_all, v_all) in enumerate(zip(self.layers, keys, values)):
-            h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, layout, t)
-        return F.rms_norm(h[:t], (h.shape[-1],), self.norm, self.eps)
+            h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, layout)
+        return F.rms_norm(h, (h.shape[-1],), self.norm, self.eps)
 
     def _linear(self, proj: _Proj, adapter: str | None, x: torch.Tensor) -> torch.Tensor:
         """``x W^T + b`` with the GEMM in ``dtype`` (float32 out), plus the adapter's term in float32."""
@@ -180,10 +155,8 @@ class TrainForward:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[rows, vocab]`` float32 logits of final-normed ``hidden`` ``[rows, hidden]``, the LM head's GEMM in
-        ``dtype`` (as ``--bf16`` computes it on the transformers path), over rows rounded up to :data:`HEAD_BUCKET`."""
-        n = int(hidden.shape[0])
-        x = pad_rows(hidden.to(self.dtype), bucketed(n, HEAD_BUCKET))
-        return F.linear(x, self.head_weight, self.head_bias)[:n].float()
+        ``dtype`` (as ``--bf16`` computes it on the transformers path)."""
+        return F.linear(hidden.to(self.dtype), self.head_weight, self.head_bias).float()
 
     def kv_buffers(self, size: int, device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per layer a flat key and a flat value buffer of ``size`` elements in ``dtype``
@@ -195,21 +168,19 @@ class TrainForward:
                 [self.workspace.get(("v", i), (size,), self.dtype, device) for i in range(n)])
 
     def _layer(self, i: int, layer: _Layer, adapter: str | None, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               k_all: torch.Tensor, v_all: torch.Tensor, layout: RaggedLayout, t: int) -> torch.Tensor:
-        """One decoder layer over ``h`` ``[rows, hidden]``: the first ``t`` rows are the tokens, the rest the
-        padding rows of ``row_bucket`` (through the GEMMs and norms only, never into attention or the output)."""
-        rows, hidden = h.shape
+               k_all: torch.Tensor, v_all: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
+        t, hidden = h.shape
         hd, nh, nkv = self.head_dim, self.heads, self.kv_heads
         x = F.rms_norm(h, (hidden,), layer.input_norm, self.eps)
         qkv = self._linear(layer.qkv, adapter, x)  # [T, (heads + 2 kv_heads) * head_dim]
-        q, k, v = qkv[:t].split([nh * hd, nkv * hd, nkv * hd], -1)  # split: one concatenation in backward, not 3 fills
+        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], -1)  # split: one concatenation in backward, not 3 fills
         q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
         if layer.q_norm is not None:
             q, k = F.rms_norm(q, (hd,), layer.q_norm, self.eps), F.rms_norm(k, (hd,), layer.k_norm, self.eps)
         q = q * cos + torch.roll(q, hd // 2, -1) * sin
         k = k * cos + torch.roll(k, hd // 2, -1) * sin
-        attn = cached_attention(q, k, v, k_all, v_all, layout, hd ** -0.5, self.workspace, i)  # [t, heads, head_dim]
-        h = h + self._linear(layer.o, adapter, pad_rows(attn.reshape(t, nh * hd), rows))
+        attn = cached_attention(q, k, v, k_all, v_all, layout, hd ** -0.5, self.workspace, i)  # [T, heads, head_dim]
+        h = h + self._linear(layer.o, adapter, attn.reshape(t, nh * hd))
         x = F.rms_norm(h, (hidden,), layer.post_norm, self.eps)
         gate, up = self._linear(layer.gate_up, adapter, x).split(self.intermediate, -1)  # [T, intermediate] each
         return h + self._linear(layer.down, adapter, F.silu(gate) * up)
