@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .cache import DocumentCache
-from .linking.chunk_past import fitting, past_prefix
+from .linking.chunk_past import chunk_past, chunk_walk, fitting
 from .linking.document_prefill import encode_document
 from .linking.linker import link_count
 from .reuse.doc_side import encode_with_adapter
@@ -140,8 +140,9 @@ class EngineDocuments:
         chunks = self.chunks(doc)
         found = self.cache.resolve([self.cache_key(c) for c in chunks])
         missing = [c for c, f in zip(chunks, found) if f is None]
-        for c in missing:
-            self.cache.put(self.cache_key(c), self.encode(c))
+        with chunk_walk():  # a chunk's past continues the one before it
+            for c in missing:
+                self.cache.put(self.cache_key(c), self.encode(c))
         return not missing
 
     def max_document_tokens(self) -> int:
@@ -216,9 +217,11 @@ class EngineDocuments:
         self.check_document_tokens(int(ids.numel()))
         prefix = self.prefix if self.anchored else None
         if self.settings.chunk_context_from == "cache" and doc.context is not None:
-            if before is None:
-                before = [self.get_or_encode(d)[0] for d in chunks_before(doc)]
-            prefix, context = self.past(doc, before), None
+            with chunk_walk() as walk:  # the chunks before, each encoded after those before it, in one growing past
+                if before is None:
+                    before = [walk.read(self.cache_key(d), lambda d=d: self.get_or_encode(d)[0])
+                              for d in chunks_before(doc)]
+                prefix, context = self.past(doc, before), None
         else:  # a chunk in context: encoded right after the framed text before it (its last ids, where they fit)
             context = self.context_ids(doc)
         if self.doc_adapter is not None:
@@ -231,10 +234,10 @@ class EngineDocuments:
     def past(self, doc: Document, before: list[DocumentKV]) -> PrefixKV | None:
         """The prefix chunk ``doc`` is encoded after with ``chunk_context_from`` 'cache': the anchor prefix (anchored
         encoding) and the caches ``before`` of the chunks before it, in order, the earliest dropped whole where they
-        do not fit the model's context beside ``doc`` (:func:`~kvlink_rag.linking.chunk_past.past_prefix`)."""
+        do not fit the model's context beside ``doc`` (:func:`~kvlink_rag.linking.chunk_past.chunk_past`)."""
         prefix = self.prefix if self.anchored else None
         room = self.lm.max_positions - (prefix.num_tokens if prefix is not None else 0) - len(self.document_ids(doc))
-        return past_prefix(self.lm, prefix, fitting(before, room))
+        return chunk_past(self.lm, prefix, fitting(before, room))
 
     def get_or_encode(self, doc: Document) -> tuple[DocumentKV, bool]:
         """The cached KV of ``doc`` (hit=True) or a fresh encoding stored in the cache (hit=False)."""
@@ -261,12 +264,13 @@ class EngineDocuments:
                  for it in self.cache.resolve(keys, retention, method)]
         hits = [it is not None for it in items]
         encoded: dict[str, DocumentKV] = {}
-        for i, (d, it) in enumerate(zip(docs, items)):
-            if it is None:
-                if keys[i] not in encoded:
-                    encoded[keys[i]] = self.encode(d)
-                    self.cache.put(keys[i], encoded[keys[i]])
-                items[i] = encoded[keys[i]]
+        with chunk_walk():  # a document's missing chunks in order: each past continues the one before
+            for i, (d, it) in enumerate(zip(docs, items)):
+                if it is None:
+                    if keys[i] not in encoded:
+                        encoded[keys[i]] = self.encode(d)
+                        self.cache.put(keys[i], encoded[keys[i]])
+                    items[i] = encoded[keys[i]]
         if any(isinstance(it, str) for it in items):
             try:
                 return self.cache.stream(items, retention, method), hits

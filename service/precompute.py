@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from kvlink_rag.linking.chunk_past import chunk_walk
 from kvlink_rag.types import Document
 from store.doc_cache import StoreCache, too_large_reason
 from store.index.document_index import DocumentRecord, is_corrupt
@@ -81,27 +82,28 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
     kvs: dict = {}
     read: dict[str, DocumentKV] = {}  # chunks read from the store for the chunks after them (each read once)
     num_tokens = nbytes = 0
-    for i, (c, key) in enumerate(zip(chunks, keys, strict=True)):
-        meta = catalog.blobs.meta(key)
-        if meta is not None:
-            num_tokens, nbytes = num_tokens + int(meta["num_tokens"]), nbytes + int(meta["nbytes"])
-            continue
-        if key in kvs:  # the same chunk text twice in one document: stored once
-            num_tokens += kvs[key].num_tokens
-            continue
-        before = _before(engine, cache, keys[:i], kvs, read)  # only where chunks are encoded after their caches
-        kv = engine.encode(c) if before is None else engine.encode(c, before)
-        try:
-            nbytes += cache.write(key, kv, fill_tiers=False)
-        except StoreFullError as e:
-            reason = too_large_reason(kv, e)
-            log.warning("precompute of %s/%s v%d: %s", *task, reason)
-            catalog.fail(*task, reason)
-            for written in kvs:
-                catalog.drop_cache(written)
-            raise CacheTooLarge(reason) from e
-        kvs[key] = kv
-        num_tokens += kv.num_tokens
+    with chunk_walk():  # each chunk after the caches of those before it: their past grows, not rebuilt
+        for i, (c, key) in enumerate(zip(chunks, keys, strict=True)):
+            meta = catalog.blobs.meta(key)
+            if meta is not None:
+                num_tokens, nbytes = num_tokens + int(meta["num_tokens"]), nbytes + int(meta["nbytes"])
+                continue
+            if key in kvs:  # the same chunk text twice in one document: stored once
+                num_tokens += kvs[key].num_tokens
+                continue
+            before = _before(engine, cache, keys[:i], kvs, read)  # only where chunks are encoded after their caches
+            kv = engine.encode(c) if before is None else engine.encode(c, before)
+            try:
+                nbytes += cache.write(key, kv, fill_tiers=False)
+            except StoreFullError as e:
+                reason = too_large_reason(kv, e)
+                log.warning("precompute of %s/%s v%d: %s", *task, reason)
+                catalog.fail(*task, reason)
+                for written in kvs:
+                    catalog.drop_cache(written)
+                raise CacheTooLarge(reason) from e
+            kvs[key] = kv
+            num_tokens += kv.num_tokens
     return kvs, num_tokens, nbytes
 
 

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from evaluation.nq import NQExample
 from kvlink_rag.engine import Engine
+from kvlink_rag.linking.chunk_past import chunk_walk
 from kvlink_rag.linking.linker import link
 from kvlink_rag.model.loader import LoadedModel
 from kvlink_rag.reuse.doc_side import encode_batch_with_adapter, encode_with_adapter
@@ -55,10 +56,12 @@ def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
             continue
         if engine.settings.chunk_context_from == "cache":
             chain = [*chunks_before(d), d]  # in order, each chunk after the caches of those before it
-            for j, c in enumerate(chain):
-                if c not in done:  # the first chunk's past is the anchor prefix alone (past_prefix of nothing)
-                    past = engine.past(c, [done[p] for p in chain[:j]])
-                    done[c] = encode_with_adapter(engine.lm, engine.document_ids(c), TRAIN_ADAPTER, prefix=past, **kw)
+            with chunk_walk():
+                for j, c in enumerate(chain):
+                    if c not in done:  # the first chunk's past is the anchor prefix alone (past_prefix of nothing)
+                        past = engine.past(c, [done[p] for p in chain[:j]])
+                        done[c] = encode_with_adapter(engine.lm, engine.document_ids(c), TRAIN_ADAPTER, prefix=past,
+                                                      **kw)
             kvs[i] = done[d]
         else:
             kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, prefix=prefix,
