@@ -50,6 +50,11 @@ class ImportanceAccumulator:
         self.n, self.start = n, start
         self.scores = torch.zeros(n, dtype=torch.float32)
 
+    @property
+    def first_key(self) -> int:
+        """The model runner's receiver: keys before ``start`` are not scored (:func:`attention_mass` skips them)."""
+        return self.start
+
     def add(self, layer: int, mass: torch.Tensor) -> None:
         """Add one layer's ``[start + t]`` attention received by each key from later document queries (the
         model runner's :func:`~kvlink_rag.runtime.attention_probs.attention_mass` with ``exclude_self``)."""

@@ -27,6 +27,7 @@ class RowAttention:
     """
 
     exclude_self = False
+    first_key = 0  # every key's mass is read
 
     def __init__(self, skip_rows: int):
         self.skip_rows = skip_rows

@@ -21,10 +21,13 @@ class MassReceiver(Protocol):
         skip: the row's first query rows not counted (e.g. link tokens before the question).
         exclude_self: a query's probability on its own key not counted (H2O's importance: attention
             received from later tokens).
+        first_key: the keys before it are not read by :meth:`add` (their mass may be left 0; importance scores
+            only a document's own keys, not the anchor prefix or the chunks before it).
     """
 
     skip: int
     exclude_self: bool
+    first_key: int
 
     def add(self, layer: int, mass: torch.Tensor) -> None:
         """``mass``: ``[keys]`` float32, probabilities summed over heads and counted rows (keys in storage order)."""
@@ -34,7 +37,7 @@ ROW_BLOCK = 256  # query rows per block: a block's scores stay in cache, the mas
 
 
 def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
-                   scale: float, skip: int = 0, exclude_self: bool = False) -> torch.Tensor:
+                   scale: float, skip: int = 0, exclude_self: bool = False, first_key: int = 0) -> torch.Tensor:
     """``[keys]`` float32 attention probabilities of query rows ``skip..`` summed over heads and rows.
 
     Computed in blocks of :data:`ROW_BLOCK` query rows, each query group against its own kv head (no copy
@@ -47,12 +50,19 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
             keys are the queries' own.
         mask: additive ``[n, keys]`` or None (every key visible); scale: softmax scale.
         exclude_self: leave out each query's probability on its own key.
+        first_key: only keys ``first_key..`` counted (the rest 0). Where they are at most half of the keys (a chunk
+            after the chunks before it) on the CPU, each row's log-sum-exp over every key comes from torch's fused
+            flash kernel and only these keys' probabilities are formed (:func:`_mass_after`): 2.8x faster at 512
+            queries over 16k keys, where the importance mass took 63% of a chunked document's encode.
     """
     k = torch.cat([kk for kk, _ in pieces], dim=1) if len(pieces) > 1 else pieces[0][0]
     k = k.float()  # [kv_heads, keys, head_dim]
     kv, keys, d = k.shape
     heads, n = int(q.shape[0]), int(q.shape[1])
     g = heads // kv
+    if 0 < keys - first_key <= first_key and q.device.type == "cpu" and skip < n:
+        return _mass_after(q[:, skip:].float(), k, None if mask is None else mask[skip:].float(), scale,
+                           exclude_self, first_key, n - skip)
     mass = torch.zeros(keys, dtype=torch.float32, device=q.device)
     for a in range(skip, n, ROW_BLOCK):
         b = min(n, a + ROW_BLOCK)
@@ -68,4 +78,34 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
             rows = torch.arange(b - a, device=q.device)
             own = rows + (keys - n + a)  # each query's own key
             mass.index_add_(0, own, -p[rows, own])
+    return mass
+
+
+def _mass_after(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float, exclude_self: bool,
+                first_key: int, rows: int) -> torch.Tensor:
+    """:func:`attention_mass` of float32 queries ``q`` ``[heads, rows, d]`` (the last ``rows`` keys their own) over
+    keys ``first_key..`` of ``k`` ``[kv_heads, keys, d]``: ``exp(s - lse)`` with each row's log-sum-exp ``lse`` over
+    every key from torch's CPU flash kernel (it forms no probabilities), the scores ``s`` only for those keys."""
+    kv, keys, d = k.shape
+    heads, g = int(q.shape[0]), int(q.shape[0]) // kv
+    kr = k.repeat_interleave(g, 0)[None]  # [1, heads, keys, d]: the kernel wants a key head per query head
+    _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q[None], kr, kr, 0.0, False, attn_mask=None if mask is None else mask[None, None], scale=scale)
+    lse = lse[0].view(kv, g, rows, 1)  # [kv_heads, group, rows, 1]
+    own = k[:, first_key:]  # [kv_heads, t, d]
+    t = int(own.shape[1])
+    mass = torch.zeros(keys, dtype=torch.float32, device=q.device)
+    qs = q.reshape(kv, g * rows, d)
+    for a in range(0, rows, ROW_BLOCK):
+        b = min(rows, a + ROW_BLOCK)
+        s = torch.matmul(qs.view(kv, g, rows, d)[:, :, a:b].reshape(kv, g * (b - a), d), own.transpose(1, 2))
+        s = s.mul_(scale).view(kv, g, b - a, t)
+        if mask is not None:
+            s.add_(mask[a:b, first_key:])
+        p = torch.exp(s.sub_(lse[:, :, a:b])).sum(dim=(0, 1))  # [b - a, t]
+        mass[first_key:] += p.sum(0)
+        if exclude_self:
+            r = torch.arange(b - a, device=q.device)
+            at = r + (keys - rows + a - first_key)  # each query's own key, among keys first_key..
+            mass[first_key:].index_add_(0, at, -p[r, at])
     return mass

@@ -173,7 +173,7 @@ class ModelRunner:
             out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
             if row.attention is not None:  # explain: the probabilities too, for the rows that ask
                 row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip,
-                                                    row.attention.exclude_self))
+                                                    row.attention.exclude_self, row.attention.first_key))
         return out
 
     def _mlp(self, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, attn: torch.Tensor,

@@ -95,18 +95,20 @@ def test_chunks_are_resized_toward_the_target_time():
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-@pytest.mark.parametrize("anchored", [False, True], ids=["isolated", "anchored"])
+@pytest.mark.parametrize("anchored", [0, 4, 24], ids=["isolated", "anchored", "after-a-long-past"])
 @pytest.mark.parametrize("chunk", [0, 5], ids=["whole", "chunked"])
 def test_the_runner_encodes_what_transformers_encodes(monkeypatch, family, anchored, chunk):
     """The bfloat16 formats encode documents on the model runner: K, V and importance equal transformers'
-    eager forward (the reference) in float32, whole or in chunks, isolated or after the anchor prefix."""
+    eager forward (the reference) in float32, whole or in chunks, isolated or after the anchor prefix - or after a
+    prefix longer than the document (a chunk after the chunks before it: the importance mass from the fused
+    kernel's log-sum-exp, :func:`kvlink_rag.runtime.attention_probs.attention_mass` with ``first_key``)."""
     from contextlib import nullcontext
 
     from kvlink_rag.linking import document_prefill
     from kvlink_rag.linking.document_prefill import chunk_guard
 
     lm = tiny_model(family)
-    ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(4, seed=4)) if anchored else None)
+    ids, prefix = random_ids(17, seed=3), (encode_prefix(lm, random_ids(anchored, seed=4)) if anchored else None)
     want = encode_document(lm, ids, kv_dtype="float32", prefix=prefix, importance=True)
     monkeypatch.setattr(document_prefill, "on_runner", lambda lm: True)  # native weights on the runner
     monkeypatch.setattr(document_prefill, "CHUNK_TOKENS", chunk)
