@@ -52,8 +52,9 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
         exclude_self: leave out each query's probability on its own key.
         first_key: only keys ``first_key..`` counted (the rest 0). Where they are at most half of the keys (a chunk
             after the chunks before it) on the CPU, each row's log-sum-exp over every key comes from torch's fused
-            flash kernel and only these keys' probabilities are formed (:func:`_mass_after`): 2.8x faster at 512
-            queries over 16k keys, where the importance mass took 63% of a chunked document's encode.
+            flash kernel and only these keys' probabilities are formed (:func:`_mass_after`): 2.5x faster at 512
+            queries over 16k keys, where the importance mass took 63% of a chunked document's encode
+            (``docs/bench/importance-past-2026-12-06i``).
     """
     k = torch.cat([kk for kk, _ in pieces], dim=1) if len(pieces) > 1 else pieces[0][0]
     k = k.float()  # [kv_heads, keys, head_dim]
