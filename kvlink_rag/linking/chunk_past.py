@@ -70,8 +70,8 @@ class GrowingPast:
     """One document's chunk walk: the prefix of :func:`past_prefix`, grown one chunk at a time.
 
     Encoding a document's chunks in order asks for the past of chunk 1, then of chunks 1-2, 1-3, ...: built anew each
-    time (:func:`past_prefix`) that is quadratic in the chunks (a 33-chunk document spent 16-18 s of its ~40 s first
-    encode re-rotating and re-joining the chunks before each, ``docs/bench/chunk-walk-2026-12-06i``). Here each chunk's
+    time (:func:`past_prefix`) that is quadratic in the chunks (a 7.9k-token document in 33 chunks, importance scores
+    off: first encode 24.0 s rebuilt, 18.0 s grown, ``docs/bench/chunk-walk-2026-12-06i``). Here each chunk's
     keys are rotated once, at the positions it holds, into one buffer (grown by doubling) after the anchor prefix, and
     each past is a view of that buffer's first ``P + c`` tokens: the same values as :func:`past_prefix` (RoPE is
     elementwise in the positions), a view never written again (growing copies into a new buffer; a walk that does not
