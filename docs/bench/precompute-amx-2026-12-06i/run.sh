@@ -1,0 +1,2 @@
+# kvlink-rag bench --suites precompute --lengths 4000 --clients "" --repeats 3 (session 2026-12-06i, AMX Xeon, two threads, nothing else running; kvlink_rag/ as at 2cda785: before this session's engine changes, which do not touch a one-chunk document's encode; importance scores on, the settings' default)
+KVLINK_RAG_TORCH_THREADS=2 .venv/bin/kvlink-rag bench --suites precompute --lengths 4000 --clients "" --repeats 3 --json docs/bench/precompute-amx-2026-12-06i/pc.json
