@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 28 item 2 on AMX: the packed training step with its GEMM rows rounded up to 32 (default) against the
 # rows as they are (-rows1) and against today's loop, interleaved in one run; two torch threads, nothing else
-# running. Run from the repository root.
+# running. Run from the repository root at 66e6667 only (the -rows1 variant and row_bucket were reverted after it).
 set -e
 export KVLINK_RAG_NQ_PATH=${KVLINK_RAG_NQ_PATH:-../shared/data/nq-open-oracle-dev.jsonl.gz} KVLINK_RAG_TORCH_THREADS=2
 D=docs/bench/train-rows-2026-12-06i
