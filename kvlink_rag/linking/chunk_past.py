@@ -98,8 +98,10 @@ class GrowingPast:
             self._read[key] = load()
         return self._read[key]
 
+    @torch.no_grad()
     def prefix(self, lm: LoadedModel, prefix: PrefixKV | None, before: list[DocumentKV]) -> PrefixKV | None:
-        """What :func:`past_prefix` returns for ``before`` (keys and values views of this walk's buffer)."""
+        """What :func:`past_prefix` returns for ``before`` (keys and values views of this walk's buffer; detached, as
+        :func:`past_prefix` builds them under no_grad)."""
         if not before:
             return prefix
         if (self._key is None or self._key[0] is not lm or self._key[1] is not prefix

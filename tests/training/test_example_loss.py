@@ -62,3 +62,22 @@ def test_doc_side_refuses_a_chunk_from_the_caches_without_its_chain(tmp_path):
     chunk = Document("It returns at six in the evening.", "Ferry", chunk=1, context="The ferry leaves at noon. ")
     with pytest.raises(ValueError, match="make chunks with the engine's chunker"):
         doc_side_kvs(engine, [chunk])
+
+
+
+def test_doc_side_chunks_enter_the_later_chunks_past_detached(tmp_path):
+    """With grad on, each chunk's cache keeps its own forward's graph, and the caches before a chunk enter its past
+    detached (as past_prefix builds it, under no_grad): the last chunk's values do not depend on the first's."""
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32", chunk_tokens=64)
+    text = "\n\n".join(f"Paragraph {i} says the ferry leaves the harbour at {i} and returns at dusk." for i in range(12))
+    chunks = engine.chunks(Document(text, "Ferry"))
+    assert len(chunks) >= 3
+    add_lora(engine.lm, TRAIN_ADAPTER, rank=4, alpha=8)
+    try:
+        kvs = doc_side_kvs(engine, chunks)
+    finally:
+        remove_lora(engine.lm, TRAIN_ADAPTER)
+    assert all(kv.values.requires_grad for kv in kvs)  # each through its own forward, graph kept
+    first, last = kvs[0], kvs[-1]
+    grads = torch.autograd.grad(last.values.sum(), [first.keys, first.values], allow_unused=True)
+    assert grads == (None, None)

@@ -92,3 +92,20 @@ def test_encoding_a_documents_chunks_rotates_each_chunk_before_the_last_once(tmp
     ref = [fresh.get_or_encode(c)[0] for c in reversed(chunks)][::-1]
     for kv, r in zip(kvs, ref):  # the same caches bit for bit
         assert torch.equal(kv.keys, r.keys) and torch.equal(kv.values, r.values)
+
+
+def test_a_walks_past_is_detached_from_caches_that_carry_a_graph_as_past_prefix_is(tmp_path):
+    """Doc-side training hands the walk caches encoded with the adapter (graph kept): the past enters the next chunk's
+    forward detached, as :func:`past_prefix` (no_grad) gives it, so a later append never rewrites a saved tensor."""
+    engine = tiny_text_engine(tmp_path)
+    lm, prefix = engine.lm, engine.prefix
+    kvs = []
+    for seed in range(3):
+        base = _chunk_kv(engine, 6, seed)
+        k = base.keys.float().requires_grad_()
+        kvs.append(DocumentKV(keys=k * 1, values=k * 2, token_ids=base.token_ids, fingerprint="f", encoding="anchored"))
+    walk = GrowingPast()
+    for j in range(1, 4):
+        got, want = walk.prefix(lm, prefix, kvs[:j]), past_prefix(lm, prefix, kvs[:j])
+        assert not want.keys.requires_grad and not got.keys.requires_grad and not got.values.requires_grad
+        _same(got, want)
