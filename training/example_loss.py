@@ -51,19 +51,19 @@ def doc_side_kvs(engine: Engine, docs: list[Document]) -> list[DocumentKV]:
     kvs = dict(zip(alone, encode_batch_with_adapter(engine.lm, [engine.document_ids(docs[i]) for i in alone],
                                                     TRAIN_ADAPTER, prefix=prefix, **kw) if alone else []))
     done = {docs[i]: kv for i, kv in kvs.items()}
-    for i, d in enumerate(docs):
-        if d.context is None:
-            continue
-        if engine.settings.chunk_context_from == "cache":
-            chain = [*chunks_before(d), d]  # in order, each chunk after the caches of those before it
-            with chunk_walk():
+    with chunk_walk():  # one walk for all: a document's chunks among docs continue one past
+        for i, d in enumerate(docs):
+            if d.context is None:
+                continue
+            if engine.settings.chunk_context_from == "cache":
+                chain = [*chunks_before(d), d]  # in order, each chunk after the caches of those before it
                 for j, c in enumerate(chain):
                     if c not in done:  # the first chunk's past is the anchor prefix alone (past_prefix of nothing)
                         past = engine.past(c, [done[p] for p in chain[:j]])
                         done[c] = encode_with_adapter(engine.lm, engine.document_ids(c), TRAIN_ADAPTER, prefix=past,
                                                       **kw)
-            kvs[i] = done[d]
-        else:
-            kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, prefix=prefix,
-                                         context=engine.context_ids(d), **kw)
+                kvs[i] = done[d]
+            else:
+                kvs[i] = encode_with_adapter(engine.lm, engine.document_ids(d), TRAIN_ADAPTER, prefix=prefix,
+                                             context=engine.context_ids(d), **kw)
     return [kvs[i] for i in range(len(docs))]
