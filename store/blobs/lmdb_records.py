@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import torch
 
 from kvlink_rag.rows import RowWriter, StoredRows
@@ -28,7 +29,7 @@ from store.blobs.blob_store import RawRecord
 from store.records import codec, ordered_layout
 from store.records.errors import CorruptRecordError
 from store.records.layer_decode import decode_document, decode_layer_into
-from store.records.stored_order import decode_layer_stored_into, stored_rows
+from store.records.stored_order import decode_layer_stored_into, rows_plan
 from store.records.verified import VERIFIED
 
 BLOBS_DB = b"blobs"
@@ -163,17 +164,26 @@ def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, lay
 def stage_layer_stored(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, dtype: torch.dtype,
                        shape: tuple[int, int, int], start: int) -> tuple[StoredRows, StoredRows] | None:
     """Layer ``layer`` of ``key`` verified and handed over as the rows of its buffer (valid while ``txn`` is open),
-    or None where it must be decoded (:func:`store.records.stored_order.stored_rows`); a layer this process has
-    verified at the same place of the memory map is not hashed again (:data:`VERIFIED`).
+    or None where it must be decoded (:func:`store.records.stored_order.rows_plan`); a layer this process has
+    verified at the same place of the memory map is neither hashed nor parsed again (:data:`VERIFIED` keeps where
+    its rows lie: a hot document's layer costs two lookups and two views).
 
     Raises:
         KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
     """
-    buf, seen = _layer_buffer(txn, db, key, meta_bytes, meta, layer)
-    parts = stored_rows(buf, meta, layer, dtype, shape, start, verified=seen in VERIFIED)
-    if parts is not None:  # verified (a record of another dtype returns before its checksum)
-        VERIFIED.add(seen)
-    return parts
+    _same_meta(txn, db, key, meta_bytes)
+    buf = txn.get(rkey(key, f"L{layer}"), db=db)
+    if buf is None:
+        raise CorruptRecordError(f"layer {layer} failed its checksum")
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    seen = VERIFIED.token(key, layer, raw, meta["checksum"]["layers"][layer])
+    plan = VERIFIED.plan(seen)
+    if plan is None or plan.dtype != dtype or plan.shape != tuple(shape):
+        plan = rows_plan(buf, meta, layer, dtype, shape, verified=seen in VERIFIED)
+        if plan is None:  # another dtype: returned before its checksum, nothing verified
+            return None
+        VERIFIED.add(seen, plan)
+    return plan.parts(raw, start)
 
 
 def read_layer_prefix(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, retention: float,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -71,13 +72,47 @@ def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v
             _copy_view(out, dtype, shape, raw, transpose=ordered)
 
 
+class RowsPlan(NamedTuple):
+    """Where a verified layer buffer holds its keys and values as rows a fill can take as they are
+    (:func:`rows_plan`): byte ranges ``[k0, k1)`` and ``[v0, v1)`` of the buffer, the rows' dtype and fill shape
+    ``[kv_heads, n, head_dim]`` they were checked against, and their layout (token-major ``[n, H, D]`` for an
+    importance-ordered record)."""
+
+    k0: int
+    k1: int
+    v0: int
+    v1: int
+    token_major: bool
+    dtype: torch.dtype
+    shape: tuple[int, int, int]
+
+    def parts(self, raw: np.ndarray, start: int) -> tuple[StoredRows, StoredRows]:
+        """The rows as :class:`~kvlink_rag.rows.StoredRows` at row ``start`` of a fill: views of ``raw`` (the
+        buffer's bytes as a flat uint8 array, no copy)."""
+        return (StoredRows(raw[self.k0:self.k1], self.token_major, start),
+                StoredRows(raw[self.v0:self.v1], self.token_major, start))
+
+
 def stored_rows(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int, int, int], start: int,
                 verified: bool = False) -> tuple[StoredRows, StoredRows] | None:
     """Layer ``layer``'s keys and values as :class:`~kvlink_rag.rows.StoredRows` at row ``start`` of a fill, views
     of the verified buffer ``buf`` (no copy; valid while ``buf`` is), when the record stores ``shape``
     ``[kv_heads, n, head_dim]`` rows of ``dtype`` (token-major for an importance-ordered record); None when it
     stores another dtype (int8, or float of another width: :func:`decode_layer_stored_into` converts those).
-    The header's check is made once per distinct header and fill shape (every layer of a document shares one).
+
+    Raises:
+        CorruptRecordError: missing buffer, checksum mismatch, or a tensor that does not fit ``shape``.
+    """
+    plan = rows_plan(buf, meta, layer, dtype, shape, verified)
+    return None if plan is None else plan.parts(np.frombuffer(buf, dtype=np.uint8), start)
+
+
+def rows_plan(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int, int, int],
+              verified: bool = False) -> RowsPlan | None:
+    """:func:`stored_rows`' checks of layer ``layer``'s buffer (its checksum unless ``verified``, its header
+    against ``shape`` rows of ``dtype``) and where the rows lie in it; None when the record stores another dtype
+    (returned before the checksum). The header's check is made once per distinct header and fill shape (every
+    layer of a document shares one).
 
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch, or a tensor that does not fit ``shape``.
@@ -96,8 +131,7 @@ def stored_rows(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[in
     if isinstance(plan, str) or at + plan[-1][1] > len(buf):
         raise CorruptRecordError(plan if isinstance(plan, str) else f"layer {layer} is shorter than its header says")
     (k0, k1), (v0, v1) = plan
-    return (StoredRows(np.frombuffer(buf, dtype=np.uint8, count=k1 - k0, offset=at + k0), ordered, start),
-            StoredRows(np.frombuffer(buf, dtype=np.uint8, count=v1 - v0, offset=at + v0), ordered, start))
+    return RowsPlan(at + k0, at + k1, at + v0, at + v1, ordered, dtype, tuple(shape))
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,30 +22,37 @@ LIMIT = 1 << 18  # places remembered; past it the set starts again (~16 MB of 64
 class VerifiedLayers:
     """A bounded, thread-safe set of verified layer places (:meth:`token`), kept as the tokens' 64-bit hashes (two
     places sharing one among at most :data:`LIMIT` has a chance of ~2e-9, and a wrong trust needs that place to
-    hold corrupt bytes besides)."""
+    hold corrupt bytes besides), each with what its reader parsed of it (:meth:`plan`: where its rows lie), so a
+    layer read again is neither hashed nor parsed again."""
 
     def __init__(self, limit: int = LIMIT) -> None:
-        self._seen: set[int] = set()
+        self._seen: dict[int, object] = {}
         self._limit = limit
         self._lock = threading.Lock()
 
     @staticmethod
     def token(key: str, layer: int, buf, expected: str) -> tuple:
-        """The place of layer ``layer`` of ``key`` whose buffer ``buf`` (a memoryview into the memory map) is read
-        now, with the checksum its meta expects."""
-        return key, layer, expected, np.frombuffer(buf, dtype=np.uint8).__array_interface__["data"][0], len(buf)
+        """The place of layer ``layer`` of ``key`` whose buffer ``buf`` (a memoryview into the memory map, or a flat
+        uint8 array over one) is read now, with the checksum its meta expects."""
+        raw = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+        return key, layer, expected, raw.__array_interface__["data"][0], raw.nbytes
 
     def __contains__(self, token: tuple | None) -> bool:
         return token is not None and hash(token) in self._seen
 
-    def add(self, token: tuple | None) -> None:
-        """Remember a place whose bytes matched their checksum (None: nothing to remember)."""
+    def plan(self, token: tuple | None):
+        """What was remembered with the verified place ``token`` (:meth:`add`), or None (not verified, or nothing)."""
+        return None if token is None else self._seen.get(hash(token))
+
+    def add(self, token: tuple | None, plan: object = None) -> None:
+        """Remember a place whose bytes matched their checksum (None: nothing to remember), with ``plan``: what the
+        reader parsed of it, handed back by :meth:`plan` while the place is remembered."""
         if token is None:
             return
         with self._lock:
             if len(self._seen) >= self._limit:
                 self._seen.clear()
-            self._seen.add(hash(token))
+            self._seen[hash(token)] = plan
 
     def clear(self) -> None:
         """Forget every place (tests; a store that wants every read verified again)."""

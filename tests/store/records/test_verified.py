@@ -67,3 +67,36 @@ def test_the_set_is_bounded():
     for i in range(3):
         seen.add(("k", i, "c", 0, 1))
     assert ("k", 2, "c", 0, 1) in seen and ("k", 0, "c", 0, 1) not in seen and None not in seen
+
+
+def _staged(store: LmdbBlobStore, key: str, dtype: torch.dtype = torch.float32) -> list[bytes]:
+    """Every layer of ``key`` staged as the query path stages it (inside a read session): the keys' and values'
+    bytes of each layer, or None for a layer that must be decoded."""
+    L, H, T, D = store.meta(key)["shape"]
+    _, fills = store.iter_stored_layers(key)
+    staged = []
+    for f in fills:
+        k_parts, v_parts = [], []
+        with store.layer_session():
+            ok = f.stage(dtype, (H, T, D), 0, k_parts, v_parts)
+            staged.append(bytes(k_parts[0].raw) + bytes(v_parts[0].raw) if ok else None)
+    return staged
+
+
+def test_a_staged_layer_read_again_is_neither_hashed_nor_parsed(tmp_path, hashed, monkeypatch):
+    from store.records import stored_order
+
+    parsed = []
+    monkeypatch.setattr(stored_order, "header_of", lambda buf: parsed.append(1) or layer_decode.header_of(buf))
+    store = LmdbBlobStore(tmp_path / "s")
+    kv = random_kv(layers=3, tokens=5)
+    store.put("doc", kv)
+    first = _staged(store, "doc")
+    assert len(hashed) == 3 and len(parsed) == 3
+    want = [torch.cat([kv.keys[i].contiguous().view(torch.uint8).flatten(),
+                       kv.values[i].contiguous().view(torch.uint8).flatten()]).numpy().tobytes() for i in range(3)]
+    assert first == want
+    assert _staged(store, "doc") == want and len(hashed) == 3 and len(parsed) == 3  # the places' plans served
+    assert _staged(store, "doc", torch.bfloat16) == [None] * 3  # another dtype: decoded, not staged
+    store.put("doc", random_kv(layers=3, tokens=5, seed=9))  # other bytes: hashed and parsed anew
+    assert _staged(store, "doc") != want and len(hashed) == 6 and len(parsed) == 6
