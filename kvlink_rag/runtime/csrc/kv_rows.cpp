@@ -92,6 +92,38 @@ inline void rotate16(T* y, const T* src, int64_t half, const float* cos, const f
     store16(y + d + half, _mm512_add_ps(c, e));
   }
 }
+#elif defined(__AVX2__)
+// 8 lanes of x (bfloat16 bits or float32) as float32.
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+// float32 -> bfloat16 bits, rounded to nearest even (NaN -> 0x7FC0), as c10::BFloat16's round_to_nearest_even.
+inline void store8(uint16_t* p, __m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+  // every lane holds 0..0xFFFF: the unsigned saturating pack keeps it (per 128-bit half, so the halves go apart)
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+inline void store8(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+
+// rotate16's AVX2 twin, 8 lanes at a time (mul, mul, add: no FMA).
+template <typename T>
+inline void rotate8(T* y, const T* src, int64_t half, const float* cos, const float* sin) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t d = 0; d < half; d += 8) {
+    const __m256 lo = load8(src + d), hi = load8(src + d + half);
+    const __m256 a = _mm256_mul_ps(lo, _mm256_loadu_ps(cos + d));
+    const __m256 b = _mm256_mul_ps(_mm256_xor_ps(hi, sign), _mm256_loadu_ps(sin + d));
+    const __m256 c = _mm256_mul_ps(hi, _mm256_loadu_ps(cos + d + half));
+    const __m256 e = _mm256_mul_ps(lo, _mm256_loadu_ps(sin + d + half));
+    store8(y + d, _mm256_add_ps(a, b));
+    store8(y + d + half, _mm256_add_ps(c, e));
+  }
+}
 #endif
 
 // One row of D elements: src -> dst, rotated by the row's angles (cos/sin: D floats) when cos is not null.
@@ -106,6 +138,13 @@ inline void row(T* dst, const T* src, int64_t D, const float* cos, const float* 
   if (half % 16 == 0) {
     alignas(64) T y[256];
     rotate16<T>(y, src, half, cos, sin);
+    put_row(dst, y, D * sizeof(T));
+    return;
+  }
+#elif defined(__AVX2__)
+  if (half % 8 == 0) {
+    alignas(64) T y[256];
+    rotate8<T>(y, src, half, cos, sin);
     put_row(dst, y, D * sizeof(T));
     return;
   }

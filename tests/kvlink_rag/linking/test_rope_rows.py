@@ -47,6 +47,30 @@ def test_rotated_keys_equal_apply_rope_bit_for_bit(path, dtype, token_major):
     assert arena[:, :11].abs().sum() == 0 and arena[:, 11 + N:].abs().sum() == 0  # nothing outside the view
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rotation_rounds_ties_and_special_values_as_apply_rope(path, dtype):
+    """Infinities, huge, subnormal and NaN keys, and rotations landing on bfloat16 rounding midpoints: apply_rope's
+    bytes then torch's cast, the vector loops of every ISA rounding to nearest even; a NaN stays a NaN (the kernels
+    write 0x7FC0, torch's vectorised cast may keep another NaN's bits)."""
+    torch.manual_seed(1)
+    x = torch.randn(H, N, D)
+    x[0, 0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e38])
+    x[2, 2, :] = 1e-40  # subnormal
+    cos, sin = torch.randn(N, D), torch.randn(N, D)
+    x[1, 1, :] = 1.0  # rotated to 1 + 2**-8 and 1 + 3 * 2**-8: bfloat16 midpoints, to even (down, then up)
+    cos[1], sin[1] = torch.tensor([1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8]).repeat(D // 2), 0.0
+    x = x.to(dtype)
+    _, out = _blocks(dtype)
+    RopeRows(cos, sin)(out, _raw(x, False), False, 0)
+    want = apply_rope(x.float(), cos, sin).to(dtype)
+    nan = want.isnan()
+    assert torch.equal(out.isnan(), nan) and nan.sum() == 2  # the NaN key and the row its rotation mixes it into
+    as_int = torch.int16 if dtype == torch.bfloat16 else torch.int32
+    assert torch.equal(out.view(as_int)[~nan], want.view(as_int)[~nan])
+    if dtype == torch.bfloat16:
+        assert set(out[1, 1].float().tolist()) == {1.0, 1.0 + 2.0 ** -6}
+
+
 @pytest.mark.parametrize("token_major", [True, False])
 def test_values_are_copied_as_stored(path, token_major):
     x = torch.randn(H, N, D).to(torch.bfloat16)
