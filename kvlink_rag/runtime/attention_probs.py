@@ -37,7 +37,8 @@ ROW_BLOCK = 256  # query rows per block: a block's scores stay in cache, the mas
 
 
 def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
-                   scale: float, skip: int = 0, exclude_self: bool = False, first_key: int = 0) -> torch.Tensor:
+                   scale: float, skip: int = 0, exclude_self: bool = False, first_key: int = 0,
+                   lse: torch.Tensor | None = None) -> torch.Tensor:
     """``[keys]`` float32 attention probabilities of query rows ``skip..`` summed over heads and rows.
 
     Computed in blocks of :data:`ROW_BLOCK` query rows, each query group against its own kv head (no copy
@@ -55,15 +56,18 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
             flash kernel and only these keys' probabilities are formed (:func:`_mass_after`): 2.5x faster at 512
             queries over 16k keys, where the importance mass took 63% of a chunked document's encode
             (``docs/bench/importance-past-2026-12-06i``).
+        lse: ``[heads, n]`` float32 log-sum-exp of every query row's scaled, masked scores over every key, when the
+            attention that produced the rows' output had it (:func:`~.ragged.attend_with_lse`): the path above then
+            makes no pass of its own over every key. None: computed here where needed.
     """
     k = torch.cat([kk for kk, _ in pieces], dim=1) if len(pieces) > 1 else pieces[0][0]
     k = k.float()  # [kv_heads, keys, head_dim]
     kv, keys, d = k.shape
     heads, n = int(q.shape[0]), int(q.shape[1])
     g = heads // kv
-    if 0 < keys - first_key <= first_key and q.device.type == "cpu" and skip < n:
+    if skip < n and first_key < keys and (lse is not None or 0 < keys - first_key <= first_key and q.device.type == "cpu"):
         return _mass_after(q[:, skip:].float(), k, None if mask is None else mask[skip:].float(), scale,
-                           exclude_self, first_key, n - skip)
+                           exclude_self, first_key, n - skip, None if lse is None else lse[:, skip:])
     mass = torch.zeros(keys, dtype=torch.float32, device=q.device)
     for a in range(skip, n, ROW_BLOCK):
         b = min(n, a + ROW_BLOCK)
@@ -83,30 +87,41 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
 
 
 def _mass_after(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float, exclude_self: bool,
-                first_key: int, rows: int) -> torch.Tensor:
+                first_key: int, rows: int, lse: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`attention_mass` of float32 queries ``q`` ``[heads, rows, d]`` (the last ``rows`` keys their own) over
-    keys ``first_key..`` of ``k`` ``[kv_heads, keys, d]``: ``exp(s - lse)`` with each row's log-sum-exp ``lse`` over
-    every key from torch's CPU flash kernel (it forms no probabilities), the scores ``s`` only for those keys."""
+    keys ``first_key..`` of ``k`` ``[kv_heads, keys, d]``: ``exp(s - lse)`` with each row's log-sum-exp ``lse``
+    ``[heads, rows]`` over every key as given, else from torch's CPU flash kernel (it forms no probabilities), the
+    scores ``s`` only for those keys."""
     kv, keys, d = k.shape
     heads, g = int(q.shape[0]), int(q.shape[0]) // kv
-    kr = k.repeat_interleave(g, 0)[None]  # [1, heads, keys, d]: the kernel wants a key head per query head
-    _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q[None], kr, kr, 0.0, False, attn_mask=None if mask is None else mask[None, None], scale=scale)
-    lse = lse[0].view(kv, g, rows, 1)  # [kv_heads, group, rows, 1]
+    if lse is None:  # grouped-query heads native to the kernel (no key head per query head)
+        _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q[None], k[None], k[None], 0.0, False, attn_mask=None if mask is None else mask[None, None], scale=scale)
+        lse = lse[0]
+    lse = lse.reshape(kv, g, rows, 1)  # [kv_heads, group, rows, 1]
     own = k[:, first_key:]  # [kv_heads, t, d]
     t = int(own.shape[1])
     mass = torch.zeros(keys, dtype=torch.float32, device=q.device)
     qs = q.reshape(kv, g * rows, d)
     for a in range(0, rows, ROW_BLOCK):
         b = min(rows, a + ROW_BLOCK)
-        s = torch.matmul(qs.view(kv, g, rows, d)[:, :, a:b].reshape(kv, g * (b - a), d), own.transpose(1, 2))
-        s = s.mul_(scale).view(kv, g, b - a, t)
-        if mask is not None:
-            s.add_(mask[a:b, first_key:])
-        p = torch.exp(s.sub_(lse[:, :, a:b])).sum(dim=(0, 1))  # [b - a, t]
-        mass[first_key:] += p.sum(0)
+        m = None if mask is None else mask[a:b, first_key:]
+        cols = t if m is None else _visible(m)  # a causal block's later keys are skipped
+        s = torch.matmul(qs.view(kv, g, rows, d)[:, :, a:b].reshape(kv, g * (b - a), d), own[:, :cols].transpose(1, 2))
+        s = s.mul_(scale).view(kv, g, b - a, cols)
+        if m is not None:
+            s.add_(m[:, :cols])
+        p = torch.exp(s.sub_(lse[:, :, a:b])).sum(dim=(0, 1))  # [b - a, cols]
+        mass[first_key:first_key + cols] += p.sum(0)
         if exclude_self:
             r = torch.arange(b - a, device=q.device)
             at = r + (keys - rows + a - first_key)  # each query's own key, among keys first_key..
+            r, at = r[at < cols], at[at < cols]
             mass[first_key:].index_add_(0, at, -p[r, at])
     return mass
+
+
+def _visible(m: torch.Tensor) -> int:
+    """How many leading columns of the additive mask ``m`` ``[rows, cols]`` hold every key some row sees."""
+    seen = (m > torch.finfo(m.dtype).min / 2).any(0).nonzero()
+    return int(seen.max()) + 1 if len(seen) else 0

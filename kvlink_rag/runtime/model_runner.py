@@ -24,7 +24,7 @@ from .cpu_kernels import kernels
 from .linear import TokenSplit
 from .lora import FusedLowRank, LayerLora, adapter_terms, prefill_gemm_dtype
 from .merged_lora import project
-from .ragged import RaggedBatch, attend
+from .ragged import RaggedBatch, attend, attend_with_lse
 from .weights import LayerWeights, ModelWeights, model_weights
 
 
@@ -170,10 +170,12 @@ class ModelRunner:
             s, e = row.start, row.start + row.length
             row.seq.write(i, k[:, s:e], v[:, s:e])
             pieces = list(row.seq.layer_kv(i, row.length))
-            out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
-            if row.attention is not None:  # explain: the probabilities too, for the rows that ask
-                row.attention.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, row.attention.skip,
-                                                    row.attention.exclude_self, row.attention.first_key))
+            if row.attention is None:
+                out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
+                continue
+            out[:, s:e], lse = attend_with_lse(q[:, s:e], pieces, row.mask, scale, row.causal)
+            a = row.attention  # explain, importance: the probabilities too, for the rows that ask
+            a.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, a.skip, a.exclude_self, a.first_key, lse))
         return out
 
     def _mlp(self, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, attn: torch.Tensor,

@@ -28,7 +28,7 @@ from .decode_attention import attend_decode
 from .prefill_attention import attend_prefill, available as prefill_kernel
 from .kv_sequence import KVChunk, SequenceKV
 
-__all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "mask_rows"]
+__all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "attend_with_lse", "mask_rows"]
 
 
 @dataclass
@@ -160,6 +160,31 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=m, scale=scale,
                                          enable_gqa=q.shape[0] != k.shape[0])
     return out[0]
+
+
+def attend_with_lse(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
+                    scale: float, causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`attend`, and each query row's log-sum-exp of its scaled, masked scores over every key where the
+    attention runs as a masked float32 prefill on the CPU: there :func:`attend` takes torch's SDPA, which dispatches
+    to the fused CPU flash kernel; that kernel is called here directly for its second output (the same output bytes,
+    grouped-query heads native: tested). An importance score then needs no second pass over the keys
+    (:func:`~.attention_probs.attention_mass`'s ``lse``).
+
+    Returns:
+        ``([heads, n, head_dim]`` as :func:`attend`, ``[heads, n]`` float32 log-sum-exp ``)``; the second is None
+        where another kernel runs (a causal row, one query, the bfloat16 prefill kernel, another dtype or device).
+    """
+    kv_dtype = pieces[0][0].dtype
+    widen = kv_dtype == torch.bfloat16 and not prefill_kernel()
+    if (causal or mask is None or q.device.type != "cpu" or q.dtype != torch.float32 or q.shape[1] < 2
+            or not (kv_dtype == torch.float32 or widen)):
+        return attend(q, pieces, mask, scale, causal), None
+    if widen or len(pieces) > 1:
+        pieces = [_widened(pieces)]
+    k, v = pieces[0]  # [kv_heads, keys, head_dim] float32
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q[None], k[None], v[None], 0.0, False, attn_mask=mask.to(q.dtype)[None, None], scale=scale)
+    return out[0], lse[0]
 
 
 def _widened(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
