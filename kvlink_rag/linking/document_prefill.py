@@ -104,9 +104,10 @@ def encode_document(
             to the prefix), or ``None`` for isolated encoding (positions ``0..n-1``).
         fingerprint: encoding fingerprint to record; computed with :func:`encoding_fingerprint` if None.
         importance: also score each token's importance (H2O: attention received from later document tokens,
-            summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`). This forward
-            then runs the eager attention kernel (:func:`kvlink_rag.model.attention.capture_attention`); K and V are
-            the same up to kernel rounding (~1e-6 in float32).
+            summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`): from the model
+            runner's attention (:func:`on_runner`), or, in the ``native`` format, from transformers' eager attention
+            kernel (:func:`kvlink_rag.model.attention.capture_attention`); K and V are the same up to kernel rounding
+            (~1e-6 in float32).
         context: ``[c]`` int64 ids encoded right before the document (a chunk's previous chunk), which attends
             to them; only its own K, V and importance are returned (the context's first ids dropped to fit).
     Returns:
@@ -162,14 +163,15 @@ def _next_chunk(size: int, took_s: float) -> int:
 
 
 def on_runner(lm: LoadedModel) -> bool:
-    """Whether documents are encoded by the model runner: in the formats that prefill in bfloat16
-    (:data:`kvlink_rag.model.loader.BF16_KV_FORMATS`: 2x transformers' eager float32 forward where the CPU has
-    native bfloat16), with no gradient wanted. ``native`` keeps transformers' forward, the reference the
-    stored caches' exactness tests compare with."""
-    from ..model.loader import BF16_KV_FORMATS
+    """Whether documents are encoded by the model runner: in every format but ``native`` (the runner's formats,
+    bfloat16 prefill or the model's float32 weights: ``int4-f32``, ``q4q8-f32`` on CPUs without native bfloat16),
+    with no gradient wanted. ``native`` keeps transformers' forward, the reference the stored caches' exactness
+    tests compare with. With importance scores the runner's forward is what keeps them cheap: transformers' takes
+    its eager attention over every key (a 7.9k-token block 248.6 s against 66.9 s without scores on an AVX2 EPYC,
+    ``docs/bench/importance-lse-2026-12-07``)."""
     from ..runtime.hf_cache import runs_on_runner
 
-    return lm.weight_format in BF16_KV_FORMATS and runs_on_runner()
+    return lm.weight_format != "native" and runs_on_runner()
 
 
 def _in_chunks(n: int, forward: Callable[[int, int], None]) -> None:
