@@ -65,7 +65,7 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
     kv, keys, d = k.shape
     heads, n = int(q.shape[0]), int(q.shape[1])
     g = heads // kv
-    if skip < n and first_key < keys and (lse is not None or 0 < keys - first_key <= first_key and q.device.type == "cpu"):
+    if 0 < keys - first_key <= first_key and q.device.type == "cpu" and skip < n:
         return _mass_after(q[:, skip:].float(), k, None if mask is None else mask[skip:].float(), scale,
                            exclude_self, first_key, n - skip, None if lse is None else lse[:, skip:])
     mass = torch.zeros(keys, dtype=torch.float32, device=q.device)

@@ -59,10 +59,12 @@ def test_rows_another_kernel_runs_get_no_lse():
 @pytest.mark.parametrize("skip", [0, 3])
 @pytest.mark.parametrize("exclude_self", [False, True])
 def test_the_mass_from_the_attentions_lse_equals_the_mass_computing_its_own(past, n, skip, exclude_self):
-    """After a long past (the keys' own probabilities only, no second pass) and for a block whose own causal keys
-    are most keys (row blocks of 256 skipping the keys after their last row): the explicit softmax's mass."""
+    """After a long past (the own keys' probabilities only, no second pass over every key) the explicit softmax's
+    mass; a block whose own causal keys are most keys keeps the explicit softmax (faster there than exp(s - lse)
+    at 400-3,000 tokens, docs/bench/importance-lse-2026-12-07), the LSE unused."""
     q, pieces, mask = _case(past=past, n=n)
     _, lse = attend_with_lse(q, pieces, mask, 0.25)
     want = attention_mass(q, pieces, mask, 0.25, skip, exclude_self, first_key=past)
     got = attention_mass(q, pieces, mask, 0.25, skip, exclude_self, first_key=past, lse=lse)
-    assert (got[past:] - want[past:]).abs().max() < 1e-4 and got[past:].sum() > 1 and not got[:past].any()
+    assert (got[past:] - want[past:]).abs().max() < 1e-4 and got[past:].sum() > 1
+    assert not got[:past].any() if n <= past else torch.equal(got, want)
