@@ -104,10 +104,9 @@ def encode_document(
             to the prefix), or ``None`` for isolated encoding (positions ``0..n-1``).
         fingerprint: encoding fingerprint to record; computed with :func:`encoding_fingerprint` if None.
         importance: also score each token's importance (H2O: attention received from later document tokens,
-            summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`): from the model
-            runner's attention (:func:`on_runner`), or, in the ``native`` format, from transformers' eager attention
-            kernel (:func:`kvlink_rag.model.attention.capture_attention`); K and V are the same up to kernel rounding
-            (~1e-6 in float32).
+            summed over heads and layers; :class:`kvlink_rag.retention.ImportanceAccumulator`): from the runner's
+            attention (:func:`on_runner`), in ``native`` from transformers' eager kernel
+            (:mod:`kvlink_rag.model.attention`); K and V are the same up to kernel rounding (~1e-6 in float32).
         context: ``[c]`` int64 ids encoded right before the document (a chunk's previous chunk), which attends
             to them; only its own K, V and importance are returned (the context's first ids dropped to fit).
     Returns:
