@@ -131,7 +131,14 @@ def rows_plan(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int,
     if isinstance(plan, str) or at + plan[-1][1] > len(buf):
         raise CorruptRecordError(plan if isinstance(plan, str) else f"layer {layer} is shorter than its header says")
     (k0, k1), (v0, v1) = plan
-    return RowsPlan(at + k0, at + k1, at + v0, at + v1, ordered, dtype, tuple(shape))
+    return _interned(RowsPlan(at + k0, at + k1, at + v0, at + v1, ordered, dtype, tuple(shape)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _interned(plan: RowsPlan) -> RowsPlan:
+    """One object per distinct plan (every layer of a document, and documents of one length, share one), so the
+    plans :data:`store.records.verified.VERIFIED` keeps cost a reference each."""
+    return plan
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-LIMIT = 1 << 18  # places remembered; past it the set starts again (~16 MB of 64-bit hashes at most)
+LIMIT = 1 << 18  # places remembered; past it the set starts again (~20 MB of hashes and plan references at most)
 
 
 class VerifiedLayers:
