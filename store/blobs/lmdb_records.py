@@ -134,16 +134,20 @@ def read_layer_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
 
 
 def _layer_buffer(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int
-                  ) -> tuple[memoryview | None, tuple | None]:
-    """Layer ``layer``'s buffer of ``key`` (None: missing) and its place for :data:`VERIFIED` (None without a
-    buffer), after checking the record is still the one whose meta is ``meta_bytes``.
+                  ) -> tuple[np.ndarray | None, tuple | None]:
+    """Layer ``layer``'s bytes of ``key`` as a flat uint8 view of the memory map (no copy; None: missing) and its
+    place for :data:`VERIFIED` (None without a buffer), after checking the record is still the one whose meta is
+    ``meta_bytes``.
 
     Raises:
         KeyError: the record changed.
     """
     _same_meta(txn, db, key, meta_bytes)
     buf = txn.get(rkey(key, f"L{layer}"), db=db)
-    return buf, None if buf is None else VERIFIED.token(key, layer, buf, meta["checksum"]["layers"][layer])
+    if buf is None:
+        return None, None
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    return raw, VERIFIED.token(key, layer, raw, meta["checksum"]["layers"][layer])
 
 
 def read_layer_stored_into(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: int, k: torch.Tensor,
@@ -171,15 +175,12 @@ def stage_layer_stored(txn, db, key: str, meta_bytes: bytes, meta: dict, layer: 
     Raises:
         KeyError: the record changed (as :func:`read_layer_into`). CorruptRecordError: bad layer.
     """
-    _same_meta(txn, db, key, meta_bytes)
-    buf = txn.get(rkey(key, f"L{layer}"), db=db)
-    if buf is None:
+    raw, seen = _layer_buffer(txn, db, key, meta_bytes, meta, layer)
+    if raw is None:
         raise CorruptRecordError(f"layer {layer} failed its checksum")
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    seen = VERIFIED.token(key, layer, raw, meta["checksum"]["layers"][layer])
     plan = VERIFIED.plan(seen)
     if plan is None or plan.dtype != dtype or plan.shape != tuple(shape):
-        plan = rows_plan(buf, meta, layer, dtype, shape, verified=seen in VERIFIED)
+        plan = rows_plan(raw, meta, layer, dtype, shape, verified=seen in VERIFIED)
         if plan is None:  # another dtype: returned before its checksum, nothing verified
             return None
         VERIFIED.add(seen, plan)
