@@ -259,7 +259,15 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (oneDNN's own check: AVX512-BF16 or AMX)."""
+    """Whether this CPU multiplies bfloat16 in hardware: AVX512-BF16 or AMX-BF16 among its flags
+    (:func:`~kvlink_rag.runtime.cpu_kernels.cpu_flags`). oneDNN's ``_is_mkldnn_bf16_supported`` is not the test:
+    it is true on any AVX512 core (Ice Lake, Cascade Lake), where oneDNN emulates bfloat16 (measured 4x slower
+    than float32 on an Ice Lake Xeon, BENCHMARKS.md 2026-12-07b). Where no flags can be read: oneDNN's check."""
+    from ..runtime.cpu_kernels import cpu_flags
+
+    flags = cpu_flags()
+    if flags:
+        return bool(flags & {"avx512_bf16", "amx_bf16"})
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):

@@ -39,7 +39,9 @@ ISAS = {
 OPTIONAL = {"avx512": {"avx512_bf16": "-mavx512bf16"}}
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as Linux names them (``/proc/cpuinfo``: ``avx2``, ``avx512_bf16``, ``amx_bf16``, ...);
+    empty where that file cannot be read."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -53,7 +55,7 @@ def isa() -> str | None:
     wanted = os.environ.get("KVLINK_RAG_CPU_KERNELS", "1")
     if wanted == "0":
         return None
-    flags = _cpu_flags()
+    flags = cpu_flags()
     for name, (needed, _) in ISAS.items():
         if wanted in ("1", name) and needed <= flags:
             return name
@@ -89,7 +91,7 @@ def kernels():
     from torch.utils.cpp_extension import load
 
     try:
-        cpu = _cpu_flags()
+        cpu = cpu_flags()
         flags = [*CFLAGS, *ISAS[name][1], *(f for flag, f in OPTIONAL.get(name, {}).items() if flag in cpu)]
         return load(name=f"kvlink_cpu_kernels_{name}_{_source_hash(flags)}", sources=[str(p) for p in sorted(CSRC.glob("*.cpp"))],
                     extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)

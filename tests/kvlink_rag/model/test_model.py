@@ -80,6 +80,24 @@ def test_cli_with_a_sliding_window_model_folder_exits_with_one_line(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
 
 
+ICE_LAKE = {"avx2", "f16c", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi2", "avx512_bitalg"}
+
+
+@pytest.mark.parametrize("extra, native", [((), False), (("avx512_bf16",), True), (("amx_bf16", "amx_tile"), True)])
+def test_native_bfloat16_is_read_from_the_cpu_flags_not_onednns_avx512_check(monkeypatch, extra, native):
+    """An Ice Lake Xeon (AVX512 and VNNI, no AVX512-BF16) took q4q8-bf16 because oneDNN's check says True on any
+    AVX512 core, where its bfloat16 GEMMs are emulated (4x slower than float32 there): its flags now say no."""
+    from kvlink_rag.model import loader
+    from kvlink_rag.runtime import cpu_kernels, q4q8
+
+    monkeypatch.setattr(cpu_kernels, "cpu_flags", lambda: ICE_LAKE | set(extra))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(q4q8, "available", lambda: True)
+    assert loader.cpu_has_native_bf16() is native
+    assert loader.resolve_weight_format("auto", torch.device("cpu"), default_model=True) == \
+        ("q4q8-bf16" if native else "q4q8-f32")
+
+
 @pytest.mark.parametrize("kernels", [True, False])
 def test_auto_weight_format_follows_the_cpus_bfloat16_support_and_kernels(monkeypatch, kernels):
     """auto for the default model on a CPU: q4q8 decode where the runner's CPU kernels run, else int4; bf16
