@@ -45,6 +45,7 @@ class ImportanceAccumulator:
 
     skip = 0  # as the model runner's receiver (runtime.attention_probs.MassReceiver): every query row counts,
     exclude_self = True  # and not its attention to itself
+    plain_output = False  # the encode's output may come from the scores' own softmax (attend_and_mass)
 
     def __init__(self, n: int, start: int):
         self.n, self.start = n, start

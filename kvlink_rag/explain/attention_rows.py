@@ -28,6 +28,7 @@ class RowAttention:
 
     exclude_self = False
     first_key = 0  # every key's mass is read
+    plain_output = True  # an explained answer is the plain answer
 
     def __init__(self, skip_rows: int):
         self.skip_rows = skip_rows

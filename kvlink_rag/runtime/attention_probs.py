@@ -23,11 +23,15 @@ class MassReceiver(Protocol):
             received from later tokens).
         first_key: the keys before it are not read by :meth:`add` (their mass may be left 0; importance scores
             only a document's own keys, not the anchor prefix or the chunks before it).
+        plain_output: the row's output must be the plain kernel's, bit for bit (explain: an explained answer is
+            the plain answer); False (importance at precompute): output and mass may come from one explicit softmax
+            (:func:`attend_and_mass`), the output within float32 rounding of the plain kernel's.
     """
 
     skip: int
     exclude_self: bool
     first_key: int
+    plain_output: bool
 
     def add(self, layer: int, mass: torch.Tensor) -> None:
         """``mass``: ``[keys]`` float32, probabilities summed over heads and counted rows (keys in storage order)."""
@@ -72,18 +76,68 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
     for a in range(skip, n, ROW_BLOCK):
         b = min(n, a + ROW_BLOCK)
         m = None if mask is None else mask[a:b].float()
-        cols = keys if m is None else int((m > torch.finfo(torch.float32).min / 2).any(0).nonzero().max()) + 1
+        cols = keys if m is None else _visible(m)
         qs = q[:, a:b].float().reshape(kv, g * (b - a), d)  # head h = kv head h // g
         s = torch.matmul(qs, k[:, :cols].transpose(1, 2)).mul_(scale).view(kv, g, b - a, cols)
         if m is not None:
             s.add_(m[:, :cols])
-        p = torch.softmax(s, dim=-1).sum(dim=(0, 1))  # [rows, cols]
-        mass[:cols] += p.sum(0)
-        if exclude_self:
-            rows = torch.arange(b - a, device=q.device)
-            own = rows + (keys - n + a)  # each query's own key
-            mass.index_add_(0, own, -p[rows, own])
+        _add_rows(mass, torch.softmax(s, dim=-1), keys - n + a, exclude_self)
     return mass
+
+
+EXPLICIT_ROWS = 128  # query rows per block of attend_and_mass (128 measured faster than 256 or one block)
+
+
+def attend_and_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
+                    scale: float, skip: int = 0, exclude_self: bool = False, first_key: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A row's attention output and its :func:`attention_mass` from one explicit float32 softmax per block of
+    :data:`EXPLICIT_ROWS` query rows (``baddbmm`` with the mask, softmax, ``bmm`` with the values; each block
+    only over the keys some row of it sees): the scores are formed once, where the fused kernel's output and a
+    separate mass pass formed them twice (10 short documents encoded with importance on an Ice Lake Xeon: the
+    scores' overhead 1.6 s -> 0.5 s of a 6.8 s encode, BENCHMARKS.md 2026-12-07b). The output equals
+    :func:`~.ragged.attend`'s within float32 rounding (~1e-6), not bit for bit: for receivers without
+    ``plain_output``.
+
+    Args: as :func:`attention_mass`; ``mask`` the row's additive ``[n, keys]``.
+    Returns:
+        ``([heads, n, head_dim]`` float32, ``[keys]`` float32 mass``)``, or None where this does not apply: not a
+        float32 CPU prefill row with a mask, or the keys before ``first_key`` at least as many as the rest (a chunk
+        after a long past: there :func:`attention_mass` takes the fused kernel's log-sum-exp and forms only the
+        chunk's own keys' probabilities).
+    """
+    keys = sum(int(pk.shape[1]) for pk, _ in pieces)
+    if q.device.type != "cpu" or q.dtype != torch.float32 or mask is None or 0 < keys - first_key <= first_key:
+        return None
+    k = torch.cat([pk for pk, _ in pieces], dim=1).float()  # [kv_heads, keys, head_dim]
+    v = torch.cat([pv for _, pv in pieces], dim=1).float()
+    kv, _, d = k.shape
+    heads, n = int(q.shape[0]), int(q.shape[1])
+    g = heads // kv
+    out, mass = torch.empty_like(q), torch.zeros(keys, dtype=torch.float32)
+    qs_all = (q * scale).view(kv, g, n, d)  # the scale on the queries: ~1e-7 from scaling the scores
+    for a in range(0, n, EXPLICIT_ROWS):
+        b = min(n, a + EXPLICIT_ROWS)
+        cols = keys - n + b  # a prefill row never sees a later query's key
+        qs = qs_all[:, :, a:b].reshape(kv, g * (b - a), d)  # head h = kv head h // g
+        s = torch.bmm(qs, k[:, :cols].transpose(1, 2))  # [kv_heads, g * rows, cols]
+        s.view(kv, g, b - a, cols).add_(mask[a:b, :cols].float())
+        p = torch.softmax(s, dim=-1)
+        out.view(kv, g, n, d)[:, :, a:b] = torch.bmm(p, v[:, :cols]).view(kv, g, b - a, d)
+        if b > skip:
+            c = max(a, skip) - a  # the block's first counted row
+            _add_rows(mass, p.view(kv, g, b - a, cols)[:, :, c:], keys - n + a + c, exclude_self)
+    return out, mass
+
+
+def _add_rows(mass: torch.Tensor, p: torch.Tensor, own0: int, exclude_self: bool) -> None:
+    """Add probabilities ``p`` ``[kv_heads, group, rows, cols]`` summed over heads and rows to ``mass`` ``[keys]``;
+    with ``exclude_self`` without each row's probability on its own key (row ``r``'s is key ``own0 + r``)."""
+    pm = p.sum(dim=(0, 1))  # [rows, cols]
+    mass[: pm.shape[1]] += pm.sum(0)
+    if exclude_self:
+        r = torch.arange(pm.shape[0], device=pm.device)
+        mass.index_add_(0, r + own0, -pm[r, r + own0])
 
 
 def _mass_after(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float, exclude_self: bool,

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ..linking.rope import rope_cos_sin
 from ..model.families import family_of
 from ..model.loader import LoadedModel
-from .attention_probs import attention_mass
+from .attention_probs import attend_and_mass, attention_mass
 from . import fused_decode
 from .cpu_kernels import kernels
 from .linear import TokenSplit
@@ -173,9 +173,14 @@ class ModelRunner:
             if row.attention is None:
                 out[:, s:e] = attend(q[:, s:e], pieces, row.mask, scale, row.causal)
                 continue
-            out[:, s:e], lse = attend_with_lse(q[:, s:e], pieces, row.mask, scale, row.causal)
             a = row.attention  # explain, importance: the probabilities too, for the rows that ask
-            a.add(i, attention_mass(q[:, s:e], pieces, row.mask, scale, a.skip, a.exclude_self, a.first_key, lse))
+            both = None if a.plain_output else attend_and_mass(q[:, s:e], pieces, row.mask, scale, a.skip,
+                                                                 a.exclude_self, a.first_key)
+            if both is None:
+                o, lse = attend_with_lse(q[:, s:e], pieces, row.mask, scale, row.causal)
+                both = o, attention_mass(q[:, s:e], pieces, row.mask, scale, a.skip, a.exclude_self, a.first_key, lse)
+            out[:, s:e] = both[0]
+            a.add(i, both[1])
         return out
 
     def _mlp(self, layer: LayerWeights, lora: LayerLora | None, h: torch.Tensor, attn: torch.Tensor,

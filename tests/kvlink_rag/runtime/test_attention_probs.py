@@ -46,3 +46,33 @@ def test_the_mass_from_first_key_is_the_explicit_softmax_of_those_keys(past, n, 
     assert (got[past:].double() - want[past:]).abs().max() < 1e-4
     if n <= past:  # the fused kernel's path: keys before first_key are not formed
         assert not got[:past].any()
+
+
+@pytest.mark.parametrize("past,n", [(6, 24), (30, 300)], ids=["short", "row-blocks"])
+@pytest.mark.parametrize("skip", [0, 5, 140])
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_attend_and_mass_gives_attends_output_and_the_explicit_mass_from_one_softmax(past, n, skip, exclude_self):
+    """Importance at precompute: the output equals the plain kernel's within float32 rounding and the mass the
+    float64 softmax's, over blocks of query rows, a hidden slot in the past, grouped-query heads, skipped rows."""
+    from kvlink_rag.runtime.attention_probs import attend_and_mass
+    from kvlink_rag.runtime.ragged import attend
+
+    skip = min(skip, n - 1)
+    q, pieces, mask = _case(past, n)
+    scale = 16 ** -0.5
+    out, mass = attend_and_mass(q, pieces, mask, scale, skip, exclude_self, first_key=past)
+    assert (out - attend(q, pieces, mask, scale)).abs().max() < 1e-5
+    want = _reference(q, pieces, mask, scale, skip, exclude_self)
+    assert (mass.double() - want).abs().max() < 1e-4 and mass.sum() > 0
+
+
+def test_attend_and_mass_leaves_a_chunk_after_a_long_past_and_other_rows_to_the_kernels():
+    from kvlink_rag.runtime.attention_probs import attend_and_mass
+
+    q, pieces, mask = _case(6, 24)  # a document after a short anchor prefix
+    assert attend_and_mass(q, pieces, mask, 0.25, first_key=6) is not None
+    assert attend_and_mass(q, pieces, mask, 0.25) is not None
+    q2, pieces2, mask2 = _case(40, 24)  # the chunk's own keys at most half: the fused kernel's log-sum-exp path
+    assert attend_and_mass(q2, pieces2, mask2, 0.25, first_key=40) is None
+    assert attend_and_mass(q, pieces, None, 0.25) is None  # no mask
+    assert attend_and_mass(q.bfloat16(), pieces, mask, 0.25) is None
