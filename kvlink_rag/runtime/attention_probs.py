@@ -85,7 +85,7 @@ def attention_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tenso
     return mass
 
 
-EXPLICIT_ROWS = 128  # query rows per block of attend_and_mass (128 measured faster than 256 or one block)
+EXPLICIT_ROWS = 128  # query rows per block of attend_and_mass: a block's scores stay small (SmolLM2: 3 x 384 x keys)
 
 
 def attend_and_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
@@ -94,8 +94,9 @@ def attend_and_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
     """A row's attention output and its :func:`attention_mass` from one explicit float32 softmax per block of
     :data:`EXPLICIT_ROWS` query rows (``baddbmm`` with the mask, softmax, ``bmm`` with the values; each block
     only over the keys some row of it sees): the scores are formed once, where the fused kernel's output and a
-    separate mass pass formed them twice (10 short documents encoded with importance on an Ice Lake Xeon: the
-    scores' overhead 1.6 s -> 0.5 s of a 6.8 s encode, BENCHMARKS.md 2026-12-07b). The output equals
+    separate mass pass formed them twice (10 ~410-token documents on an Ice Lake Xeon: 8.7 s with scores against
+    7.3 s without before, now 6.9-7.0 s against 7.0 s; a 7,876-token block 74.4 -> 44.2 s against 39.5 s without;
+    ``docs/bench/icelake-2026-12-07b``). The output equals
     :func:`~.ragged.attend`'s within float32 rounding (~1e-6), not bit for bit: for receivers without
     ``plain_output``.
 
