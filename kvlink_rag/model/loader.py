@@ -261,8 +261,8 @@ def resolve_weight_format(name: str, device: torch.device, default_model: bool =
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware: AVX512-BF16 or AMX-BF16 among its flags
     (:func:`~kvlink_rag.runtime.cpu_kernels.cpu_flags`). oneDNN's ``_is_mkldnn_bf16_supported`` is not the test:
-    it is true on any AVX512 core (Ice Lake, Cascade Lake), where oneDNN emulates bfloat16 (measured 4x slower
-    than float32 on an Ice Lake Xeon, BENCHMARKS.md 2026-12-07b). Where no flags can be read: oneDNN's check."""
+    it is true on any AVX512 core (Ice Lake, Cascade Lake), where oneDNN emulates bfloat16 (its GEMM measured
+    3.3-3.7x slower than float32 on an Ice Lake Xeon, BENCHMARKS.md 2026-12-07b). Where no flags can be read: oneDNN's check."""
     from ..runtime.cpu_kernels import cpu_flags
 
     flags = cpu_flags()

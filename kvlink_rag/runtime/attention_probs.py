@@ -92,15 +92,16 @@ def attend_and_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
                     scale: float, skip: int = 0, exclude_self: bool = False, first_key: int = 0
                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """A row's attention output and its :func:`attention_mass` from one explicit float32 softmax per block of
-    :data:`EXPLICIT_ROWS` query rows (``baddbmm`` with the mask, softmax, ``bmm`` with the values; each block
-    only over the keys some row of it sees): the scores are formed once, where the fused kernel's output and a
+    :data:`EXPLICIT_ROWS` query rows (``bmm``, the mask added, softmax, ``bmm`` with the values; each block only
+    over the keys up to its last row's own): the scores are formed once, where the fused kernel's output and a
     separate mass pass formed them twice (10 ~410-token documents on an Ice Lake Xeon: 8.7 s with scores against
     7.3 s without before, now 6.9-7.0 s against 7.0 s; a 7,876-token block 74.4 -> 44.2 s against 39.5 s without;
     ``docs/bench/icelake-2026-12-07b``). The output equals
     :func:`~.ragged.attend`'s within float32 rounding (~1e-6), not bit for bit: for receivers without
     ``plain_output``.
 
-    Args: as :func:`attention_mass`; ``mask`` the row's additive ``[n, keys]``.
+    Args: as :func:`attention_mass`; ``mask`` the row's additive ``[n, keys]``, causal among the row's own keys
+        (the last ``n``: a query never sees a later query's key).
     Returns:
         ``([heads, n, head_dim]`` float32, ``[keys]`` float32 mass``)``, or None where this does not apply: not a
         float32 CPU prefill row with a mask, or the keys before ``first_key`` at least as many as the rest (a chunk

@@ -86,7 +86,7 @@ ICE_LAKE = {"avx2", "f16c", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vn
 @pytest.mark.parametrize("extra, native", [((), False), (("avx512_bf16",), True), (("amx_bf16", "amx_tile"), True)])
 def test_native_bfloat16_is_read_from_the_cpu_flags_not_onednns_avx512_check(monkeypatch, extra, native):
     """An Ice Lake Xeon (AVX512 and VNNI, no AVX512-BF16) took q4q8-bf16 because oneDNN's check says True on any
-    AVX512 core, where its bfloat16 GEMMs are emulated (4x slower than float32 there): its flags now say no."""
+    AVX512 core, where its bfloat16 GEMMs are emulated (3.3-3.7x slower than float32 there): its flags now say no."""
     from kvlink_rag.model import loader
     from kvlink_rag.runtime import cpu_kernels, q4q8
 
