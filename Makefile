@@ -8,7 +8,7 @@ NQ ?= $(or $(KVLINK_RAG_NQ_PATH),../shared/data/nq-open-oracle-dev.jsonl.gz)
 .PHONY: install demo test clean
 
 $(BIN)/kvlink-rag: pyproject.toml
-	@echo "creating $(VENV) and installing torch, transformers and kvlink-rag (~1.4 GB, about 2-4 min)..."
+	@echo "creating $(VENV) and installing torch, transformers and kvlink-rag (~1.5 GB, about 2-4 min)..."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch==2.13.0: pinned; where a local CPU wheel of it is on disk pip takes that, elsewhere it fetches it from PyPI.
