@@ -13,6 +13,8 @@ from typing import Protocol
 
 import torch
 
+from .ragged import widened
+
 
 class MassReceiver(Protocol):
     """Takes one layer's attention mass of a row.
@@ -111,8 +113,8 @@ def attend_and_mass(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
     keys = sum(int(pk.shape[1]) for pk, _ in pieces)
     if q.device.type != "cpu" or q.dtype != torch.float32 or mask is None or 0 < keys - first_key <= first_key:
         return None
-    k = torch.cat([pk for pk, _ in pieces], dim=1).float()  # [kv_heads, keys, head_dim]
-    v = torch.cat([pv for _, pv in pieces], dim=1).float()
+    one = len(pieces) == 1 and pieces[0][0].dtype == torch.float32
+    k, v = pieces[0] if one else widened(pieces)  # [kv_heads, keys, head_dim] float32: one copy, none for one piece
     kv, _, d = k.shape
     heads, n = int(q.shape[0]), int(q.shape[1])
     g = heads // kv

@@ -28,7 +28,7 @@ from .decode_attention import attend_decode
 from .prefill_attention import attend_prefill, available as prefill_kernel
 from .kv_sequence import KVChunk, SequenceKV
 
-__all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "attend_with_lse", "mask_rows"]
+__all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "attend_with_lse", "mask_rows", "widened"]
 
 
 @dataclass
@@ -142,7 +142,7 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     """
     kv_dtype = pieces[0][0].dtype
     if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not prefill_kernel():
-        return attend(q, [_widened(pieces)], mask, scale, causal)
+        return attend(q, [widened(pieces)], mask, scale, causal)
     if q.dtype != kv_dtype:
         return attend(q.to(kv_dtype), pieces, mask, scale, causal).to(q.dtype)
     causal = causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]
@@ -180,14 +180,14 @@ def attend_with_lse(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
             or not (kv_dtype == torch.float32 or widen)):
         return attend(q, pieces, mask, scale, causal), None
     if widen or len(pieces) > 1:
-        pieces = [_widened(pieces)]
+        pieces = [widened(pieces)]
     k, v = pieces[0]  # [kv_heads, keys, head_dim] float32
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q[None], k[None], v[None], 0.0, False, attn_mask=mask.to(q.dtype)[None, None], scale=scale)
     return out[0], lse[0]
 
 
-def _widened(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+def widened(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The pieces joined into one float32 ``(k, v)`` ``[kv_heads, sum tokens_i, head_dim]`` (one converting copy)."""
     kv, _, d = pieces[0][0].shape
     total = sum(k.shape[1] for k, _ in pieces)
