@@ -30,7 +30,8 @@ class RowWriter(Protocol):
     def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
         """Several documents' rows of one layer into ``out`` ``[kv_heads, N, head_dim]`` (the whole fill's view of
         one layer's blocks) in one call: each part's rows land at ``out[:, part.start : part.start + n]``, as
-        ``self(out[:, start:start + n], part.raw, part.token_major, part.start)`` would write them.
+        ``self(out[:, start:start + n], part.raw, part.token_major, part.start)`` would write them (a ``widen``
+        part's bfloat16 rows as their float32 values would be).
 
         Raises:
             ValueError: a part does not hold whole rows of ``out``, or its rows fall outside ``out``.
@@ -41,27 +42,42 @@ class StoredRows(NamedTuple):
     """One document's stored keys or values of one layer, as a :class:`RowWriter` takes them.
 
     Attributes:
-        raw: a C-contiguous buffer of ``n`` rows in the consumer's dtype, ``[n, kv_heads, head_dim]`` when
-            ``token_major`` else ``[kv_heads, n, head_dim]``; valid only while its source is (an LMDB page lives as
-            long as the read transaction that handed it out).
+        raw: a C-contiguous buffer of ``n`` rows in the consumer's dtype (bfloat16 when ``widen``),
+            ``[n, kv_heads, head_dim]`` when ``token_major`` else ``[kv_heads, n, head_dim]``; valid only while its
+            source is (an LMDB page lives as long as the read transaction that handed it out).
         token_major: the rows' layout.
         start: the index of the document's first row among the rows of the whole fill.
+        widen: the rows are bfloat16 and the consumer's buffer float32 (the KV dtype where the CPU lacks native
+            bfloat16): the writer widens them on the way, exactly.
     """
 
     raw: object
     token_major: bool
     start: int  # a tuple, not a dataclass: one is made per document and layer on the load path
+    widen: bool = False
+
+
+def widens(stored: torch.dtype, dtype: torch.dtype) -> bool | None:
+    """Whether rows stored as ``stored`` reach a ``dtype`` buffer as :class:`StoredRows`: False as they are (the
+    same dtype), True widened (bfloat16 rows into float32), None not at all (decoded and converted instead)."""
+    if stored == dtype:
+        return False
+    import torch
+
+    return True if (stored, dtype) == (torch.bfloat16, torch.float32) else None
 
 
 def tensor_rows(x: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int, int], start: int) -> StoredRows | None:
     """The in-memory layer tensor ``x`` ``[kv_heads, n, head_dim]`` as :class:`StoredRows` starting at row ``start``
-    of a fill (a view of its bytes, no copy), or None when it cannot be handed over as it is (another dtype, shape
-    or device, or not contiguous: the caller writes it through :func:`write_rows`)."""
-    if x.dtype != dtype or tuple(x.shape) != tuple(shape) or x.device.type != "cpu" or not x.is_contiguous():
+    of a ``dtype`` fill (a view of its bytes, no copy; bfloat16 into float32 widened by the writer), or None when it
+    cannot be handed over as it is (another dtype pair, shape or device, or not contiguous: the caller writes it
+    through :func:`write_rows`)."""
+    widen = widens(x.dtype, dtype)
+    if widen is None or tuple(x.shape) != tuple(shape) or x.device.type != "cpu" or not x.is_contiguous():
         return None
     import torch
 
-    return StoredRows(x.view(torch.uint8).numpy(), False, start)
+    return StoredRows(x.view(torch.uint8).numpy(), False, start, widen)
 
 
 def stage_tensors(k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int, int], start: int,

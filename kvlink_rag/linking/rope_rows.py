@@ -66,13 +66,20 @@ def _part_rows(out: torch.Tensor, raw) -> int:
     return nbytes // row
 
 
+def _widened(raw) -> np.ndarray:
+    """The bfloat16 rows ``raw`` as the bytes of their float32 values (exact: a bfloat16 is a float32's upper 16
+    bits), in the same layout."""
+    return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.uint8)
+
+
 def _each(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows]) -> None:
-    """:meth:`~kvlink_rag.rows.RowWriter.write_many` part by part (no kernel here)."""
+    """:meth:`~kvlink_rag.rows.RowWriter.write_many` part by part (no kernel here; ``widen`` parts widened first)."""
     for p in parts:
-        n = _part_rows(out, p.raw)
+        raw = _widened(p.raw) if p.widen else p.raw
+        n = _part_rows(out, raw)
         if p.start < 0 or p.start + n > out.shape[1]:
             raise ValueError(f"rows {p.start}..{p.start + n} fall outside the output's {out.shape[1]}")
-        writer(out[:, p.start:p.start + n], p.raw, p.token_major, p.start)
+        writer(out[:, p.start:p.start + n], raw, p.token_major, p.start)
 
 
 def _write_many(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows], cos: torch.Tensor | None,
@@ -84,7 +91,7 @@ def _write_many(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows], c
         _each(writer, out, parts)
     else:
         kernels.kv_rows_many(out, [p.raw for p in parts], [p.token_major for p in parts], [p.start for p in parts],
-                             cos, sin)
+                             cos, sin, [p.widen for p in parts])
 
 
 class CopyRows:
@@ -95,7 +102,7 @@ class CopyRows:
         if kernels is None:
             _numpy_rows(out, raw, token_major)
         else:
-            kernels.kv_rows_into(out, raw, token_major, None, None, 0)
+            kernels.kv_rows_into(out, raw, token_major, None, None, 0, False)
 
     def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
         """:meth:`~kvlink_rag.rows.RowWriter.write_many`: every part in one kernel call where it runs."""
@@ -121,7 +128,7 @@ class RopeRows:
     def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None:
         kernels = _kernels(out)
         if kernels is not None:
-            kernels.kv_rows_into(out, raw, token_major, self.cos, self.sin, start)
+            kernels.kv_rows_into(out, raw, token_major, self.cos, self.sin, start, False)
             return
         _numpy_rows(out, raw, token_major)
         n = out.shape[1]

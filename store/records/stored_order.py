@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from kvlink_rag.rows import RowWriter, StoredRows
+from kvlink_rag.rows import RowWriter, StoredRows, widens
 from kvlink_rag.types import parse_dtype
 from store.records import ordered_layout
 from store.records.errors import CorruptRecordError
@@ -74,9 +74,9 @@ def decode_layer_stored_into(buf, meta: dict, layer: int, k_out: torch.Tensor, v
 
 class RowsPlan(NamedTuple):
     """Where a verified layer buffer holds its keys and values as rows a fill can take as they are
-    (:func:`rows_plan`): byte ranges ``[k0, k1)`` and ``[v0, v1)`` of the buffer, the rows' dtype and fill shape
-    ``[kv_heads, n, head_dim]`` they were checked against, and their layout (token-major ``[n, H, D]`` for an
-    importance-ordered record)."""
+    (:func:`rows_plan`): byte ranges ``[k0, k1)`` and ``[v0, v1)`` of the buffer, the fill's dtype and shape
+    ``[kv_heads, n, head_dim]`` they were checked against, their layout (token-major ``[n, H, D]`` for an
+    importance-ordered record) and whether they are bfloat16 rows for a float32 fill (widened by the writer)."""
 
     k0: int
     k1: int
@@ -85,20 +85,22 @@ class RowsPlan(NamedTuple):
     token_major: bool
     dtype: torch.dtype
     shape: tuple[int, int, int]
+    widen: bool = False
 
     def parts(self, raw: np.ndarray, start: int) -> tuple[StoredRows, StoredRows]:
         """The rows as :class:`~kvlink_rag.rows.StoredRows` at row ``start`` of a fill: views of ``raw`` (the
         buffer's bytes as a flat uint8 array, no copy)."""
-        return (StoredRows(raw[self.k0:self.k1], self.token_major, start),
-                StoredRows(raw[self.v0:self.v1], self.token_major, start))
+        return (StoredRows(raw[self.k0:self.k1], self.token_major, start, self.widen),
+                StoredRows(raw[self.v0:self.v1], self.token_major, start, self.widen))
 
 
 def stored_rows(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int, int, int], start: int,
                 verified: bool = False) -> tuple[StoredRows, StoredRows] | None:
     """Layer ``layer``'s keys and values as :class:`~kvlink_rag.rows.StoredRows` at row ``start`` of a fill, views
     of the verified buffer ``buf`` (no copy; valid while ``buf`` is), when the record stores ``shape``
-    ``[kv_heads, n, head_dim]`` rows of ``dtype`` (token-major for an importance-ordered record); None when it
-    stores another dtype (int8, or float of another width: :func:`decode_layer_stored_into` converts those).
+    ``[kv_heads, n, head_dim]`` rows of ``dtype``, or bfloat16 rows for a float32 ``dtype`` (widened by the writer;
+    token-major for an importance-ordered record); None when it stores another dtype (int8, or float16 or float32
+    for a narrower fill: :func:`decode_layer_stored_into` converts those).
 
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch, or a tensor that does not fit ``shape``.
@@ -117,13 +119,15 @@ def rows_plan(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int,
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch, or a tensor that does not fit ``shape``.
     """
-    if meta["dtype"] == "int8" or parse_dtype(meta["dtype"]) != dtype:
+    stored = None if meta["dtype"] == "int8" else parse_dtype(meta["dtype"])
+    widen = None if stored is None else widens(stored, dtype)
+    if widen is None:
         return None
     check_layer(buf, meta, layer, verified)
     ordered = "token_order" in meta
     try:
         at, header = header_of(buf)
-        plan = _rows_plan(header, dtype, tuple(shape), ordered)
+        plan = _rows_plan(header, stored, tuple(shape), ordered)
     except (KeyError, ValueError) as e:
         raise CorruptRecordError(f"layer {layer} could not be parsed: {e}") from None
     if plan is None:
@@ -131,7 +135,7 @@ def rows_plan(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int,
     if isinstance(plan, str) or at + plan[-1][1] > len(buf):
         raise CorruptRecordError(plan if isinstance(plan, str) else f"layer {layer} is shorter than its header says")
     (k0, k1), (v0, v1) = plan
-    return _interned(RowsPlan(at + k0, at + k1, at + v0, at + v1, ordered, dtype, tuple(shape)))
+    return _interned(RowsPlan(at + k0, at + k1, at + v0, at + v1, ordered, dtype, tuple(shape), widen))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -147,3 +147,41 @@ def test_write_many_refuses_a_buffer_of_no_whole_rows(path):
     raw = torch.zeros(H * D + 1, dtype=torch.bfloat16).view(torch.uint8).numpy()
     with pytest.raises(ValueError, match="whole rows"):
         copy_rows.write_many(torch.zeros(H, 4, D, dtype=torch.bfloat16), [StoredRows(raw, False, 0)])
+
+
+@pytest.mark.parametrize("rotated", [True, False])
+@pytest.mark.parametrize("token_major", [True, False])
+def test_bfloat16_rows_widen_into_float32_blocks_bit_for_bit(path, token_major, rotated):
+    """Stored bfloat16 rows into float32 blocks (the KV dtype where the CPU lacks native bfloat16) in one pass:
+    keys equal apply_rope on the widened rows, values the widened rows, with infinities, huge and subnormal values;
+    a NaN stays a NaN."""
+    torch.manual_seed(2)
+    xs = [torch.randn(H, n, D).to(torch.bfloat16) for n in (13, 6)]
+    xs[0][0, 0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e38]).to(torch.bfloat16)
+    xs[1][2, 2, :] = 1e-39  # subnormal in bfloat16 too
+    starts = [2, 20]
+    parts = [StoredRows(_raw(x, token_major), token_major, a, True) for x, a in zip(xs, starts)]
+    cos, sin = torch.randn(30, D), torch.randn(30, D)
+    arena = torch.zeros(H, 32, D)
+    out = arena[:, 1:31]
+    (RopeRows(cos, sin) if rotated else copy_rows).write_many(out, parts)
+    for x, a in zip(xs, starts):
+        n = x.shape[1]
+        want = apply_rope(x.float(), cos[a:a + n], sin[a:a + n]) if rotated else x.float()
+        got = out[:, a:a + n]
+        nan = want.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got.view(torch.int32)[~nan], want.view(torch.int32)[~nan])
+    assert out[:, :2].abs().sum() == 0 and out[:, 15:20].abs().sum() == 0 and out[:, 26:].abs().sum() == 0
+    assert arena[:, 0].abs().sum() == 0
+
+
+def test_widened_rows_are_counted_in_bfloat16_bytes(path):
+    """A widened part holds whole rows of bfloat16 (half a float32 row's bytes), checked as such."""
+    raw = torch.zeros(H * D * 3 + 1, dtype=torch.bfloat16).view(torch.uint8).numpy()
+    with pytest.raises(ValueError, match="whole rows"):
+        copy_rows.write_many(torch.zeros(H, 4, D), [StoredRows(raw, False, 0, True)])
+    ok = torch.ones(H * D * 3, dtype=torch.bfloat16).view(torch.uint8).numpy()
+    out = torch.zeros(H, 4, D)
+    copy_rows.write_many(out, [StoredRows(ok, False, 1, True)])
+    assert out[:, 1:].eq(1).all() and out[:, 0].eq(0).all()

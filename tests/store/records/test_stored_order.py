@@ -57,10 +57,11 @@ def test_staged_rows_are_the_layer_in_stored_order(blobs, make_kv, scored):
 
 def test_nothing_is_staged_outside_a_session_or_for_another_dtype(blobs, make_kv):
     _put(blobs, make_kv, key="bf16")
+    _put(blobs, make_kv, key="f32", dtype=torch.float32)
     _put(blobs, make_kv, key="int8", dtype=torch.float32, int8=True)
     VERIFIED.clear()
     shape = (2, 37, 8)
-    for key, dtype, session in (("bf16", torch.bfloat16, False), ("bf16", torch.float32, True),
+    for key, dtype, session in (("bf16", torch.bfloat16, False), ("f32", torch.bfloat16, True),
                                 ("int8", torch.float32, True)):
         _, fills = blobs.iter_stored_layers(key)
         k_parts, v_parts = [], []

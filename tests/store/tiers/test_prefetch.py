@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from factories import tiny_text_engine
@@ -11,6 +12,7 @@ from store.settings import StoreSettings
 from kvlink_rag.types import Document
 from store.factory import open_store
 from store.tiers.prefetch import prefetch_layers
+from store.blobs.lmdb_records import decode_layer_stored_into as _DECODE
 from store.tiers.tier_fill import TIER_FILLER
 
 DOCS = [Document("Ada Lovelace wrote the first published algorithm for Babbage's engine.", "Ada"),
@@ -118,15 +120,22 @@ def test_corrupt_layer_falls_back_to_encoding_and_is_counted(tmp_path):
     assert st.blobs.contains(key)  # re-encoded and stored again
 
 
-def test_a_fill_with_writers_mixes_staged_and_decoded_documents_row_for_row(lmdb_env, clock, make_kv):
-    """Keyed bfloat16 records (staged: one write per writer and layer), an int8 record (decoded on its own) and a
-    document in memory, in one fill: each lands at its rows, keys rotated at them, as the writers write one."""
+@pytest.mark.parametrize("blocks", [torch.bfloat16, torch.float32])
+def test_a_fill_with_writers_mixes_staged_and_decoded_documents_row_for_row(lmdb_env, clock, make_kv, monkeypatch,
+                                                                           blocks):
+    """Keyed bfloat16 records (staged: one write per writer and layer; widened on the way into float32 blocks), an
+    int8 record (decoded on its own) and a document in memory, in one fill: each lands at its rows, keys rotated at
+    them, as the writers write one."""
     import dataclasses
 
     from kvlink_rag.linking.rope import apply_rope
     from kvlink_rag.linking.rope_rows import block_writers
+    from store.blobs import lmdb_records
     from store.blobs.lmdb import LmdbBlobStore
 
+    decoded = []
+    monkeypatch.setattr(lmdb_records, "decode_layer_stored_into",
+                        lambda buf, meta, *a, **kw: decoded.append(meta["dtype"]) or _DECODE(buf, meta, *a, **kw))
     blobs = LmdbBlobStore(lmdb_env, clock=clock)
     kvs = [make_kv(tokens=n, dtype=torch.bfloat16, seed=s) for n, s in ((9, 0), (14, 1), (6, 2), (11, 3))]
     kvs[0] = dataclasses.replace(kvs[0], importance=torch.rand(9, generator=torch.Generator().manual_seed(5)))
@@ -134,7 +143,8 @@ def test_a_fill_with_writers_mixes_staged_and_decoded_documents_row_for_row(lmdb
     blobs.put("b", kvs[1], int8=True)
     blobs.put("c", kvs[2])
     items = ["a", "b", kvs[3], "c"]
-    ref = [blobs.get("a"), blobs.get("b"), kvs[3], blobs.get("c")]  # position order, as the store serves them
+    # position order, as the store serves them (the int8 record dequantised straight to the blocks' dtype)
+    ref = [blobs.get("a"), blobs.get("b", dtype=blocks), kvs[3], blobs.get("c")]
     src = prefetch_layers(blobs, items, depth=0)
     L, H, _, D = kvs[0].keys.shape
     total = sum(src.num_tokens)
@@ -142,13 +152,14 @@ def test_a_fill_with_writers_mixes_staged_and_decoded_documents_row_for_row(lmdb
     keys, values = block_writers(cos, sin)
     starts = [0, 9, 23, 34]
     for i in range(L):
-        k, v = torch.zeros(H, total + 2, D, dtype=torch.bfloat16), torch.zeros(H, total + 2, D, dtype=torch.bfloat16)
+        k, v = torch.zeros(H, total + 2, D, dtype=blocks), torch.zeros(H, total + 2, D, dtype=blocks)
         src.fill(i, k[:, 1:1 + total], v[:, 1:1 + total], keys, values)
         for j, (kv, a) in enumerate(zip(ref, starts)):
             n, order = kv.num_tokens, src.offsets(j)
-            want_k = apply_rope(kv.keys[i][:, order].float(), cos[a:a + n], sin[a:a + n]).to(torch.bfloat16)
+            want_k = apply_rope(kv.keys[i][:, order].float(), cos[a:a + n], sin[a:a + n]).to(blocks)
             assert torch.equal(k[:, 1 + a:1 + a + n], want_k)
-            assert torch.equal(v[:, 1 + a:1 + a + n], kv.values[i][:, order].to(torch.bfloat16))
+            assert torch.equal(v[:, 1 + a:1 + a + n], kv.values[i][:, order].to(blocks))
         assert k[:, 0].abs().sum() == 0 and k[:, -1].abs().sum() == 0
+    assert decoded == ["int8"] * L  # the bfloat16 records went as their rows, in either block dtype
     TIER_FILLER.join()
     blobs.close()
