@@ -112,8 +112,9 @@ def stored_rows(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[in
 def rows_plan(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[int, int, int],
               verified: bool = False) -> RowsPlan | None:
     """:func:`stored_rows`' checks of layer ``layer``'s buffer (its checksum unless ``verified``, its header
-    against ``shape`` rows of ``dtype``) and where the rows lie in it; None when the record stores another dtype
-    (returned before the checksum). The header's check is made once per distinct header and fill shape (every
+    against ``shape`` rows of the stored dtype) and where the rows lie in it; None when rows of the stored dtype
+    cannot go to a ``dtype`` fill as they are or widened (:func:`kvlink_rag.rows.widens`; returned before the
+    checksum). The header's check is made once per distinct header and fill shape (every
     layer of a document shares one).
 
     Raises:
@@ -149,7 +150,8 @@ def _interned(plan: RowsPlan) -> RowsPlan:
 def _rows_plan(header: tuple, dtype: torch.dtype, shape: tuple[int, int, int], ordered: bool
                ) -> tuple[tuple[int, int], tuple[int, int]] | str | None:
     """The ``(start, end)`` payload offsets of ``k`` and ``v`` when the parsed ``header`` stores them as ``shape``
-    rows of ``dtype`` (``[n, H, D]`` when ``ordered``), None for another dtype, else the reason they do not fit.
+    rows of ``dtype`` (the record's stored dtype; ``[n, H, D]`` when ``ordered``), None for another dtype, else the
+    reason they do not fit.
 
     Raises:
         KeyError: ``k`` or ``v`` is missing.
