@@ -34,7 +34,8 @@ class RowWriter(Protocol):
         part's bfloat16 rows as their float32 values would be).
 
         Raises:
-            ValueError: a part does not hold whole rows of ``out``, or its rows fall outside ``out``.
+            ValueError: a part does not hold whole rows of ``out``, its rows fall outside ``out``, or it widens
+                into an ``out`` that is not float32.
         """
 
 

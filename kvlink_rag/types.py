@@ -250,7 +250,7 @@ class LayeredDocuments:
 def _memory_fill(docs: list[DocumentKV]) -> Callable[..., None]:
     """:attr:`LayeredDocuments.fill` over in-memory CPU documents: each document's layer written into its slice
     of the consumer's buffers (no per-layer concatenation); with writers, every document of the consumer's dtype
-    in one :meth:`RowWriter.write_many` call per layer."""
+    (or bfloat16 into float32 buffers, widened by the writer) in one :meth:`RowWriter.write_many` call per layer."""
     import itertools
 
     bounds = [0, *itertools.accumulate(d.num_tokens for d in docs)]
@@ -263,7 +263,7 @@ def _memory_fill(docs: list[DocumentKV]) -> Callable[..., None]:
         for d, a, b in zip(docs, bounds, bounds[1:]):
             shape = (k_out.shape[0], b - a, k_out.shape[2])
             if not (staged and stage_tensors(d.keys[i], d.values[i], k_out.dtype, shape, a, k_parts, v_parts)):
-                write_rows(k_out[:, a:b], d.keys[i], keys, a)  # another dtype or layout: converted on its own
+                write_rows(k_out[:, a:b], d.keys[i], keys, a)  # another dtype pair or layout: converted on its own
                 write_rows(v_out[:, a:b], d.values[i], values, a)
         if k_parts:  # every document in one call per writer
             keys.write_many(k_out, k_parts)

@@ -75,6 +75,8 @@ def _widened(raw) -> np.ndarray:
 def _each(writer: RowWriter, out: torch.Tensor, parts: list[StoredRows]) -> None:
     """:meth:`~kvlink_rag.rows.RowWriter.write_many` part by part (no kernel here; ``widen`` parts widened first)."""
     for p in parts:
+        if p.widen and out.dtype != torch.float32:
+            raise ValueError(f"only bfloat16 rows widen, into float32 blocks, not {out.dtype}")
         raw = _widened(p.raw) if p.widen else p.raw
         n = _part_rows(out, raw)
         if p.start < 0 or p.start + n > out.shape[1]:
@@ -102,7 +104,7 @@ class CopyRows:
         if kernels is None:
             _numpy_rows(out, raw, token_major)
         else:
-            kernels.kv_rows_into(out, raw, token_major, None, None, 0, False)
+            kernels.kv_rows_into(out, raw, token_major, None, None, 0)
 
     def write_many(self, out: torch.Tensor, parts: list[StoredRows]) -> None:
         """:meth:`~kvlink_rag.rows.RowWriter.write_many`: every part in one kernel call where it runs."""
@@ -128,7 +130,7 @@ class RopeRows:
     def __call__(self, out: torch.Tensor, raw, token_major: bool, start: int) -> None:
         kernels = _kernels(out)
         if kernels is not None:
-            kernels.kv_rows_into(out, raw, token_major, self.cos, self.sin, start, False)
+            kernels.kv_rows_into(out, raw, token_major, self.cos, self.sin, start)
             return
         _numpy_rows(out, raw, token_major)
         n = out.shape[1]

@@ -99,8 +99,8 @@ def stored_rows(buf, meta: dict, layer: int, dtype: torch.dtype, shape: tuple[in
     """Layer ``layer``'s keys and values as :class:`~kvlink_rag.rows.StoredRows` at row ``start`` of a fill, views
     of the verified buffer ``buf`` (no copy; valid while ``buf`` is), when the record stores ``shape``
     ``[kv_heads, n, head_dim]`` rows of ``dtype``, or bfloat16 rows for a float32 ``dtype`` (widened by the writer;
-    token-major for an importance-ordered record); None when it stores another dtype (int8, or float16 or float32
-    for a narrower fill: :func:`decode_layer_stored_into` converts those).
+    token-major for an importance-ordered record); None for any other pair (int8, float16, or float32 into a
+    bfloat16 fill: :func:`decode_layer_stored_into` converts those).
 
     Raises:
         CorruptRecordError: missing buffer, checksum mismatch, or a tensor that does not fit ``shape``.

@@ -83,8 +83,9 @@ class _StoredReader(Reader):
         """Layer ``i`` of every document into ``k_out``/``v_out`` ``[kv_heads, total_tokens, head_dim]`` (views
         with contiguous rows, any float dtype), through the writers when given (:attr:`LayeredDocuments.fill`), in
         order from layer 0, on the calling thread; the last layer starts the memory-tier fill. With writers, every
-        document stored in the outputs' dtype is handed over as its rows and written in one call per writer
-        (:meth:`~kvlink_rag.rows.RowWriter.write_many`), the others one by one."""
+        document stored in the outputs' dtype (or in bfloat16, for float32 outputs: widened by the writer) is
+        handed over as its rows and written in one call per writer (:meth:`~kvlink_rag.rows.RowWriter.write_many`),
+        the others one by one."""
         staged = keys is not None and values is not None
         k_parts: list[StoredRows] = []
         v_parts: list[StoredRows] = []

@@ -174,9 +174,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_post", &decode_post, "a decoder layer after attention for decode rows (decode_layer.cpp)");
   m.def("decode_rows", &decode_rows, "decode rows' K/V writes and attention of one layer in one call (decode_rows.cpp)");
   m.def("isa", [] { return std::string(kIsa); }, "the instruction set the kernels were compiled for");
-  m.def("kv_rows_into", &kv_rows_into, "a stored document's layer tensor into an [H, n, D] view of KV blocks, keys rotated on the way (kv_rows.cpp)",
-        py::arg("out"), py::arg("src"), py::arg("token_major"), py::arg("cos"), py::arg("sin"), py::arg("start"),
-        py::arg("widen") = false);
+  m.def("kv_rows_into", &kv_rows_into, "a stored document's layer tensor into an [H, n, D] view of KV blocks, keys rotated on the way (kv_rows.cpp)");
   m.def("kv_rows_many", &kv_rows_many, "several documents' layer tensors into rows of one [H, N, D] view of KV blocks in one call (kv_rows.cpp)",
         py::arg("out"), py::arg("srcs"), py::arg("token_major"), py::arg("starts"), py::arg("cos"), py::arg("sin"),
         py::arg("widen") = std::vector<bool>());

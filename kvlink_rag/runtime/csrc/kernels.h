@@ -19,7 +19,7 @@ torch::Tensor decode_rows(torch::Tensor qkv, int64_t heads, int64_t layer, std::
                           std::vector<std::vector<torch::Tensor>> chunk_k, std::vector<std::vector<torch::Tensor>> chunk_v,
                           double scale);
 void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std::optional<torch::Tensor> cos,
-                  std::optional<torch::Tensor> sin, int64_t start, bool widen);
+                  std::optional<torch::Tensor> sin, int64_t start);
 void kv_rows_many(torch::Tensor out, std::vector<pybind11::buffer> srcs, std::vector<bool> token_major,
                   std::vector<int64_t> starts, std::optional<torch::Tensor> cos, std::optional<torch::Tensor> sin,
                   std::vector<bool> widen);

@@ -19,7 +19,6 @@
 
 namespace kv_row {
 
-
 // Copy one row of n bytes to dst with non-temporal stores where the row is whole vectors at an aligned address:
 // the blocks are read again only by later forwards (after every layer of the load), so writing them around the
 // caches saves the read-for-ownership of each destination line (~1.6x a memcpy's speed here); else a memcpy.

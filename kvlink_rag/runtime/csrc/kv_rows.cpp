@@ -94,16 +94,17 @@ void document_rows(const torch::Tensor& out, int64_t start, int64_t n, int64_t t
 
 // The bytes of one stored element: 2 for bfloat16 rows widened into float32 blocks, else out's.
 int64_t src_size(const torch::Tensor& out, bool widen) {
-  TORCH_CHECK(!widen || out.scalar_type() == torch::kFloat32, "only bfloat16 rows widen, into float32 blocks");
+  if (widen && out.scalar_type() != torch::kFloat32)
+    throw std::invalid_argument("only bfloat16 rows widen, into float32 blocks");
   return widen ? 2 : out.element_size();
 }
 
 }  // namespace
 
 void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std::optional<torch::Tensor> cos,
-                  std::optional<torch::Tensor> sin, int64_t start, bool widen) {
+                  std::optional<torch::Tensor> sin, int64_t start) {
   check_out(out);
-  const int64_t H = out.size(0), n = out.size(1), D = out.size(2), es = src_size(out, widen);
+  const int64_t H = out.size(0), n = out.size(1), D = out.size(2), es = out.element_size();
   const pybind11::buffer_info info = src.request();
   const int64_t want = H * n * D * es;
   if (info.size * info.itemsize != want)
@@ -113,7 +114,7 @@ void kv_rows_into(torch::Tensor out, pybind11::buffer src, bool token_major, std
   const auto [c, s] = angles(cos, sin, D, start, n);
   const char* p = static_cast<const char*>(info.ptr);
   pybind11::gil_scoped_release release;  // a reader thread's copy leaves the interpreter to others
-  document_rows(out, 0, n, 0, n, p, token_major, widen, c, s);
+  document_rows(out, 0, n, 0, n, p, token_major, false, c, s);
   _mm_sfence();  // the streamed stores are visible before the caller reads the blocks
 }
 

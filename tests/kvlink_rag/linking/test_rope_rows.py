@@ -185,3 +185,11 @@ def test_widened_rows_are_counted_in_bfloat16_bytes(path):
     out = torch.zeros(H, 4, D)
     copy_rows.write_many(out, [StoredRows(ok, False, 1, True)])
     assert out[:, 1:].eq(1).all() and out[:, 0].eq(0).all()
+
+
+def test_widened_rows_into_bfloat16_blocks_are_refused(path):
+    raw = torch.ones(H * D * 2, dtype=torch.bfloat16).view(torch.uint8).numpy()
+    out = torch.zeros(H, 4, D, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="only bfloat16 rows widen"):
+        copy_rows.write_many(out, [StoredRows(raw, False, 0, True)])
+    assert out.abs().sum() == 0
