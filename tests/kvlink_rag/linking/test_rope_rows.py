@@ -193,3 +193,18 @@ def test_widened_rows_into_bfloat16_blocks_are_refused(path):
     with pytest.raises(ValueError, match="only bfloat16 rows widen"):
         copy_rows.write_many(out, [StoredRows(raw, False, 0, True)])
     assert out.abs().sum() == 0
+
+
+@pytest.mark.parametrize("rotated", [True, False])
+def test_widening_a_head_dim_of_no_whole_vectors_takes_the_scalar_loop_bit_for_bit(path, rotated):
+    """head_dim 24: half of it (12) fills no 8- or 16-lane vector, so the kernel widens and rotates element by
+    element; the same bytes as apply_rope on the widened rows."""
+    torch.manual_seed(3)
+    x = torch.randn(H, 9, 24).to(torch.bfloat16)
+    cos, sin = torch.randn(12, 24), torch.randn(12, 24)
+    out = torch.zeros(H, 12, 24)
+    part = StoredRows(_raw(x, True), True, 2, True)
+    (RopeRows(cos, sin) if rotated else copy_rows).write_many(out, [part])
+    want = apply_rope(x.float(), cos[2:11], sin[2:11]) if rotated else x.float()
+    assert torch.equal(out[:, 2:11].view(torch.int32), want.view(torch.int32))
+    assert out[:, :2].abs().sum() == 0 and out[:, 11:].abs().sum() == 0
