@@ -9,6 +9,8 @@
 // float32 blocks equal apply_rope(x.float(), cos, sin) (and x.float() unrotated).
 #pragma once
 
+#include "isa.h"
+
 #include <c10/util/BFloat16.h>
 
 #include <immintrin.h>
@@ -57,12 +59,10 @@ inline T narrow(float x) {
   else return c10::BFloat16(x).x;  // round to nearest even, as torch's copy
 }
 
-#if defined(__AVX512F__)
-// 16 lanes of x (bfloat16 bits or float32) as float32.
-inline __m512 load16(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+// The vector code of the instruction set isa.h chose (the same conditions): its load16 / load8 read 16 / 8 lanes of
+// bfloat16 bits or float32 as float32.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+using kvlink::load16;
 
 // float32 -> bfloat16 bits, rounded to nearest even (NaN -> 0x7FC0), as c10::BFloat16's round_to_nearest_even.
 inline void store16(uint16_t* p, __m512 x) {
@@ -90,12 +90,8 @@ inline void rotate16(T* y, const S* src, int64_t half, const float* cos, const f
     store16(y + d + half, _mm512_add_ps(c, e));
   }
 }
-#elif defined(__AVX2__)
-// 8 lanes of x (bfloat16 bits or float32) as float32.
-inline __m256 load8(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+#else
+using kvlink::load8;
 
 // float32 -> bfloat16 bits, rounded to nearest even (NaN -> 0x7FC0), as c10::BFloat16's round_to_nearest_even.
 inline void store8(uint16_t* p, __m256 x) {
@@ -122,7 +118,7 @@ inline void rotate8(T* y, const S* src, int64_t half, const float* cos, const fl
     store8(y + d + half, _mm256_add_ps(c, e));
   }
 }
-#endif
+#endif  // isa.h's choice
 
 // One row of D elements: src (S: bfloat16 bits or float32) -> dst (T: the same, or float32 from bfloat16: widened
 // exactly), rotated by the row's angles (cos/sin: D floats) when cos is not null.
@@ -135,14 +131,14 @@ inline void row(T* dst, const S* src, int64_t D, const float* cos, const float* 
   }
   alignas(64) T y[256];
   const int64_t half = D / 2;
-#if defined(__AVX512F__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   if (half % 16 == 0) {
     if (cos == nullptr) for (int64_t d = 0; d < D; d += 16) store16(y + d, load16(src + d));
     else rotate16<S, T>(y, src, half, cos, sin);
     put_row(dst, y, D * sizeof(T));
     return;
   }
-#elif defined(__AVX2__)
+#else
   if (half % 8 == 0) {
     if (cos == nullptr) for (int64_t d = 0; d < D; d += 8) store8(y + d, load8(src + d));
     else rotate8<S, T>(y, src, half, cos, sin);
