@@ -77,7 +77,7 @@ def main() -> None:
     v = verdict(nll["shipped"], nll["candidate"], [s for *_, s in scores["shipped"]],
                 [s for *_, s in scores["candidate"]], newcomer)
     print(json.dumps({"shipped": a.shipped, "candidate": a.candidate, "validation_nll": nll,
-                      "contrast": scores, **dataclasses.asdict(v)}, indent=1))
+                      "contrast_scores": scores, **dataclasses.asdict(v)}, indent=1))  # asdict's "contrast": counts
 
 
 if __name__ == "__main__":
