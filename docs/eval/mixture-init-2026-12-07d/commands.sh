@@ -39,3 +39,6 @@ for t in nq10 kv10; do
   .venv/bin/kvlink-rag eval-report $D/links-only/$t-A.rows.jsonl $D/links-only/$t-L.rows.jsonl \
     --against linked-query-lora@shipped --markdown $D/links-only/$t-merged.md
 done
+# Note: ship-check/verdict.json (the first variant) was written before e2c1b02, so its "contrast" holds the two
+# counts [64, 54] only (the per-prompt scores were overwritten); its rows are ship-check/contrast-*.rows.jsonl.
+# The later two verdicts carry the scores as "contrast_scores". paired.txt in links-only/: eval-report --against.
