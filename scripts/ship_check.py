@@ -76,8 +76,15 @@ def main() -> None:
     newcomer = all(em == 1.0 for i, _, em in scores["candidate"] if i == 0)
     v = verdict(nll["shipped"], nll["candidate"], [s for *_, s in scores["shipped"]],
                 [s for *_, s in scores["candidate"]], newcomer)
-    print(json.dumps({"shipped": a.shipped, "candidate": a.candidate, "validation_nll": nll,
-                      "contrast_scores": scores, **dataclasses.asdict(v)}, indent=1))  # asdict's "contrast": counts
+    print(json.dumps(report(a.shipped, a.candidate, nll, scores, v), indent=1))
+
+
+def report(shipped: str, candidate: str, nll: dict, scores: dict, v) -> dict:
+    """The verdict's JSON: the artifacts, the inputs (validation NLL per task, per-prompt contrast scores as
+    ``contrast_scores``) and the :class:`~training.ship_rule.Verdict`'s fields (its ``contrast`` is the two counts;
+    until 2026-12-07d it overwrote the per-prompt scores under the same key)."""
+    return {"shipped": shipped, "candidate": candidate, "validation_nll": nll, "contrast_scores": scores,
+            **dataclasses.asdict(v)}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""scripts/ship_check.py's verdict JSON: the per-prompt contrast scores survive beside the verdict's counts."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from training.ship_rule import verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ship_check():
+    spec = importlib.util.spec_from_file_location("ship_check", ROOT / "scripts" / "ship_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_report_keeps_the_per_prompt_scores_and_the_counts():
+    nll = {"shipped": {"nq": 1.0, "kv": 0.4}, "candidate": {"nq": 0.9, "kv": 0.1}}
+    scores = {"shipped": [(0, "first", 1.0), (0, "last", 1.0), (1, "first", 0.0)],
+              "candidate": [(0, "first", 1.0), (0, "last", 0.0), (1, "first", 1.0)]}
+    v = verdict(nll["shipped"], nll["candidate"], [s for *_, s in scores["shipped"]],
+                [s for *_, s in scores["candidate"]], newcomer_ok=False)
+    out = _ship_check().report("a.safetensors", "b.safetensors", nll, scores, v)
+    assert out["contrast_scores"] == scores
+    assert out["contrast"] == (2, 2)
+    assert out["ships"] is False and out["newcomer_ok"] is False
+    assert out["ratios"] == {"kv": 0.25, "nq": 0.9}
+    assert out["validation_nll"] == nll and out["candidate"] == "b.safetensors"
