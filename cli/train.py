@@ -10,8 +10,9 @@ import typer
 
 from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, doc_cache_engine, fail, make_settings, \
     progress_bar, results_only_stdout
-from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvDocsOpt, MixLongOpt, \
-    MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, issue28_options, parse_mixture
+from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvAnswerOpt, \
+    MixKvDocsOpt, MixLongOpt, MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, \
+    issue28_options, parse_mixture
 from kvlink_rag.model.family import ModelFamily
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def train_links(
     # issue 28 (cli.train_options): the task mixture, speed switches, link-token init, device, checkpoint folder
     mixture: MixtureOpt = None, mix_nq_docs: MixNqDocsOpt = "5-20", mix_kv_docs: MixKvDocsOpt = 10,
     mix_pool: MixPoolOpt = 0, mix_long_passages: MixLongOpt = "5-15", mix_retentions: MixRetentionsOpt = "0.4,0.6,0.8",
+    mix_kv_answer: MixKvAnswerOpt = "value",
     pack: PackOpt = False, fast_attention: FastAttentionOpt = False, bf16: Bf16Opt = False, preencode: PreencodeOpt = False,
     link_init: LinkInitOpt = "separator", device: DeviceOpt = None, checkpoint: CheckpointOpt = None,
 ) -> None:
@@ -93,9 +95,9 @@ def train_links(
     out, target_list = _train_checks(out, name, adapter, targets, steps, k, docs, accumulate, slots, rank)
     span = _train_variant_checks(init, val_every, curriculum, doc_side, lora or adapter == "query-lora")
     stored_docs = checked_doc_cache(doc_cache)
-    cfg28, settings28 = issue28_options(parse_mixture(mixture, mix_nq_docs, mix_kv_docs, mix_pool, mix_long_passages,
-                                                      mix_retentions, docs), pack, fast_attention, bf16, link_init,
-                                        device, doc_side)
+    mix = parse_mixture(mixture, mix_nq_docs, mix_kv_docs, mix_pool, mix_long_passages, mix_retentions, docs,
+                        mix_kv_answer)
+    cfg28, settings28 = issue28_options(mix, pack, fast_attention, bf16, link_init, device, doc_side)
     try:
         split = split_examples(data, exclude_first, val_n)
     except (DataFormatError, ValueError) as e:

@@ -20,6 +20,9 @@ MixNqDocsOpt = Annotated[str, typer.Option(help="MIN-MAX documents of a mixture'
 MixKvDocsOpt = Annotated[int, typer.Option(help="Documents of a mixture's kv example (2 pairs each).")]
 MixPoolOpt = Annotated[int, typer.Option(help="kv and long examples cycle through this many questions (their documents "
                                          "encoded once, --preencode covers them); 0: a new one every example.")]
+MixKvAnswerOpt = Annotated[str, typer.Option(
+    help="A mixture's kv target: value (the bare UUID) or sentence ('The corresponding value is ...', so kv "
+         "training does not teach terse answers).")]
 MixLongOpt = Annotated[str, typer.Option(help="MIN-MAX passages joined into a mixture's long document.")]
 MixRetentionsOpt = Annotated[str, typer.Option(help="Retentions a mixture's retention example is drawn from "
                                                "(comma-separated, each in (0, 1]).")]
@@ -48,7 +51,7 @@ def _span(name: str, text: str) -> tuple[int, int]:
 
 
 def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, long_passages: str,
-                  retentions: str, docs: int):
+                  retentions: str, docs: int, kv_answer: str = "value"):
     """The :class:`training.mixture.Mixture` of the options (None without ``--mixture``); or exit."""
     if mixture is None:
         return None
@@ -63,7 +66,7 @@ def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, lo
         fail("--mix-kv-docs must be >= 1 and --mix-pool >= 0")
     try:
         return Mixture(weights, _span("--mix-nq-docs", nq_docs), kv_docs, _span("--mix-long-passages", long_passages),
-                       rs, docs, pool).check()
+                       rs, docs, pool, kv_answer).check()
     except ValueError as e:
         fail(f"--mixture: {e}")
 

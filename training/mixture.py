@@ -43,6 +43,9 @@ from . import polarity
 TASKS = ("nq", "kv", "long", "retention", "polarity")
 KV_TRAIN_SEED = 7001
 KV_VAL_SEED = 9001
+KV_ANSWERS = ("value", "sentence")
+KV_SENTENCE = "The corresponding value is {value}."
+"""A kv example's trained answer with ``kv_answer`` 'sentence' (the value, a UUID, stays what scores)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Mixture:
     retentions: tuple[float, ...] = (0.4, 0.6, 0.8)
     docs: int = 10
     pool: int = 0
+    kv_answer: str = "value"  # the kv target: the bare value, or it in a sentence (KV_SENTENCE)
 
     def check(self) -> Mixture:
         names = [t for t, _ in self.weights]
@@ -82,7 +86,16 @@ class Mixture:
                 raise ValueError(f"range {lo}-{hi}: expected 1 <= MIN <= MAX")
         if not self.retentions or not all(0 < r <= 1 for r in self.retentions):
             raise ValueError(f"retentions {self.retentions}: each in (0, 1]")
+        if self.kv_answer not in KV_ANSWERS:
+            raise ValueError(f"kv answer {self.kv_answer!r}: choose {' or '.join(KV_ANSWERS)}")
         return self
+
+    def kv_answers(self, ex: kv.KVExample) -> tuple[str, ...]:
+        """The answers of a kv sample: ``ex.answers`` (the value), or with ``kv_answer`` 'sentence' the value in
+        :data:`KV_SENTENCE` first (the trained target, ``answers[0]``) and the value after it."""
+        if self.kv_answer == "value":
+            return ex.answers
+        return (KV_SENTENCE.format(value=ex.answers[0]), *ex.answers)
 
     @property
     def tasks(self) -> list[str]:
@@ -140,7 +153,7 @@ def train_sample(mix: Mixture, train: list[NQExample], order: list[int], seed: i
     if task == "kv":
         ex = kv.make_example(mix.pooled(i), mix.kv_docs, seed=KV_TRAIN_SEED + seed)
         docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=seed + i)
-        return Sample(task, ex.question, ex.answers, tuple(docs))
+        return Sample(task, ex.question, mix.kv_answers(ex), tuple(docs))
     if task == "polarity":
         j = mix.pooled(i)
         ex = polarity.make_example(j, random.Random(f"polarity-{seed}-{j}").randint(2, 6),
@@ -172,7 +185,7 @@ def val_samples(mix: Mixture, task: str, val: list[NQExample], pool: list[NQExam
         if task == "kv":
             ex = kv.make_example(i, mix.kv_docs, seed=KV_VAL_SEED)
             docs, _ = kv.build_documents([ex], 0, mix.kv_docs, "random", seed=i)
-            out.append(Sample(task, ex.question, ex.answers, tuple(docs)))
+            out.append(Sample(task, ex.question, mix.kv_answers(ex), tuple(docs)))
             continue
         if task == "polarity":
             ex = polarity.make_example(i, 4, seed=polarity.POLARITY_VAL_SEED)

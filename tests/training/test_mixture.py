@@ -8,7 +8,7 @@ import pytest
 from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training import kv_retrieval as kv
-from training.mixture import KV_TRAIN_SEED, Mixture, draw_task, parse_weights, train_sample, val_samples
+from training.mixture import KV_SENTENCE, KV_TRAIN_SEED, Mixture, draw_task, parse_weights, train_sample, val_samples
 
 COLOURS = ["red", "blue", "green", "black", "white", "pink", "gold", "grey", "brown", "cyan", "lime", "teal"]
 
@@ -96,3 +96,16 @@ def test_a_pool_makes_kv_and_long_examples_recur_so_their_documents_are_encoded_
         a, b = train_sample(mix, train, order, 0, 1), train_sample(mix, train, order, 0, 4)
         assert a.question == b.question and {d.text for d in a.docs} == {d.text for d in b.docs}
         assert train_sample(mix, train, order, 0, 2).question != a.question
+
+
+def test_kv_sentence_answers_put_the_value_in_a_sentence_first():
+    ex = _examples()
+    value = Mixture(weights=(("kv", 1.0),)).check()
+    sentence = Mixture(weights=(("kv", 1.0),), kv_answer="sentence").check()
+    a, b = (train_sample(m, ex, list(range(40)), 0, 3) for m in (value, sentence))
+    assert a.question == b.question and a.docs == b.docs and len(a.answers) == 1
+    assert b.answers == (f"The corresponding value is {a.answers[0]}.", a.answers[0])
+    v = val_samples(sentence, "kv", [], [], 2)
+    assert v[0].answers[0] == KV_SENTENCE.format(value=v[0].answers[1]) and len(v[0].answers[1]) == 36
+    with pytest.raises(ValueError, match="kv answer 'uuid'"):
+        Mixture(kv_answer="uuid").check()
