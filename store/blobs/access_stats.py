@@ -10,11 +10,14 @@ Reads only count hits in memory; the counts are written back at most every ``flu
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from collections.abc import Callable
 
-from store.lmdb_env import LmdbEnv
+from store.lmdb_env import LmdbEnv, StoreFullError
+
+log = logging.getLogger(__name__)
 
 STATS_DB = b"blob_stats"
 _REC = struct.Struct("<qddq")
@@ -58,7 +61,11 @@ class AccessStats:
             self._pending.pop(kraw, None)
 
     def touch(self, kraw: bytes) -> None:
-        """Count one read of a document; writes back when ``flush_s`` has passed."""
+        """Count one read of a document; writes back when ``flush_s`` has passed.
+
+        Never raises for a full map: the write-back neither evicts documents for room (bookkeeping is not worth
+        a stored document) nor fails the read that counted; the counts stay buffered for the next write-back.
+        """
         now = self.clock()
         with self._lock:
             entry = self._pending.setdefault(kraw, [0, now])
@@ -66,10 +73,18 @@ class AccessStats:
             entry[1] = now
             due = now - self._last_flush >= self.flush_s
         if due:
-            self.flush()
+            try:
+                self.flush(reclaim=False)
+            except StoreFullError as e:
+                log.warning("access stats kept in memory, not written back: %s", e)
 
-    def flush(self) -> None:
-        """Write buffered hits and access times back (one write transaction)."""
+    def flush(self, reclaim: bool = True) -> None:
+        """Write buffered hits and access times back (one write transaction; ``reclaim``: may evict documents for
+        room, :meth:`~store.lmdb_env.LmdbEnv.write`).
+
+        Raises:
+            StoreFullError: no room (the counts stay buffered).
+        """
         with self._lock:
             pending, self._pending = self._pending, {}
             self._last_flush = self.clock()
@@ -84,7 +99,7 @@ class AccessStats:
                     txn.put(kraw, _REC.pack(h + hits, last, created, nbytes), db=self.db)
 
         try:
-            self.env.write(write)
+            self.env.write(write, reclaim=reclaim)
         except Exception:
             with self._lock:  # keep the counts for the next flush
                 for kraw, (hits, last) in pending.items():

@@ -280,6 +280,10 @@ class LmdbBlobStore(BlobStore):
             pass
 
     def close(self) -> None:
-        """Flush access stats (the shared environment stays open)."""
-        self.access.flush()
+        """Flush access stats (the shared environment stays open; on a full map they are dropped, never a
+        stored document evicted for them)."""
+        try:
+            self.access.flush(reclaim=False)
+        except StoreFullError as e:
+            log.warning("access stats not written back on close: %s", e)
         self.env.remove_reclaimer(self.evict)

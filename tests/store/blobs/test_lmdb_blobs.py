@@ -235,3 +235,29 @@ def test_whole_document_get_equals_layer_by_layer_reads(blobs, make_kv, int8):
     assert torch.equal(got.values, torch.stack([v for _, v in layers]))
     as_f32 = blobs.get("d", dtype=torch.float32)  # other output dtype: the per-layer path
     assert torch.equal(as_f32.keys.bfloat16(), got.keys) and as_f32.keys.dtype == torch.float32
+
+
+def test_a_read_whose_stats_write_back_finds_the_map_full_returns_and_evicts_nothing(
+        blobs, lmdb_env, clock, make_kv, same_kv, monkeypatch):
+    # A full map (at its maximum, a reader in another thread pinning the freed pages) once failed a cache read:
+    # the hit counts' write-back evicted documents for room and raised StoreFullError through get().
+    kv = make_kv(seed=1)
+    blobs.put("a", kv)
+    blobs.put("b", make_kv(seed=2))
+    asked, real = [], lmdb_env.write
+
+    def full(fn, reclaim=True):
+        asked.append(reclaim)
+        raise StoreFullError("full")
+
+    monkeypatch.setattr(lmdb_env, "write", full)
+    clock.advance(60)  # this read's write-back is due
+    same_kv(blobs.get("a"), kv)
+    assert asked == [False] and blobs.evictions == 0 and blobs.keys() == ["a", "b"]
+    blobs.close()  # the close's write-back fails alike, quietly
+    assert asked == [False, False]
+    monkeypatch.setattr(lmdb_env, "write", real)
+    clock.advance(60)
+    blobs.get("a")  # written back now, the hit the full map held back included
+    stored = blobs.access.rows()
+    assert stored["a"]["hits"] == 2 and stored["b"]["hits"] == 0 and not blobs.access._pending
