@@ -32,7 +32,7 @@ for v in "links-only 0 /work/mix5" "lora-1e-4 1e-4 /work/mix6"; do
 done
 # 4. the per-prompt differences of the three checks (contrast_diff.txt), and the links-only artifact (it passes
 #    the rule) against the shipped one on NQ 10 and key-value 10, 100 questions, two lanes; merged tables
-.venv/bin/python $D/contrast_diff.py > $D/contrast_diff.txt
+.venv/bin/python scripts/contrast_diff.py $D/ship-check $D/lora-1e-4/ship-check $D/links-only/ship-check > $D/contrast_diff.txt  # was $D/contrast_diff.py, moved to scripts/ (2026-12-07e)
 cp /work/mix5/out/mixture.safetensors $D/links-only/links-only.safetensors
 bash $D/links-only/eval_lanes.sh kv & bash $D/links-only/eval_lanes.sh nq & wait
 for t in nq10 kv10; do

@@ -1,0 +1,37 @@
+"""scripts/contrast_diff.py: the contrast prompts of a shipping check, shipped artifact against candidate."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _contrast_diff():
+    spec = importlib.util.spec_from_file_location("contrast_diff", ROOT / "scripts" / "contrast_diff.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write(folder: Path, tag: str, rows: list[tuple[int, str, float, str]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"index": i, "gold_position": p, "em": em, "answer": a}) for i, p, em, a in rows]
+    (folder / f"contrast-{tag}.rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_summary_counts_right_lost_won_wrong_items_and_words(tmp_path):
+    check = tmp_path / "run" / "ship-check"
+    _write(check, "shipped", [(0, "first", 1.0, "a faulty heating element"), (0, "last", 1.0, "defects"),
+                              (1, "first", 0.0, "a monthly membership")])
+    # case 0's contrast document names "dropping"; case 1's gold answer names the pool
+    _write(check, "candidate", [(0, "first", 1.0, "defects"), (0, "last", 0.0, "damage from dropping the kettle"),
+                                (1, "first", 1.0, "the swimming pool")])
+    lines = _contrast_diff().summary(check, "run/ship-check")
+    assert lines == [
+        "run/ship-check           shipped   right 2 {'first': 1, 'last': 1} words 2.67",
+        "run/ship-check           candidate right 2 {'first': 2, 'last': 0} words 3.00",
+        "run/ship-check           lost 1 (naming the contrast document's items: 1), won 1",
+    ]
