@@ -74,13 +74,12 @@ class AccessStats:
             due = now - self._last_flush >= self.flush_s
         if due:
             try:
-                self.flush(reclaim=False)
+                self.flush()
             except StoreFullError as e:
                 log.warning("access stats kept in memory, not written back: %s", e)
 
-    def flush(self, reclaim: bool = True) -> None:
-        """Write buffered hits and access times back (one write transaction; ``reclaim``: may evict documents for
-        room, :meth:`~store.lmdb_env.LmdbEnv.write`).
+    def flush(self) -> None:
+        """Write buffered hits and access times back (one write transaction, never evicting a document for room).
 
         Raises:
             StoreFullError: no room (the counts stay buffered).
@@ -99,7 +98,7 @@ class AccessStats:
                     txn.put(kraw, _REC.pack(h + hits, last, created, nbytes), db=self.db)
 
         try:
-            self.env.write(write, reclaim=reclaim)
+            self.env.write(write, reclaim=False)
         except Exception:
             with self._lock:  # keep the counts for the next flush
                 for kraw, (hits, last) in pending.items():

@@ -283,7 +283,7 @@ class LmdbBlobStore(BlobStore):
         """Flush access stats (the shared environment stays open; on a full map they are dropped, never a
         stored document evicted for them)."""
         try:
-            self.access.flush(reclaim=False)
+            self.access.flush()
         except StoreFullError as e:
             log.warning("access stats not written back on close: %s", e)
         self.env.remove_reclaimer(self.evict)
