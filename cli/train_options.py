@@ -22,7 +22,7 @@ MixPoolOpt = Annotated[int, typer.Option(help="kv and long examples cycle throug
                                          "encoded once, --preencode covers them); 0: a new one every example.")]
 MixKvAnswerOpt = Annotated[str, typer.Option(
     help="A mixture's kv target: value (the bare UUID) or sentence ('The corresponding value is ...', so kv "
-         "training does not teach terse answers).")]
+         "training does not teach terse answers). Like every --mix-* option, used with --mixture only.")]
 MixLongOpt = Annotated[str, typer.Option(help="MIN-MAX passages joined into a mixture's long document.")]
 MixRetentionsOpt = Annotated[str, typer.Option(help="Retentions a mixture's retention example is drawn from "
                                                "(comma-separated, each in (0, 1]).")]
@@ -55,7 +55,7 @@ def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, lo
     """The :class:`training.mixture.Mixture` of the options (None without ``--mixture``); or exit."""
     if mixture is None:
         return None
-    from training.mixture import Mixture, parse_weights
+    from training.mixture import KV_ANSWERS, Mixture, parse_weights
 
     try:
         weights = parse_weights(mixture)
@@ -64,6 +64,8 @@ def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, lo
         fail(str(e) if "mixture" in str(e) else f"--mix-retentions {retentions!r}: comma-separated numbers in (0, 1]")
     if kv_docs < 1 or pool < 0:
         fail("--mix-kv-docs must be >= 1 and --mix-pool >= 0")
+    if kv_answer not in KV_ANSWERS:
+        fail(f"--mix-kv-answer {kv_answer!r}: choose {' or '.join(KV_ANSWERS)}")
     try:
         return Mixture(weights, _span("--mix-nq-docs", nq_docs), kv_docs, _span("--mix-long-passages", long_passages),
                        rs, docs, pool, kv_answer).check()

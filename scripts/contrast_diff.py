@@ -18,14 +18,23 @@ from evaluation.contrast import CASES  # noqa: E402
 
 
 def _rows(check: Path, tag: str) -> dict[tuple[int, str], dict]:
-    lines = (check / f"contrast-{tag}.rows.jsonl").read_text().splitlines()
-    return {(r["index"], r["gold_position"]): r for r in map(json.loads, lines)}
+    path = check / f"contrast-{tag}.rows.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found (is {check} a ship_check.py --out folder?)")
+    return {(r["index"], r["gold_position"]): r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def summary(check: Path, name: str) -> list[str]:
-    """The lines of one check folder, each starting with ``name``."""
+def summary(check: Path, name: str, width: int = 24) -> list[str]:
+    """The lines of one check folder, each starting with ``name`` padded to ``width``.
+
+    Raises:
+        SystemExit: a rows file is missing, or the two artifacts' rows cover other prompts (an interrupted check).
+    """
     rows = {t: _rows(check, t) for t in ("shipped", "candidate")}
     s, c = rows["shipped"], rows["candidate"]
+    if s.keys() != c.keys():
+        raise SystemExit(f"error: {check}: the candidate's rows cover {len(c)} prompts, the shipped artifact's "
+                         f"{len(s)}, not the same ones (an interrupted check?)")
     lost = [k for k in s if s[k]["em"] == 1 and c[k]["em"] == 0]
     won = [k for k in s if s[k]["em"] == 0 and c[k]["em"] == 1]
     wrong = sum(any(w.lower() in c[k]["answer"].lower() for w in CASES[k[0]].wrong) for k in lost)
@@ -33,8 +42,8 @@ def summary(check: Path, name: str) -> list[str]:
     for t, r in rows.items():
         right = {p: int(sum(x["em"] for k, x in r.items() if k[1] == p)) for p in ("first", "last")}
         words = sum(len(x["answer"].split()) for x in r.values()) / len(r)
-        out.append(f"{name:24s} {t:9s} right {sum(right.values())} {right} words {words:.2f}")
-    out.append(f"{name:24s} lost {len(lost)} (naming the contrast document's items: {wrong}), won {len(won)}")
+        out.append(f"{name:{width}s} {t:9s} right {sum(right.values())} {right} words {words:.2f}")
+    out.append(f"{name:{width}s} lost {len(lost)} (naming the contrast document's items: {wrong}), won {len(won)}")
     return out
 
 
@@ -45,8 +54,10 @@ def main() -> None:
     checks = [c.resolve() for c in a.checks]
     root = Path(os.path.commonpath(checks))
     root = root.parent if root in checks else root  # names relative to the folder above them all
-    for check in checks:
-        print("\n".join(summary(check, str(check.relative_to(root)))))
+    names = [str(check.relative_to(root)) for check in checks]
+    width = max(24, *map(len, names))
+    for check, name in zip(checks, names):
+        print("\n".join(summary(check, name, width)))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,17 @@ def contrast_scores(artifact: str, tag: str, out: Path) -> list[tuple[int, str, 
     return sorted((r["index"], r["gold_position"], float(r["em"])) for r in rows)
 
 
+def trained_kv_answer(candidate: Path) -> str:
+    """The kv target ``candidate`` was trained on: ``config.mixture.kv_answer`` of the ``<candidate>.json``
+    train-links wrote beside it, or 'value' (the default then and before the option) where there is none."""
+    side = candidate.with_suffix(".json")
+    try:
+        mixture = json.loads(side.read_text())["config"]["mixture"] or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return "value"
+    return mixture.get("kv_answer", "value") if isinstance(mixture, dict) else "value"
+
+
 def main() -> None:
     from cli.train_options import parse_mixture
     from training.data import split_examples
@@ -63,14 +74,16 @@ def main() -> None:
     ap.add_argument("candidate", help="the trained artifact (link tokens + query-side LoRA, .safetensors)")
     ap.add_argument("--shipped", default=SHIPPED, help="the artifact it would replace (default: the shipped one)")
     ap.add_argument("--mixture", default=MIXTURE, help="the tasks validated, as train-links --mixture")
-    ap.add_argument("--kv-answer", default="value", help="the kv validation target, as train-links --mix-kv-answer "
-                    "(value or sentence; the candidate's training choice)")
+    ap.add_argument("--kv-answer", default=None, help="the kv validation target, as train-links --mix-kv-answer "
+                    "(value or sentence; default: the candidate's own, read from the <candidate>.json beside it, "
+                    "else value)")
     ap.add_argument("--out", type=Path, default=None, help="folder for the contrast check's rows (default: a new "
                     "temporary folder)")
     a = ap.parse_args()
     a.out = a.out or Path(tempfile.mkdtemp(prefix="ship-check-"))
     a.out.mkdir(parents=True, exist_ok=True)
-    mix = parse_mixture(a.mixture, "5-20", 10, 256, "5-15", "0.4,0.6,0.8", 10, a.kv_answer)
+    mix = parse_mixture(a.mixture, "5-20", 10, 256, "5-15", "0.4,0.6,0.8", 10, a.kv_answer or trained_kv_answer(
+        Path(a.candidate)))
     split = split_examples(Path(os.environ["KVLINK_RAG_NQ_PATH"]), 500, 50)
     nll = {"shipped": task_nll(a.shipped, split, mix), "candidate": task_nll(a.candidate, split, mix)}
     scores = {"shipped": contrast_scores(a.shipped, "shipped", a.out),

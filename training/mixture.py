@@ -10,7 +10,9 @@ run's seed and the example's index, so a run and its resumption draw the same se
   ``KV_TRAIN_SEED + seed`` (validation ``KV_VAL_SEED``); ``eval --task kv-retrieval`` generates from its own
   ``--seed`` (default 0), so any evaluation seed below ``KV_TRAIN_SEED`` never meets a trained question.
   Every example is a new question (its documents encoded when it comes), or with ``pool`` N > 0
-  question ``i mod N``: a pool of N x ``kv_docs`` documents that pre-encoding covers once.
+  question ``i mod N``: a pool of N x ``kv_docs`` documents that pre-encoding covers once. The trained answer is
+  the value (a UUID), or with ``kv_answer`` 'sentence' the value in :data:`KV_SENTENCE` (the bare-UUID targets
+  taught the shared adapter terse answers elsewhere too: EVALUATION.md, session 2026-12-07e).
 - ``long``: the example's passages (``long_passages`` drawn uniformly) joined into ONE document that the
   engine chunks as the store does (``chunk_tokens``, :mod:`kvlink_rag.text.chunking`), link tokens after every chunk.
   Each is a new document (~1,500 tokens at 10 passages, 35 MB of bfloat16 KV for the default model), or with
@@ -63,7 +65,7 @@ class Sample:
 @dataclass(frozen=True)
 class Mixture:
     """Task weights and per-task settings. Raises ValueError (from :meth:`check`) on an unknown task, a
-    negative weight, all weights zero or a bad range."""
+    negative weight, all weights zero, a bad range or an unknown ``kv_answer``."""
 
     weights: tuple[tuple[str, float], ...] = (("nq", 1.0),)
     nq_docs: tuple[int, int] = (5, 20)

@@ -79,7 +79,9 @@ class TrainState:
 
 def comparable(config: dict) -> dict:
     """Settings that must match to resume (steps and checkpoint cadence may change; a field added since
-    the checkpoint was written takes its default)."""
+    the checkpoint was written takes its default, the mixture's included)."""
     full = {**asdict(TrainConfig()), **config}
+    if isinstance(full.get("mixture"), dict):  # the mixture's own fields added since take their defaults too
+        full["mixture"] = {**asdict(Mixture()), **full["mixture"]}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()
             if k not in ("steps", "checkpoint_every", *SPEED_FIELDS)}

@@ -286,4 +286,5 @@ class LmdbBlobStore(BlobStore):
             self.access.flush()
         except StoreFullError as e:
             log.warning("access stats not written back on close: %s", e)
-        self.env.remove_reclaimer(self.evict)
+        finally:
+            self.env.remove_reclaimer(self.evict)

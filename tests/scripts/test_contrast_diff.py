@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,3 +37,14 @@ def test_summary_counts_right_lost_won_wrong_items_and_words(tmp_path):
         "run/ship-check           candidate right 2 {'first': 2, 'last': 0} words 3.00",
         "run/ship-check           lost 1 (naming the contrast document's items: 1), won 1",
     ]
+
+
+def test_a_missing_or_interrupted_check_is_a_one_line_error(tmp_path):
+    diff = _contrast_diff()
+    with pytest.raises(SystemExit, match="contrast-shipped.rows.jsonl not found"):
+        diff.summary(tmp_path / "nothing", "x")
+    check = tmp_path / "half"
+    _write(check, "shipped", [(0, "first", 1.0, "defects"), (0, "last", 1.0, "defects")])
+    _write(check, "candidate", [(0, "first", 1.0, "defects")])
+    with pytest.raises(SystemExit, match="cover 1 prompts, the shipped artifact's 2"):
+        diff.summary(check, "half")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from training.ship_rule import verdict
@@ -29,3 +30,15 @@ def test_report_keeps_the_per_prompt_scores_and_the_counts():
     assert out["ships"] is False and out["newcomer_ok"] is False
     assert out["ratios"] == {"kv": 0.25, "nq": 0.9}
     assert out["validation_nll"] == nll and out["candidate"] == "b.safetensors"
+
+
+def test_the_kv_target_is_read_from_the_candidates_training_json(tmp_path):
+    read = _ship_check().trained_kv_answer
+    art = tmp_path / "mixture.safetensors"
+    assert read(art) == "value"  # no JSON beside it
+    (tmp_path / "mixture.json").write_text(json.dumps({"config": {"mixture": {"kv_answer": "sentence"}}}))
+    assert read(art) == "sentence"
+    (tmp_path / "mixture.json").write_text(json.dumps({"config": {"mixture": {"weights": [["kv", 1.0]]}}}))
+    assert read(art) == "value"  # trained before the option
+    (tmp_path / "mixture.json").write_text(json.dumps({"config": {"mixture": None}}))
+    assert read(art) == "value"  # trained on NQ alone

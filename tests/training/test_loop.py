@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from factories import tiny_text_engine
@@ -9,6 +10,7 @@ from evaluation.nq import NQExample
 from kvlink_rag.types import Document
 from training.data import Split
 from training.loop import Trainer
+from training.mixture import Mixture
 from training.train_config import TrainConfig
 
 
@@ -111,3 +113,16 @@ def test_a_question_whose_answer_is_in_every_passage_is_skipped(tmp_path):
     ex, docs = trainer.example(0)
     assert ex is split.train[3] and len(docs) == 3
     assert trainer.example(1)[0] is split.train[3]  # the next index in order, as without the skip
+
+
+def test_mixture_checkpoint_written_before_a_new_mixture_field_still_resumes(tmp_path):
+    mix = Mixture(weights=(("nq", 1.0),), nq_docs=(2, 3), docs=3).check()
+    part = Trainer(tiny_text_engine(tmp_path), _split(), _cfg(steps=2, mixture=mix), tmp_path / "m")
+    part.run(val_every=0)
+    ck = torch.load(part.checkpoint_path, weights_only=False)
+    del ck["config"]["mixture"]["kv_answer"]  # as written before --mix-kv-answer
+    torch.save(ck, part.checkpoint_path)
+    assert Trainer(tiny_text_engine(tmp_path), _split(), _cfg(mixture=mix), tmp_path / "m").state.step == 2
+    other = Mixture(weights=(("nq", 1.0),), nq_docs=(2, 3), docs=3, kv_answer="sentence").check()
+    with pytest.raises(ValueError, match="other settings"):  # a real difference still refuses
+        Trainer(tiny_text_engine(tmp_path), _split(), _cfg(mixture=other), tmp_path / "m")
