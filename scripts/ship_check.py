@@ -56,12 +56,11 @@ def contrast_scores(artifact: str, tag: str, out: Path) -> list[tuple[int, str, 
 def trained_kv_answer(candidate: Path) -> str:
     """The kv target ``candidate`` was trained on: ``config.mixture.kv_answer`` of the ``<candidate>.json``
     train-links wrote beside it, or 'value' (the default then and before the option) where there is none."""
-    side = candidate.with_suffix(".json")
     try:
-        mixture = json.loads(side.read_text())["config"]["mixture"] or {}
+        mixture = json.loads(candidate.with_suffix(".json").read_text())["config"]["mixture"]
     except (OSError, ValueError, KeyError, TypeError):
         return "value"
-    return mixture.get("kv_answer", "value") if isinstance(mixture, dict) else "value"
+    return (mixture or {}).get("kv_answer", "value")  # None: trained on NQ alone
 
 
 def main() -> None:
