@@ -106,12 +106,15 @@ def initial_link_tokens(lm: LoadedModel, k: int, separator: str = "\n\n", slots:
     return LinkTokens(embeds=embeds, model_fingerprint=lm.fingerprint, metadata={"init": "separator", "trained": False})
 
 
-def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
-    """Load and check a link-token artifact for ``lm``.
+def read_link_tokens(path: Path) -> LinkTokens:
+    """Read a link-token artifact as stored, with no model at hand: embeddings float32, LoRA weights in their
+    stored dtype (bfloat16 as :meth:`LinkTokens.save` writes them). :func:`load_link_tokens` checks the result
+    against a model.
 
     Raises:
         FileNotFoundError: no such file.
-        LinkTokensMismatch: made for another model, or the width is not the model's hidden size.
+        LinkTokensMismatch: the file holds no ``link_embeds`` tensor, or it is not ``[K, hidden]`` /
+            ``[S, K, hidden]``.
     """
     if not Path(path).exists():
         raise FileNotFoundError(f"link-token file {path} does not exist")
@@ -121,17 +124,32 @@ def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
         if "link_embeds" not in names:
             raise LinkTokensMismatch(f"{path} holds no 'link_embeds' tensor")
         embeds = f.get_tensor("link_embeds").float()
-        lora = {n[len(LORA_PREFIX):]: f.get_tensor(n).to(lm.dtype) for n in names if n.startswith(LORA_PREFIX)}
-    fp = meta.get("model_fingerprint", "")
-    if fp != lm.fingerprint:
-        raise LinkTokensMismatch(
-            f"link tokens in {path} were made for model {fp[:12] or '?'}, not the loaded model {lm.fingerprint[:12]}"
-        )
-    if embeds.ndim not in (2, 3) or embeds.shape[-1] != lm.config.hidden_size:
-        raise LinkTokensMismatch(f"link tokens in {path} have shape {tuple(embeds.shape)}, expected [K, "
+        lora = {n[len(LORA_PREFIX):]: f.get_tensor(n) for n in names if n.startswith(LORA_PREFIX)}
+    if embeds.ndim not in (2, 3):
+        raise LinkTokensMismatch(f"link tokens in {path} have shape {tuple(embeds.shape)}, expected [K, hidden] "
+                                 "or [slots, K, hidden]")
+    return LinkTokens(embeds=embeds, model_fingerprint=meta.get("model_fingerprint", ""),
+                      metadata=json.loads(meta.get("metadata", "{}")), lora=lora or None,
+                      lora_config=json.loads(meta.get("lora_config", "{}")) or None)
+
+
+def load_link_tokens(path: Path, lm: LoadedModel) -> LinkTokens:
+    """Load and check a link-token artifact for ``lm`` (LoRA weights in ``lm.dtype``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        LinkTokensMismatch: made for another model, or the width is not the model's hidden size.
+    """
+    art = read_link_tokens(path)
+    if art.model_fingerprint != lm.fingerprint:
+        raise LinkTokensMismatch(f"link tokens in {path} were made for model {art.model_fingerprint[:12] or '?'}, "
+                                 f"not the loaded model {lm.fingerprint[:12]}")
+    if art.embeds.shape[-1] != lm.config.hidden_size:
+        raise LinkTokensMismatch(f"link tokens in {path} have shape {tuple(art.embeds.shape)}, expected [K, "
                                  f"{lm.config.hidden_size}] or [slots, K, {lm.config.hidden_size}]")
-    return LinkTokens(embeds=embeds, model_fingerprint=fp, metadata=json.loads(meta.get("metadata", "{}")),
-                      lora=lora or None, lora_config=json.loads(meta.get("lora_config", "{}")) or None)
+    if art.lora is not None:
+        art.lora = {n: t.to(lm.dtype) for n, t in art.lora.items()}
+    return art
 
 
 def shipped_link_tokens(lm: LoadedModel) -> LinkTokens | None:

@@ -34,3 +34,19 @@ def test_shipped_artifact_for_another_model_is_skipped(tmp_path, monkeypatch):
     mine.save(tmp_path / "mine.safetensors")
     got = links.shipped_link_tokens(lm)
     assert got is not None and got.k == 4 and torch.equal(got.embeds, mine.embeds)
+
+
+def test_read_without_a_model_keeps_stored_dtypes_and_refuses_a_file_without_embeddings(tmp_path):
+    from safetensors.torch import save_file
+
+    from kvlink_rag.linking.link_tokens import read_link_tokens
+
+    lora = {"q.lora_A": torch.randn(4, 8)}
+    LinkTokens(torch.randn(3, 8), "fp", {"steps": 2}, lora, {"rank": 4}).save(tmp_path / "a.safetensors")
+    back = read_link_tokens(tmp_path / "a.safetensors")
+    assert back.model_fingerprint == "fp" and back.k == 3 and back.lora_config == {"rank": 4}
+    assert back.lora["q.lora_A"].dtype == torch.bfloat16
+    assert torch.equal(back.lora["q.lora_A"], lora["q.lora_A"].to(torch.bfloat16))
+    save_file({"other": torch.zeros(2)}, str(tmp_path / "b.safetensors"))
+    with pytest.raises(LinkTokensMismatch, match="holds no 'link_embeds'"):
+        read_link_tokens(tmp_path / "b.safetensors")

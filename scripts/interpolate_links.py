@@ -1,0 +1,37 @@
+"""Interpolate two link-token artifacts in weight space (WiSE-FT, :mod:`training.wise_ft`) and write the result.
+
+    .venv/bin/python scripts/interpolate_links.py BASE.safetensors TUNED.safetensors --weight 0.5 --out OUT.safetensors
+
+No model is loaded: the two files must name the same model fingerprint, K and LoRA adapter. A one-line error and
+exit 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from kvlink_rag.linking.link_tokens import LinkTokensMismatch, read_link_tokens
+    from training.wise_ft import interpolate_link_tokens
+
+    ap = argparse.ArgumentParser(description="(1 - w) * BASE + w * TUNED for link embeddings and LoRA tensors.")
+    ap.add_argument("base", type=Path, help="the artifact at weight 0 (e.g. the shipped one)")
+    ap.add_argument("tuned", type=Path, help="the artifact at weight 1 (e.g. a continuation of BASE)")
+    ap.add_argument("--weight", type=float, required=True, help="the share of TUNED, in [0, 1]")
+    ap.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
+    args = ap.parse_args(argv)
+    try:
+        art = interpolate_link_tokens(read_link_tokens(args.base), read_link_tokens(args.tuned), args.weight)
+    except (FileNotFoundError, ValueError) as e:  # LinkTokensMismatch is a ValueError
+        ap.exit(2, f"interpolate_links: {e}\n")
+    art.save(args.out)
+    print(f"wrote {args.out} (weight {args.weight} of {args.tuned.name}, identity {art.identity()})")
+
+
+if __name__ == "__main__":
+    main()
