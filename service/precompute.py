@@ -16,7 +16,7 @@ from kvlink_rag.linking.chunk_past import chunk_walk
 from kvlink_rag.types import Document
 from store.doc_cache import StoreCache, too_large_reason
 from store.index.document_index import DocumentRecord, is_corrupt
-from store.lmdb_env import StoreFullError
+from store.lmdb_env import StoreBusyError, StoreFullError
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
@@ -95,6 +95,8 @@ def _store_chunks(catalog: Catalog, task: tuple[str, str, int], chunks: list[Doc
             kv = engine.encode(c) if before is None else engine.encode(c, before)
             try:
                 nbytes += cache.write(key, kv, fill_tiers=False)
+            except StoreBusyError:
+                raise  # transient (a reader holds the space freed): the queue retries; chunks stored so far stay
             except StoreFullError as e:
                 reason = too_large_reason(kv, e)
                 log.warning("precompute of %s/%s v%d: %s", *task, reason)

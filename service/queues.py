@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kvlink_rag.omp_pool import release_thread_pool
 from service.errors import QueueUnavailable
+from store.lmdb_env import StoreBusyError
 
 if TYPE_CHECKING:
     from kvlink_rag.engine import Engine
@@ -85,6 +86,7 @@ class EmbeddedQueue:
         self._count_lock = threading.Lock()
         self.model_busy: Callable[[], bool] | None = None  # the scheduler has running or waiting requests
         self.max_defer_s = 2.0
+        self.busy_retries_s: tuple[float, ...] = (0.5, 2.0, 8.0)
 
     @property
     def engine(self) -> Engine | None:
@@ -119,7 +121,7 @@ class EmbeddedQueue:
 
         token = chunk_guard.set(self._model_turn)  # each chunk's forward takes the model; the rest does not
         try:
-            self.documents.precompute_or_fail(tenant, doc_id, version)  # permanent failures marked there
+            self._precompute_retrying(tenant, doc_id, version)  # permanent failures marked there
         except Exception as e:  # noqa: BLE001 - keep the pool alive; the document can be re-ingested
             log.exception("precompute of %s/%s v%d failed", tenant, doc_id, version)
             self.documents.mark_failed(tenant, doc_id, version, f"{type(e).__name__}: {e}")
@@ -128,6 +130,24 @@ class EmbeddedQueue:
             release_thread_pool()  # what ran outside the chunks (scoring, storing) opened a team too
             with self._count_lock:
                 self._pending -= 1
+
+    def _precompute_retrying(self, tenant: str, doc_id: str, version: int) -> None:
+        """``documents.precompute_or_fail``, tried again after each pause of :attr:`busy_retries_s` (seconds)
+        while the store is busy (``StoreBusyError``: a reader in another process holds the space freed for the
+        document), as the Celery task retries a transient error.
+
+        Raises:
+            StoreBusyError: still busy after the last pause. Anything ``precompute_or_fail`` raises.
+        """
+        for pause in (*self.busy_retries_s, None):
+            try:
+                self.documents.precompute_or_fail(tenant, doc_id, version)
+                return
+            except StoreBusyError as e:
+                if pause is None:
+                    raise
+                log.warning("precompute of %s/%s v%d: %s; again in %.1f s", tenant, doc_id, version, e, pause)
+                time.sleep(pause)
 
     def depth(self) -> int:
         """Tasks queued or running."""

@@ -12,7 +12,7 @@ from kvlink_rag.cache import DocumentCache
 from kvlink_rag.types import DocumentKV, LayeredDocuments, RetainedKV
 from store.blobs.blob_store import BlobStore, BlobStoreUnavailable
 from store.keys import tenant_fingerprint, text_key
-from store.lmdb_env import StoreFullError
+from store.lmdb_env import StoreBusyError, StoreFullError
 from store.records.ordered_layout import record_importance
 from store.tiers.prefetch import prefetch_layers
 from store.tiers.tier_format import hold_part
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 def too_large_reason(kv: DocumentKV, error: StoreFullError) -> str:
     """Why a document's cache is not stored, for logs and the document's ``failed`` status."""
+    if isinstance(error, StoreBusyError):
+        return (f"the document store is full and the space freed for its KV cache is still read ({error}); "
+                "queries encode it on the spot until a later write stores it")
     return (f"its KV cache ({kv.nbytes} bytes) does not fit the document store ({error}); queries encode it "
             "on the spot, uncached; raise KVLINK_RAG_STORE_MAX_BYTES to cache it")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,11 @@ Reclaimer = Callable[[int], int]
 
 class StoreFullError(lmdb.MapFullError):
     """The map is at ``max_map_size`` (or the disk is full) and nothing more could be reclaimed."""
+
+
+class StoreBusyError(StoreFullError):
+    """No room *now*: the space evicted for a write is held by a read transaction older than the eviction (LMDB
+    reuses freed pages only once no reader's snapshot needs them); retrying after that reader ends can succeed."""
 
 
 class _ReclaimGuard(threading.local):
@@ -177,6 +183,24 @@ class LmdbEnv:
     def used_bytes(self) -> int:
         """Bytes of the map in use (high-water mark of pages, free pages included)."""
         return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
+
+    @property
+    def last_txnid(self) -> int:
+        """The id of the last committed write transaction (a read transaction's snapshot is such an id)."""
+        return int(self.env.info()["last_txnid"])
+
+    def readers_before(self, txnid: int, wait_s: float = 0.0) -> list[int]:
+        """Process ids of the live read transactions, in any process, whose snapshot is ``txnid`` or older (while
+        one lives, pages freed by the write transactions after ``txnid`` cannot be reused: LMDB's MVCC), after
+        waiting up to ``wait_s`` seconds for them to end. Stale slots of dead processes are cleared first."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.env.reader_check()
+            rows = [line.split() for line in self.env.readers().splitlines()[1:]]  # pid thread txnid ("-": idle)
+            pids = [int(r[0]) for r in rows if len(r) == 3 and r[2].isdigit() and int(r[2]) <= txnid]
+            if not pids or time.monotonic() >= deadline:
+                return pids
+            time.sleep(0.01)
 
     def grow(self) -> bool:
         """Double the map (capped by ``max_map_size`` and free disk); False when it cannot grow."""

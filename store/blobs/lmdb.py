@@ -23,12 +23,14 @@ from store.blobs.access_stats import AccessStats
 from store.blobs.blob_store import BlobStore, LayerFill, RawRecord
 from store.blobs.lmdb_records import BLOBS_DB, check_key, rkey
 from store.blobs.lmdb_streams import LayerStreams
-from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
+from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreBusyError, StoreFullError, open_env
 from store.records import codec
 from store.records.errors import CorruptRecordError
 from store.cache_events import NO_EVENTS, CacheEvents
 
 log = logging.getLogger(__name__)
+PINNED_WAIT_S = 0.5  # how long a put waits for a reader pinning the space it evicted before giving up
+
 
 class LmdbBlobStore(BlobStore):
     """Document KV caches in LMDB.
@@ -80,7 +82,8 @@ class LmdbBlobStore(BlobStore):
         valuable documents for space (:meth:`BlobStore.put` encodes and calls this).
 
         Raises:
-            ValueError: invalid key. StoreFullError: it does not fit even after evicting every other document.
+            ValueError: invalid key. StoreFullError: it does not fit after evicting every other document;
+                StoreBusyError: a reader older than its eviction holds the space past ``PINNED_WAIT_S``.
         """
         kraw = check_key(key)
         nbytes = record.meta["nbytes"]
@@ -92,6 +95,7 @@ class LmdbBlobStore(BlobStore):
             records.put_record(txn, self._db, key, record)
             self.access.record(txn, kraw, nbytes)
 
+        before_eviction = None  # the last transaction before this put evicted anything
         while True:
             try:
                 self.env.write(write, reclaim=False)
@@ -99,7 +103,13 @@ class LmdbBlobStore(BlobStore):
                 self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
                 return nbytes
             except StoreFullError:
-                self.env.env.reader_check()
+                if before_eviction is not None and self.env.readers_before(before_eviction):
+                    # a reader older than the eviction pins what it freed and whatever more is evicted: wait for it
+                    if pids := self.env.readers_before(before_eviction, wait_s=PINNED_WAIT_S):
+                        raise StoreBusyError(f"no room for {key}: pid {pids[0]} reads a snapshot older than its eviction")
+                    self.env.settle()
+                    continue
+                before_eviction = self.env.last_txnid if before_eviction is None else before_eviction
                 if self.evict(int(nbytes * 1.25) + (1 << 16)) <= 0:
                     raise
                 self.env.settle()

@@ -310,3 +310,26 @@ def test_a_storm_of_concurrent_updates_and_deletes_leaves_every_cache_referenced
     recs = st.index.list("acme")
     assert all(r.status == "ready" and r.cache_key in st.blobs for r in recs)
     assert sorted(st.blobs.keys()) == sorted({r.cache_key for r in recs})
+
+
+def test_a_store_busy_with_an_older_reader_is_transient_not_a_failed_document(tmp_path, monkeypatch):
+    from service.documents import CacheTooLarge
+    from store.lmdb_env import StoreBusyError
+
+    st, engine, queue = _setup(tmp_path)
+    DocumentService(st).ingest("acme", "lh", TEXT)
+    real, calls = st.blobs.put_record, []
+
+    def busy_once(key, record):
+        calls.append(key)
+        if len(calls) == 1:
+            raise StoreBusyError("no room for it: pid 7 reads a snapshot older than its eviction")
+        return real(key, record)
+
+    monkeypatch.setattr(st.blobs, "put_record", busy_once)
+    with pytest.raises(StoreBusyError) as busy:  # not CacheTooLarge (a ValueError: the document marked failed)
+        DocumentService(st, engine).precompute(*queue[0])
+    assert not isinstance(busy.value, CacheTooLarge) and not isinstance(busy.value, ValueError)
+    assert st.index.get("acme", "lh").status == "queued" and st.blobs.keys() == []
+    [ready] = _drain(st, engine, queue)  # the retry the queue makes
+    assert ready.status == "ready" and st.blobs.contains(ready.cache_key) and len(calls) == 2

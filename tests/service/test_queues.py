@@ -54,3 +54,29 @@ def test_a_precompute_chunk_gives_back_its_threads_openmp_team(monkeypatch):
     with q._model_turn():  # the chunk's forward ran with this thread's team
         assert calls == []
     assert calls == ["released"]  # the scheduler's team stays the only one (kvlink_rag.omp_pool)
+
+
+def test_the_embedded_queue_retries_a_busy_store_then_gives_up_with_the_document_failed():
+    from store.lmdb_env import StoreBusyError
+
+    class Documents:
+        def __init__(self, busy_times):
+            self.busy_times, self.calls, self.failed = busy_times, 0, []
+
+        def precompute_or_fail(self, tenant, doc_id, version):
+            self.calls += 1
+            if self.calls <= self.busy_times:
+                raise StoreBusyError("no room for k: pid 7 reads a snapshot older than its eviction")
+
+        def mark_failed(self, tenant, doc_id, version, reason):
+            self.failed.append(reason)
+
+    q = EmbeddedQueue(None, threads=0)
+    q.busy_retries_s = (0.0, 0.0)
+    q.documents = Documents(busy_times=2)
+    q._run("acme", "d", 1)
+    assert q.documents.calls == 3 and q.documents.failed == []
+    q.documents = Documents(busy_times=5)
+    q._run("acme", "d", 1)
+    assert q.documents.calls == 3
+    assert q.documents.failed == ["StoreBusyError: no room for k: pid 7 reads a snapshot older than its eviction"]

@@ -261,3 +261,68 @@ def test_a_read_whose_stats_write_back_finds_the_map_full_returns_and_evicts_not
     blobs.get("a")  # written back now, the hit the full map held back included
     stored = blobs.access.rows()
     assert stored["a"]["hits"] == 2 and stored["b"]["hits"] == 0 and not blobs.access._pending
+
+
+class _Reader:
+    """A read transaction held open by another process (pinning the pages freed after its snapshot)."""
+
+    def __init__(self, path):
+        import subprocess
+        import sys
+
+        code = (f"import lmdb, sys; env = lmdb.open({str(path)!r}, readonly=True, max_dbs=16); txn = env.begin(); "
+                "print('open', flush=True); sys.stdin.read()")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        assert self.proc.stdout.readline().strip() == "open"
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def _full_store(tmp_path, make_kv):
+    env = open_env(tmp_path / "pinned", map_size=256 << 10, max_map_size=1 << 20)
+    blobs = LmdbBlobStore(env)
+    for i in range(12):  # ~131 KB each: the map at its maximum holds 6
+        blobs.put(f"d{i:02d}", make_kv(layers=2, heads=2, tokens=256, dim=16, seed=i))
+    return env, blobs
+
+
+def test_a_put_whose_eviction_is_pinned_by_an_older_reader_fails_without_evicting_the_rest(
+        tmp_path, make_kv, same_kv, monkeypatch):
+    # Once a put into a full store, with another process reading, evicted all 6 documents and still failed.
+    import store.blobs.lmdb as lmdb_blobs
+
+    monkeypatch.setattr(lmdb_blobs, "PINNED_WAIT_S", 0.05)
+    env, blobs = _full_store(tmp_path, make_kv)
+    kept, evicted = blobs.keys(), blobs.evictions
+    reader = _Reader(tmp_path / "pinned")
+    new = make_kv(layers=2, heads=2, tokens=256, dim=16, seed=99)
+    with pytest.raises(StoreFullError, match=f"no room for new: pid {reader.proc.pid} reads a snapshot older"):
+        blobs.put("new", new)
+    assert blobs.evictions - evicted == 2 and blobs.keys() == kept[2:]  # one round for ~1.25x the document
+    reader.close()
+    blobs.put("new", new)  # the reader gone, the space it held is used: nothing more evicted
+    assert blobs.evictions - evicted == 2 and blobs.keys() == kept[2:] + ["new"]
+    same_kv(blobs.get("new"), new)
+    blobs.close()
+    env.close()
+
+
+def test_a_put_waits_for_a_pinning_reader_that_ends(tmp_path, make_kv, same_kv, monkeypatch):
+    import threading
+
+    import store.blobs.lmdb as lmdb_blobs
+
+    monkeypatch.setattr(lmdb_blobs, "PINNED_WAIT_S", 30.0)
+    env, blobs = _full_store(tmp_path, make_kv)
+    kept, evicted = blobs.keys(), blobs.evictions
+    reader = _Reader(tmp_path / "pinned")
+    threading.Timer(0.3, reader.close).start()
+    new = make_kv(layers=2, heads=2, tokens=256, dim=16, seed=99)
+    blobs.put("new", new)
+    assert blobs.evictions - evicted == 2 and blobs.keys() == kept[2:] + ["new"]
+    same_kv(blobs.get("new"), new)
+    blobs.close()
+    env.close()
