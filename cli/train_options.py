@@ -22,7 +22,7 @@ MixPoolOpt = Annotated[int, typer.Option(help="kv and long examples cycle throug
                                          "encoded once, --preencode covers them); 0: a new one every example.")]
 MixKvAnswerOpt = Annotated[str, typer.Option(
     help="A mixture's kv target: value (the bare UUID) or sentence ('The corresponding value is ...', so kv "
-         "training does not teach terse answers). Like every --mix-* option, used with --mixture only.")]
+         "training does not teach terse answers). Like every --mix-* option, an error without --mixture.")]
 MixLongOpt = Annotated[str, typer.Option(help="MIN-MAX passages joined into a mixture's long document.")]
 MixRetentionsOpt = Annotated[str, typer.Option(help="Retentions a mixture's retention example is drawn from "
                                                "(comma-separated, each in (0, 1]).")]
@@ -52,8 +52,14 @@ def _span(name: str, text: str) -> tuple[int, int]:
 
 def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, long_passages: str,
                   retentions: str, docs: int, kv_answer: str = "value"):
-    """The :class:`training.mixture.Mixture` of the options (None without ``--mixture``); or exit."""
+    """The :class:`training.mixture.Mixture` of the options (None without ``--mixture``); or exit, also when a
+    ``--mix-*`` option is set without ``--mixture`` (it would do nothing)."""
     if mixture is None:
+        given = {"--mix-nq-docs": nq_docs != "5-20", "--mix-kv-docs": kv_docs != 10, "--mix-pool": pool != 0,
+                 "--mix-long-passages": long_passages != "5-15", "--mix-retentions": retentions != "0.4,0.6,0.8",
+                 "--mix-kv-answer": kv_answer != "value"}
+        if names := [name for name, set_ in given.items() if set_]:
+            fail(f"{', '.join(names)} set without --mixture: the mix options shape a task mixture only")
         return None
     from training.mixture import KV_ANSWERS, Mixture, parse_weights
 

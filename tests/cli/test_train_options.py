@@ -21,6 +21,8 @@ runner = CliRunner()
     (["--mixture", "nq=1", "--doc-side"], "do not combine"),
     (["--link-init", "zeros"], "--link-init 'zeros': choose separator or document"),
     (["--bf16", "--doc-side"], "--bf16 and --doc-side do not combine"),
+    (["--mix-kv-answer", "sentence"], "--mix-kv-answer set without --mixture"),  # they once did nothing silently
+    (["--mix-pool", "64", "--mix-kv-docs", "5"], "--mix-kv-docs, --mix-pool set without --mixture"),
 ])
 def test_bad_issue_28_options_are_one_line_errors(args, message, tmp_path):
     result = runner.invoke(app, ["train-links", "--nq", str(tmp_path / "missing.jsonl")] + args)
@@ -34,4 +36,4 @@ def test_the_mixture_options_parse_into_a_mixture():
     assert mix.weights == (("nq", 1.0), ("kv", 0.5), ("retention", 0.25)) and mix.tasks == ["nq", "kv", "retention"]
     assert (mix.nq_docs, mix.kv_docs, mix.pool, mix.long_passages, mix.retentions, mix.docs) == \
         ((4, 8), 12, 64, (3, 9), (0.5, 0.7), 10)
-    assert parse_mixture(None, "5-20", 10, 0, "5-15", "0.4", 10) is None
+    assert parse_mixture(None, "5-20", 10, 0, "5-15", "0.4,0.6,0.8", 10) is None
