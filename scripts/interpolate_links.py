@@ -23,10 +23,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("base", type=Path, help="the artifact at weight 0 (e.g. the shipped one)")
     ap.add_argument("tuned", type=Path, help="the artifact at weight 1 (e.g. a continuation of BASE)")
     ap.add_argument("--weight", type=float, required=True, help="the share of TUNED, in [0, 1]")
+    ap.add_argument("--part", action="append", default=[], metavar="SUBSTRING=W", help="another weight for the "
+                    "tensors whose name holds SUBSTRING (first match wins; e.g. mlp=0.5, self_attn=1, link_embeds=1)")
     ap.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
     args = ap.parse_args(argv)
     try:
-        art = interpolate_link_tokens(read_link_tokens(args.base), read_link_tokens(args.tuned), args.weight)
+        parts = {k: float(w) for k, _, w in (p.partition("=") for p in args.part)}
+    except ValueError:
+        ap.exit(2, f"interpolate_links: --part {args.part}: expected SUBSTRING=W with W a number\n")
+    try:
+        art = interpolate_link_tokens(read_link_tokens(args.base), read_link_tokens(args.tuned), args.weight, parts)
     except (FileNotFoundError, ValueError) as e:  # LinkTokensMismatch is a ValueError
         ap.exit(2, f"interpolate_links: {e}\n")
     art.save(args.out)

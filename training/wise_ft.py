@@ -27,30 +27,36 @@ def _check_pair(base: LinkTokens, tuned: LinkTokens) -> None:
                                      f"{tuple(tuned.lora[name].shape)}")
 
 
-def interpolate_link_tokens(base: LinkTokens, tuned: LinkTokens, weight: float) -> LinkTokens:
-    """``(1 - weight) * base + weight * tuned``, tensor by tensor, computed in float32.
+def interpolate_link_tokens(base: LinkTokens, tuned: LinkTokens, weight: float,
+                            parts: dict[str, float] | None = None) -> LinkTokens:
+    """``(1 - w) * base + w * tuned``, tensor by tensor, computed in float32.
 
     Args:
         base, tuned: artifacts of one model with the same K, slots and LoRA (names, shapes, config).
-        weight: the share of ``tuned``, in [0, 1] (0 gives ``base``'s values, 1 ``tuned``'s).
+        weight: ``w``, the share of ``tuned``, in [0, 1] (0 gives ``base``'s values, 1 ``tuned``'s).
+        parts: other weights for some tensors: ``{substring: w}``, the first substring found in a tensor's name
+            wins (LoRA names as peft's, ``model.layers.3.mlp.up_proj.lora_A.weight``; the embeddings are
+            ``link_embeds``), e.g. ``{"mlp": 0.5}``.
 
     Returns:
         A new artifact: embeddings ``[K, hidden]`` or ``[S, K, hidden]`` float32, LoRA tensors in ``tuned``'s
         dtype, metadata naming both inputs (their identities) and the weight.
 
     Raises:
-        ValueError: ``weight`` outside [0, 1].
+        ValueError: a weight outside [0, 1].
         LinkTokensMismatch: the two differ in model, shape or adapter.
     """
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"weight must be in [0, 1], got {weight}")
+    parts = dict(parts or {})
+    if bad := {k: w for k, w in {"weight": weight, **parts}.items() if not 0.0 <= w <= 1.0}:
+        raise ValueError(f"weights must be in [0, 1], got {bad}")
     _check_pair(base, tuned)
 
-    def mix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.lerp(a.detach().float(), b.detach().float(), weight).to(b.dtype)
+    def mix(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        w = next((pw for part, pw in parts.items() if part in name), weight)
+        return torch.lerp(a.detach().float(), b.detach().float(), w).to(b.dtype)
 
-    lora = {n: mix(t, tuned.lora[n]) for n, t in base.lora.items()} if base.lora else None
+    lora = {n: mix(n, t, tuned.lora[n]) for n, t in base.lora.items()} if base.lora else None
     meta = {"trained": True, "init": "interpolated", "method": "WiSE-FT weight interpolation (arXiv 2109.01903)",
-            "base": base.identity(), "tuned": tuned.identity(), "weight": weight}
-    return LinkTokens(embeds=mix(base.embeds, tuned.embeds), model_fingerprint=base.model_fingerprint,
+            "base": base.identity(), "tuned": tuned.identity(), "weight": weight, "parts": parts}
+    return LinkTokens(embeds=mix("link_embeds", base.embeds, tuned.embeds), model_fingerprint=base.model_fingerprint,
                       metadata=meta, lora=lora, lora_config=dict(base.lora_config) if base.lora_config else None)

@@ -21,3 +21,10 @@ def test_writes_the_interpolation_and_refuses_a_missing_file(tmp_path, script, c
              "--out", str(tmp_path / "d.safetensors")])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().endswith("nope.safetensors does not exist")
+    with pytest.raises(SystemExit):
+        run([str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--weight", "0.5", "--part", "mlp",
+             "--out", str(tmp_path / "d.safetensors")])
+    assert "--part ['mlp']: expected SUBSTRING=W" in capsys.readouterr().err
+    run([str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--weight", "0.5", "--part",
+         "link_embeds=1", "--out", str(tmp_path / "e.safetensors")])
+    assert torch.equal(read_link_tokens(tmp_path / "e.safetensors").embeds, torch.ones(2, 4))

@@ -28,11 +28,22 @@ def test_each_tensor_is_the_weighted_mean_of_the_two():
 
 def test_mismatched_artifacts_and_weights_are_refused():
     base = _art([0.0, 4.0], [1.0, -1.0])
-    with pytest.raises(ValueError, match="weight must be in \\[0, 1\\], got 1.5"):
+    with pytest.raises(ValueError, match="weights must be in \\[0, 1\\], got {'weight': 1.5}"):
         interpolate_link_tokens(base, base, 1.5)
+    with pytest.raises(ValueError, match="got {'mlp': -0.5}"):
+        interpolate_link_tokens(base, base, 0.5, {"mlp": -0.5})
     with pytest.raises(LinkTokensMismatch, match="different models"):
         interpolate_link_tokens(base, _art([0.0, 4.0], [1.0, -1.0], fp="other"), 0.5)
     with pytest.raises(LinkTokensMismatch, match="shape: \\(1, 2\\) and \\(1, 3\\)"):
         interpolate_link_tokens(base, _art([0.0, 4.0, 1.0], [1.0, -1.0]), 0.5)
     with pytest.raises(LinkTokensMismatch, match="LoRA adapters differ"):
         interpolate_link_tokens(base, _art([0.0, 4.0], [1.0, -1.0], rank=2), 0.5)
+
+
+def test_parts_take_their_own_weight_first_match_wins():
+    base, tuned = _art([0.0, 4.0], [1.0, -1.0]), _art([2.0, 0.0], [3.0, 1.0])
+    got = interpolate_link_tokens(base, tuned, 0.5, {"q_proj": 1.0, "layers": 0.0, "link_embeds": 0.25})
+    assert got.lora["layers.0.q_proj.lora_A"].tolist() == [[3.0, 1.0]]  # q_proj before layers
+    assert got.embeds.tolist() == [[0.5, 3.0]] and got.metadata["parts"]["q_proj"] == 1.0
+    assert interpolate_link_tokens(base, tuned, 0.5, {"mlp": 1.0}).lora["layers.0.q_proj.lora_A"].tolist() == \
+        [[2.0, 0.0]]  # no part matches: the weight
