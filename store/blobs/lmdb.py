@@ -46,17 +46,10 @@ class LmdbBlobStore(BlobStore):
         stats_flush_s: seconds between writes of buffered access stats.
     """
 
-    def __init__(
-        self,
-        location: str | os.PathLike | LmdbEnv,
-        *,
-        map_size: int = DEFAULT_MAP_SIZE,
-        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
-        on_corrupt: Callable[[str], None] | None = None,
-        on_evict: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.time,
-        stats_flush_s: float = 5.0,
-    ) -> None:
+    def __init__(self, location: str | os.PathLike | LmdbEnv, *, map_size: int = DEFAULT_MAP_SIZE,
+                 max_map_size: int = DEFAULT_MAX_MAP_SIZE, on_corrupt: Callable[[str], None] | None = None,
+                 on_evict: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
+                 stats_flush_s: float = 5.0) -> None:
         if isinstance(location, LmdbEnv):
             self.env = location
         else:
@@ -109,7 +102,10 @@ class LmdbBlobStore(BlobStore):
                         raise StoreBusyError(f"no room for {key}: pid {pids[0]} reads a snapshot older than its eviction")
                     self.env.settle()
                     continue
-                before_eviction = self.env.last_txnid if before_eviction is None else before_eviction
+                if before_eviction is None and self.env.env.reader_check() > 0:
+                    continue  # a killed process's reader slot pinned freed pages: retry before evicting
+                if before_eviction is None:
+                    before_eviction = self.env.last_txnid
                 if self.evict(int(nbytes * 1.25) + (1 << 16)) <= 0:
                     raise
                 self.env.settle()

@@ -326,3 +326,22 @@ def test_a_put_waits_for_a_pinning_reader_that_ends(tmp_path, make_kv, same_kv, 
     same_kv(blobs.get("new"), new)
     blobs.close()
     env.close()
+
+
+def test_a_killed_readers_slot_is_dropped_before_anything_is_evicted(tmp_path, make_kv, same_kv):
+    import signal
+
+    env, blobs = _full_store(tmp_path, make_kv)
+    reader = _Reader(tmp_path / "pinned")
+    kept, evicted = blobs.keys(), blobs.evictions
+    for key in kept[:2]:  # room made while the reader's snapshot pins it
+        blobs.delete(key)
+    env.settle()
+    reader.proc.send_signal(signal.SIGKILL)  # its reader slot stays behind, pinning the pages
+    reader.proc.wait(10)
+    new = make_kv(layers=2, heads=2, tokens=256, dim=16, seed=99)
+    blobs.put("new", new)
+    assert blobs.evictions == evicted and blobs.keys() == kept[2:] + ["new"]
+    same_kv(blobs.get("new"), new)
+    blobs.close()
+    env.close()
