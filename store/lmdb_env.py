@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TypeVar
 
 import lmdb
 
+from store.lmdb_readers import PINNED_WAIT_S, readers_before
 from store.rw_lock import RWLock
 
 MiB = 1 << 20
@@ -68,14 +68,8 @@ class LmdbEnv:
         sync: fsync on every commit (crash-safe against power loss; process kills are safe either way).
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        map_size: int = DEFAULT_MAP_SIZE,
-        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
-        max_dbs: int = DEFAULT_MAX_DBS,
-        sync: bool = True,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike, map_size: int = DEFAULT_MAP_SIZE,
+                 max_map_size: int = DEFAULT_MAX_MAP_SIZE, max_dbs: int = DEFAULT_MAX_DBS, sync: bool = True) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.max_map_size = int(max_map_size)
@@ -129,8 +123,10 @@ class LmdbEnv:
         effects outside ``txn``, and must not itself call :meth:`write`.
 
         Raises:
-            StoreFullError: the write does not fit even at ``max_map_size`` after reclaiming.
+            StoreFullError: the write does not fit even at ``max_map_size`` after reclaiming; StoreBusyError: a
+                reader older than the reclaim holds the space it freed (:meth:`pinned`).
         """
+        evicted_at = None  # the last transaction after this write's reclaimers freed space
         while True:
             with self._write_mutex:  # one writer per process: nobody waits on LMDB's lock while sharing
                 outcome, result = self._write_once(fn)
@@ -139,9 +135,10 @@ class LmdbEnv:
             if outcome == "resized":
                 self._adopt_foreign_resize()
                 continue
-            if outcome == "grown":
+            if outcome == "grown" or (reclaim and self.pinned(evicted_at, "this write")):
                 continue
             if reclaim and self._reclaim(self.map_size // 16):
+                evicted_at = self.last_txnid
                 continue
             raise StoreFullError(f"LMDB map at {self.path} is full ({self.map_size} bytes, max {self.max_map_size})")
 
@@ -189,18 +186,21 @@ class LmdbEnv:
         """The id of the last committed write transaction (a read transaction's snapshot is such an id)."""
         return int(self.env.info()["last_txnid"])
 
-    def readers_before(self, txnid: int, wait_s: float = 0.0) -> list[int]:
-        """Process ids of the live read transactions, in any process, whose snapshot is ``txnid`` or older (while
-        one lives, pages freed by the write transactions after ``txnid`` cannot be reused: LMDB's MVCC), after
-        waiting up to ``wait_s`` seconds for them to end. Stale slots of dead processes are cleared first."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            self.env.reader_check()
-            rows = [line.split() for line in self.env.readers().splitlines()[1:]]  # pid thread txnid ("-": idle)
-            pids = [int(r[0]) for r in rows if len(r) == 3 and r[2].isdigit() and int(r[2]) <= txnid]
-            if not pids or time.monotonic() >= deadline:
-                return pids
-            time.sleep(0.01)
+    def pinned(self, evicted_at: int | None, what: str) -> bool:
+        """After space was freed up to transaction ``evicted_at`` and a write still did not fit: True when a reader
+        older than that held the space and ended within ``PINNED_WAIT_S`` (retry as is), False when none did or
+        nothing was freed yet (free more: the free space is fragmented).
+
+        Raises:
+            StoreBusyError: that reader is still open (evicting more would free only pages it pins too; a put
+                once evicted every document of a full store so and still failed).
+        """
+        if evicted_at is None or not readers_before(self.env, evicted_at):
+            return False
+        if pids := readers_before(self.env, evicted_at, PINNED_WAIT_S):
+            raise StoreBusyError(f"no room for {what}: pid {pids[0]} reads a snapshot older than the space freed")
+        self.settle()
+        return True
 
     def grow(self) -> bool:
         """Double the map (capped by ``max_map_size`` and free disk); False when it cannot grow."""

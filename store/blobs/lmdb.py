@@ -23,13 +23,12 @@ from store.blobs.access_stats import AccessStats
 from store.blobs.blob_store import BlobStore, LayerFill, RawRecord
 from store.blobs.lmdb_records import BLOBS_DB, check_key, rkey
 from store.blobs.lmdb_streams import LayerStreams
-from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreBusyError, StoreFullError, open_env
+from store.lmdb_env import DEFAULT_MAP_SIZE, DEFAULT_MAX_MAP_SIZE, LmdbEnv, StoreFullError, open_env
 from store.records import codec
 from store.records.errors import CorruptRecordError
 from store.cache_events import NO_EVENTS, CacheEvents
 
 log = logging.getLogger(__name__)
-PINNED_WAIT_S = 0.5  # how long a put waits for a reader pinning the space it evicted before giving up
 
 
 class LmdbBlobStore(BlobStore):
@@ -76,7 +75,7 @@ class LmdbBlobStore(BlobStore):
 
         Raises:
             ValueError: invalid key. StoreFullError: it does not fit after evicting every other document;
-                StoreBusyError: a reader older than its eviction holds the space past ``PINNED_WAIT_S``.
+                StoreBusyError: a reader older than its eviction holds the space (:meth:`LmdbEnv.pinned`).
         """
         kraw = check_key(key)
         nbytes = record.meta["nbytes"]
@@ -88,7 +87,7 @@ class LmdbBlobStore(BlobStore):
             records.put_record(txn, self._db, key, record)
             self.access.record(txn, kraw, nbytes)
 
-        before_eviction = None  # the last transaction before this put evicted anything
+        evicted_at = None  # the last transaction after this put evicted documents
         while True:
             try:
                 self.env.write(write, reclaim=False)
@@ -96,18 +95,13 @@ class LmdbBlobStore(BlobStore):
                 self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
                 return nbytes
             except StoreFullError:
-                if before_eviction is not None and self.env.readers_before(before_eviction):
-                    # a reader older than the eviction pins what it freed and whatever more is evicted: wait for it
-                    if pids := self.env.readers_before(before_eviction, wait_s=PINNED_WAIT_S):
-                        raise StoreBusyError(f"no room for {key}: pid {pids[0]} reads a snapshot older than its eviction")
-                    self.env.settle()
-                    continue
-                if before_eviction is None and self.env.env.reader_check() > 0:
+                if evicted_at is None and self.env.env.reader_check() > 0:
                     continue  # a killed process's reader slot pinned freed pages: retry before evicting
-                if before_eviction is None:
-                    before_eviction = self.env.last_txnid
+                if self.env.pinned(evicted_at, key):  # raises StoreBusyError while an older reader holds it
+                    continue
                 if self.evict(int(nbytes * 1.25) + (1 << 16)) <= 0:
                     raise
+                evicted_at = self.env.last_txnid
                 self.env.settle()
 
     def delete(self, key: str) -> bool:

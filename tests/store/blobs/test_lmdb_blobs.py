@@ -11,7 +11,7 @@ from store.records.codec import FORMAT_VERSION
 from store.records.errors import CorruptRecordError
 from store.blobs.lmdb import LmdbBlobStore
 from store.blobs.lmdb_records import BLOBS_DB
-from store.lmdb_env import StoreFullError, open_env
+from store.lmdb_env import StoreBusyError, StoreFullError, open_env
 
 
 @pytest.fixture
@@ -292,9 +292,9 @@ def _full_store(tmp_path, make_kv):
 def test_a_put_whose_eviction_is_pinned_by_an_older_reader_fails_without_evicting_the_rest(
         tmp_path, make_kv, same_kv, monkeypatch):
     # Once a put into a full store, with another process reading, evicted all 6 documents and still failed.
-    import store.blobs.lmdb as lmdb_blobs
+    import store.lmdb_env as lmdb_env
 
-    monkeypatch.setattr(lmdb_blobs, "PINNED_WAIT_S", 0.05)
+    monkeypatch.setattr(lmdb_env, "PINNED_WAIT_S", 0.05)
     env, blobs = _full_store(tmp_path, make_kv)
     kept, evicted = blobs.keys(), blobs.evictions
     reader = _Reader(tmp_path / "pinned")
@@ -313,9 +313,9 @@ def test_a_put_whose_eviction_is_pinned_by_an_older_reader_fails_without_evictin
 def test_a_put_waits_for_a_pinning_reader_that_ends(tmp_path, make_kv, same_kv, monkeypatch):
     import threading
 
-    import store.blobs.lmdb as lmdb_blobs
+    import store.lmdb_env as lmdb_env
 
-    monkeypatch.setattr(lmdb_blobs, "PINNED_WAIT_S", 30.0)
+    monkeypatch.setattr(lmdb_env, "PINNED_WAIT_S", 30.0)
     env, blobs = _full_store(tmp_path, make_kv)
     kept, evicted = blobs.keys(), blobs.evictions
     reader = _Reader(tmp_path / "pinned")
@@ -343,5 +343,39 @@ def test_a_killed_readers_slot_is_dropped_before_anything_is_evicted(tmp_path, m
     blobs.put("new", new)
     assert blobs.evictions == evicted and blobs.keys() == kept[2:] + ["new"]
     same_kv(blobs.get("new"), new)
+    blobs.close()
+    env.close()
+
+
+def test_a_reader_that_starts_during_the_eviction_stops_it_too(tmp_path, make_kv, monkeypatch):
+    # A reader begun after the first eviction's commit pins that eviction's pages and every later one's.
+    import store.lmdb_env as lmdb_env
+
+    monkeypatch.setattr(lmdb_env, "PINNED_WAIT_S", 0.05)
+    env, blobs = _full_store(tmp_path, make_kv)
+    kept, readers = blobs.keys(), []
+    blobs.on_evict = lambda key: readers.append(_Reader(tmp_path / "pinned")) if not readers else None
+    with pytest.raises(StoreBusyError, match="no room for new: pid"):
+        blobs.put("new", make_kv(layers=2, heads=2, tokens=256, dim=16, seed=99))
+    assert len(blobs.keys()) >= len(kept) - 3  # not emptied
+    readers[0].close()
+    blobs.close()
+    env.close()
+
+
+def test_a_text_write_that_reclaims_space_stops_at_a_pinning_reader(tmp_path, make_kv, monkeypatch):
+    # Writes that reclaim through the environment (document texts, the embedded index) evicted down to an empty store.
+    import store.lmdb_env as lmdb_env
+
+    monkeypatch.setattr(lmdb_env, "PINNED_WAIT_S", 0.05)
+    env, blobs = _full_store(tmp_path, make_kv)
+    kept = blobs.keys()
+    reader = _Reader(tmp_path / "pinned")
+    db = env.db(b"some_texts")
+    with pytest.raises(StoreBusyError, match="no room for this write: pid"):
+        env.write(lambda txn: txn.put(b"t", b"x" * 150_000, db=db))
+    assert len(blobs.keys()) >= len(kept) - 3
+    reader.close()
+    env.write(lambda txn: txn.put(b"t", b"x" * 150_000, db=db))  # the reader gone: it fits in the space freed
     blobs.close()
     env.close()
