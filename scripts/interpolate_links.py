@@ -27,15 +27,21 @@ def main(argv: list[str] | None = None) -> None:
                     "tensors whose name holds SUBSTRING (first match wins; e.g. mlp=0.5, self_attn=1, link_embeds=1)")
     ap.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
     args = ap.parse_args(argv)
+    from safetensors import SafetensorError
+
     try:
         parts = {k: float(w) for k, _, w in (p.partition("=") for p in args.part)}
+        if "" in parts:
+            raise ValueError
     except ValueError:
-        ap.exit(2, f"interpolate_links: --part {args.part}: expected SUBSTRING=W with W a number\n")
+        ap.exit(2, f"interpolate_links: --part {args.part}: expected SUBSTRING=W, a non-empty SUBSTRING, W a number\n")
     try:
         art = interpolate_link_tokens(read_link_tokens(args.base), read_link_tokens(args.tuned), args.weight, parts)
-    except (FileNotFoundError, ValueError) as e:  # LinkTokensMismatch is a ValueError
+        art.save(args.out)
+    except SafetensorError as e:
+        ap.exit(2, f"interpolate_links: an input is not a safetensors file ({e})\n")
+    except (OSError, ValueError) as e:  # LinkTokensMismatch is a ValueError
         ap.exit(2, f"interpolate_links: {e}\n")
-    art.save(args.out)
     print(f"wrote {args.out} (weight {args.weight} of {args.tuned.name}, identity {art.identity()})")
 
 

@@ -28,6 +28,7 @@ from service.errors import ServiceError, redis_errors
 from service.explained import check_explained
 from service.query_plan import (MODES, QueryPlan, QueryResult, check_generation, check_recompute, check_request,
                                 choose_documents)
+from store.doc_cache import BusyReason
 from store.recording_cache import RecordingCache
 
 if TYPE_CHECKING:
@@ -246,6 +247,8 @@ class QueryService:
                 if hit:
                     self.store.index.incr_hits(plan.tenant, d.doc_id)
                 elif d.chunk is not None:  # one chunk encoded on the spot: the document's record stays as is
+                    continue
+                elif isinstance(why, BusyReason):  # not stored this time (the store was busy): left as it is
                     continue
                 elif why is not None:
                     self.store.catalog.fail(plan.tenant, d.doc_id, d.version, why)

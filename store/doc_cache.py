@@ -21,6 +21,11 @@ from store.tiers.tiered import TieredCache
 log = logging.getLogger(__name__)
 
 
+class BusyReason(str):
+    """Why a document's cache was not stored, when a later write can store it (``StoreBusyError``: a reader held
+    the space freed for it): the document's record is left as it is, never marked failed for it."""
+
+
 def too_large_reason(kv: DocumentKV, error: StoreFullError) -> str:
     """Why a document's cache is not stored, for logs and the document's ``failed`` status."""
     if isinstance(error, StoreBusyError):
@@ -157,12 +162,14 @@ class StoreCache(DocumentCache):
         kept in the tiers only, and one the shared tier could not take (unreachable) on this host only.
 
         Returns:
-            None when stored; else why not (logged as a warning). The caller still has ``kv`` to answer from.
+            None when stored; else why not (logged as a warning; a :class:`BusyReason` when a later write can
+            store it). The caller still has ``kv`` to answer from.
         """
         try:
             self.write(key, kv)
         except StoreFullError as e:
             reason = too_large_reason(kv, e)
+            reason = BusyReason(reason) if isinstance(e, StoreBusyError) else reason
             log.warning("document %s not cached: %s", key[:24], reason)
             self.tiered.put(key, kv, self.tenant)
             return reason

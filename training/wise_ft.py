@@ -19,6 +19,8 @@ def _check_pair(base: LinkTokens, tuned: LinkTokens) -> None:
     if base.embeds.shape != tuned.embeds.shape:
         raise LinkTokensMismatch(f"link embeddings differ in shape: {tuple(base.embeds.shape)} and "
                                  f"{tuple(tuned.embeds.shape)}")
+    if bool(base.metadata.get("doc_side")) != bool(tuned.metadata.get("doc_side")):
+        raise LinkTokensMismatch("one artifact's adapter runs on the documents too (doc_side), the other's not")
     if base.lora_config != tuned.lora_config or sorted(base.lora or {}) != sorted(tuned.lora or {}):
         raise LinkTokensMismatch(f"the LoRA adapters differ: {base.lora_config} and {tuned.lora_config}")
     for name, t in (base.lora or {}).items():
@@ -57,6 +59,7 @@ def interpolate_link_tokens(base: LinkTokens, tuned: LinkTokens, weight: float,
 
     lora = {n: mix(n, t, tuned.lora[n]) for n, t in base.lora.items()} if base.lora else None
     meta = {"trained": True, "init": "interpolated", "method": "WiSE-FT weight interpolation (arXiv 2109.01903)",
-            "base": base.identity(), "tuned": tuned.identity(), "weight": weight, "parts": parts}
+            "base": base.identity(), "tuned": tuned.identity(), "weight": weight, "parts": parts,
+            **({"doc_side": True} if base.metadata.get("doc_side") else {})}  # how kvlink_rag.reuse serves it
     return LinkTokens(embeds=mix("link_embeds", base.embeds, tuned.embeds), model_fingerprint=base.model_fingerprint,
                       metadata=meta, lora=lora, lora_config=dict(base.lora_config) if base.lora_config else None)

@@ -112,7 +112,8 @@ def read_link_tokens(path: Path) -> LinkTokens:
     against a model.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (another OSError: unreadable). safetensors.SafetensorError: not a
+            safetensors file.
         LinkTokensMismatch: the file holds no ``link_embeds`` tensor, or it is not ``[K, hidden]`` /
             ``[S, K, hidden]``.
     """

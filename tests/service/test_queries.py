@@ -87,3 +87,18 @@ def test_the_fair_admission_policy_counts_each_queries_tenant(make_runtime):
     rt.queries.answer(rt.queries.plan("globex", QUESTION, ["paris"]))
     counters = rt.scheduler.policy.counters
     assert set(counters) == {"acme", "globex"} and counters["globex"] > counters["acme"] > 0  # lifted, then charged
+
+
+def test_a_document_the_busy_store_could_not_take_is_not_marked_failed(runtime, monkeypatch):
+    # A put refused because a reader held the space (StoreBusyError) is transient: the query answers from memory
+    # and the record stays as it was (a too-large document is marked failed; this one can be stored later).
+    from store.lmdb_env import StoreBusyError
+
+    def busy(key, record):
+        raise StoreBusyError("no room for k: pid 7 reads a snapshot older than the space freed")
+
+    monkeypatch.setattr(runtime.store.blobs, "put_record", busy)
+    queries = runtime.queries
+    assert runtime.store.index.get("default", "paris").status == "queued"  # queue "none": encoded by the query
+    result = queries.answer(queries.plan("default", QUESTION, ["paris"]))
+    assert result.token_ids and runtime.store.index.get("default", "paris").status == "queued"

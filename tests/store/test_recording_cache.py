@@ -42,3 +42,20 @@ def test_a_document_too_large_for_the_store_is_recorded_unstored(tmp_path):
     assert reason is not None and "does not fit the document store" in reason
     assert rc.unstored == {"big": reason} and rc.hits == {"big": False}
     assert "big" not in blobs and rc.get("big") is big  # answered from the memory tier
+
+
+def test_a_store_busy_with_an_older_reader_gives_a_busy_reason(tmp_path, monkeypatch):
+    from store.doc_cache import BusyReason
+    from store.lmdb_env import StoreBusyError
+
+    blobs = LmdbBlobStore(open_env(tmp_path / "s"))
+    rc = RecordingCache(StoreCache(TieredCache([CacheTier("host", 64 << 20)], blobs)))
+
+    def busy(key, record):
+        raise StoreBusyError("no room for k: pid 7 reads a snapshot older than the space freed")
+
+    monkeypatch.setattr(blobs, "put_record", busy)
+    kv = random_kv(seed=3)
+    reason = rc.put("k", kv)
+    assert isinstance(reason, BusyReason) and "pid 7 reads a snapshot older" in reason
+    assert rc.unstored == {"k": reason} and rc.get("k") is kv  # answered from the memory tier

@@ -47,3 +47,13 @@ def test_parts_take_their_own_weight_first_match_wins():
     assert got.embeds.tolist() == [[0.5, 3.0]] and got.metadata["parts"]["q_proj"] == 1.0
     assert interpolate_link_tokens(base, tuned, 0.5, {"mlp": 1.0}).lora["layers.0.q_proj.lora_A"].tolist() == \
         [[2.0, 0.0]]  # no part matches: the weight
+
+
+def test_document_side_artifacts_stay_document_side_and_never_mix_with_query_side_ones():
+    doc_a, doc_b = _art([0.0, 4.0], [1.0, -1.0]), _art([2.0, 0.0], [3.0, 1.0])
+    doc_a.metadata["doc_side"] = doc_b.metadata["doc_side"] = True
+    assert interpolate_link_tokens(doc_a, doc_b, 0.5).metadata["doc_side"] is True
+    assert "doc_side" not in interpolate_link_tokens(_art([0.0, 4.0], [1.0, -1.0]), _art([2.0, 0.0], [3.0, 1.0]),
+                                                     0.5).metadata
+    with pytest.raises(LinkTokensMismatch, match="doc_side"):
+        interpolate_link_tokens(doc_a, _art([2.0, 0.0], [3.0, 1.0]), 0.5)
