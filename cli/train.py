@@ -10,7 +10,7 @@ import typer
 
 from cli.common import NQ_DEFAULT, EncOpt, NqOpt, checked_doc_cache, console, doc_cache_engine, fail, make_settings, \
     progress_bar, results_only_stdout
-from cli.train_options import Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvAnswerOpt, \
+from cli.train_options import MIX, Bf16Opt, CheckpointOpt, DeviceOpt, FastAttentionOpt, LinkInitOpt, MixKvAnswerOpt, \
     MixKvDocsOpt, MixLongOpt, MixNqDocsOpt, MixPoolOpt, MixRetentionsOpt, MixtureOpt, PackOpt, PreencodeOpt, \
     issue28_options, parse_mixture
 from kvlink_rag.model.family import ModelFamily
@@ -78,9 +78,9 @@ def train_links(
     doc_cache: TrainDocCacheOpt = "memory",
     doc_side: DocSideOpt = False,
     # issue 28 (cli.train_options): the task mixture, speed switches, link-token init, device, checkpoint folder
-    mixture: MixtureOpt = None, mix_nq_docs: MixNqDocsOpt = "5-20", mix_kv_docs: MixKvDocsOpt = 10,
-    mix_pool: MixPoolOpt = 0, mix_long_passages: MixLongOpt = "5-15", mix_retentions: MixRetentionsOpt = "0.4,0.6,0.8",
-    mix_kv_answer: MixKvAnswerOpt = "value",
+    mixture: MixtureOpt = None, mix_nq_docs: MixNqDocsOpt = MIX.nq_docs, mix_kv_docs: MixKvDocsOpt = MIX.kv_docs,
+    mix_pool: MixPoolOpt = MIX.pool, mix_long_passages: MixLongOpt = MIX.long_passages,
+    mix_retentions: MixRetentionsOpt = MIX.retentions, mix_kv_answer: MixKvAnswerOpt = MIX.kv_answer,
     pack: PackOpt = False, fast_attention: FastAttentionOpt = False, bf16: Bf16Opt = False, preencode: PreencodeOpt = False,
     link_init: LinkInitOpt = "separator", device: DeviceOpt = None, checkpoint: CheckpointOpt = None,
 ) -> None:

@@ -3,6 +3,7 @@ device (parsed here, checked before the model loads; a bad value is a one-line e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -43,6 +44,22 @@ CheckpointOpt = Annotated[Optional[Path], typer.Option(help="Checkpoint folder (
                                                        "resumed when present). Default <out>.ckpt.")]
 
 
+@dataclass(frozen=True)
+class MixDefaults:
+    """The ``--mix-*`` options' defaults (one place: ``train-links`` declares them, :func:`parse_mixture` tells a
+    set option from them)."""
+
+    nq_docs: str = "5-20"
+    kv_docs: int = 10
+    pool: int = 0
+    long_passages: str = "5-15"
+    retentions: str = "0.4,0.6,0.8"
+    kv_answer: str = "value"
+
+
+MIX = MixDefaults()
+
+
 def _span(name: str, text: str) -> tuple[int, int]:
     lo, _, hi = text.partition("-")
     if not (lo.strip().isdigit() and hi.strip().isdigit()) or not 1 <= int(lo) <= int(hi):
@@ -51,13 +68,13 @@ def _span(name: str, text: str) -> tuple[int, int]:
 
 
 def parse_mixture(mixture: str | None, nq_docs: str, kv_docs: int, pool: int, long_passages: str,
-                  retentions: str, docs: int, kv_answer: str = "value"):
+                  retentions: str, docs: int, kv_answer: str = MIX.kv_answer):
     """The :class:`training.mixture.Mixture` of the options (None without ``--mixture``); or exit, also when a
     ``--mix-*`` option is set without ``--mixture`` (it would do nothing)."""
     if mixture is None:
-        given = {"--mix-nq-docs": nq_docs != "5-20", "--mix-kv-docs": kv_docs != 10, "--mix-pool": pool != 0,
-                 "--mix-long-passages": long_passages != "5-15", "--mix-retentions": retentions != "0.4,0.6,0.8",
-                 "--mix-kv-answer": kv_answer != "value"}
+        given = {"--mix-nq-docs": nq_docs != MIX.nq_docs, "--mix-kv-docs": kv_docs != MIX.kv_docs,
+                 "--mix-pool": pool != MIX.pool, "--mix-long-passages": long_passages != MIX.long_passages,
+                 "--mix-retentions": retentions != MIX.retentions, "--mix-kv-answer": kv_answer != MIX.kv_answer}
         if names := [name for name, set_ in given.items() if set_]:
             fail(f"{', '.join(names)} set without --mixture: the mix options shape a task mixture only")
         return None
