@@ -18,6 +18,7 @@ from cli.common import (console, fail, fetch_default_model, make_engine, make_se
 from cli.documents import read_documents
 from cli.explain import RecomputeOpt, RetentionOpt, checked_recompute, checked_retention
 from kvlink_rag.settings import DEFAULT_MODEL
+from store.lmdb_env import StoreBusyError
 
 app = typer.Typer()
 
@@ -227,7 +228,11 @@ def _ingest_direct(docs: list[dict], tenant: str, precompute: bool) -> list[dict
             make_engine(settings, runtime=runtime)  # the documents' engine; one LMDB environment per process
             with progress_bar("precomputing", len(todo)) as bar, results_only_stdout():
                 for rec in todo:
-                    done = documents.precompute_or_fail(tenant, rec.doc_id, rec.version)
+                    try:
+                        done = documents.precompute_or_fail(tenant, rec.doc_id, rec.version)
+                    except StoreBusyError as e:  # transient: the document stays queued, the rest go on
+                        console.print(f"[yellow]{rec.doc_id}: left queued, {e}[/yellow]")
+                        continue
                     if done.status == "failed":
                         console.print(f"[yellow]{rec.doc_id}: {done.error}[/yellow]")
                     bar.advance()

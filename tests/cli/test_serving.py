@@ -147,3 +147,26 @@ def test_ingest_prints_ids_on_stdout_and_its_summary_on_stderr(tmp_path, env):
     assert result.exit_code == 0, result.output
     assert result.stdout == "note.txt\n"
     assert "1 document: 1 new or changed, 0 unchanged, 0 with near-duplicates" in result.stderr
+
+
+def test_ingest_leaves_a_document_the_busy_store_refused_queued_and_goes_on(tmp_path, env, monkeypatch):
+    from service.documents import DocumentService
+    from store.lmdb_env import StoreBusyError
+
+    real, done = DocumentService.precompute_or_fail, []
+
+    def busy_for_tide(self, tenant, doc_id, version):
+        if doc_id == "tide":
+            raise StoreBusyError("no room for k: pid 7 reads a snapshot older than the space freed")
+        outcome = real(self, tenant, doc_id, version)
+        done.append((doc_id, outcome.status))
+        return outcome
+
+    monkeypatch.setattr(DocumentService, "precompute_or_fail", busy_for_tide)
+    lines = tmp_path / "docs.jsonl"
+    lines.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in
+                               (("tide", "High tide is at six."), ("ferry", "Ferries leave at noon."))) + "\n")
+    result = runner.invoke(app, ["ingest", str(lines)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "tide: left queued, no room for k: pid 7" in result.output
+    assert done == [("ferry", "ready")]  # the batch went on past the busy one
