@@ -116,15 +116,18 @@ class LmdbEnv:
                     return
             self._adopt_foreign_resize()
 
-    def write(self, fn: Callable[[lmdb.Transaction], T], reclaim: bool = True) -> T:
+    def write(self, fn: Callable[[lmdb.Transaction], T], reclaim: bool = True, reclaim_bytes: int | None = None,
+              what: str = "this write") -> T:
         """Run ``fn(txn)`` in one write transaction and commit it; atomic.
 
         ``fn`` may be re-run (after the map grew or space was reclaimed), so it must not have side
-        effects outside ``txn``, and must not itself call :meth:`write`.
+        effects outside ``txn``, and must not itself call :meth:`write`. When the map cannot grow and ``reclaim``,
+        a killed process's reader slot is dropped first, then the reclaimers free ``reclaim_bytes`` (default a
+        16th of the map) a round until it fits, while no reader pins what they freed (:meth:`pinned`).
 
         Raises:
             StoreFullError: the write does not fit even at ``max_map_size`` after reclaiming; StoreBusyError: a
-                reader older than the reclaim holds the space it freed (:meth:`pinned`).
+                reader older than the reclaim holds the space it freed (the message names ``what``).
         """
         evicted_at = None  # the last transaction after this write's reclaimers freed space
         while True:
@@ -135,9 +138,11 @@ class LmdbEnv:
             if outcome == "resized":
                 self._adopt_foreign_resize()
                 continue
-            if outcome == "grown" or (reclaim and self.pinned(evicted_at, "this write")):
+            if outcome == "grown" or (reclaim and evicted_at is None and self.env.reader_check() > 0):
+                continue  # grown; or a killed process's reader slot pinned freed pages: retry before reclaiming
+            if reclaim and self.pinned(evicted_at, what):
                 continue
-            if reclaim and self._reclaim(self.map_size // 16):
+            if reclaim and self._reclaim(reclaim_bytes or self.map_size // 16):
                 evicted_at = self.last_txnid
                 continue
             raise StoreFullError(f"LMDB map at {self.path} is full ({self.map_size} bytes, max {self.max_map_size})")
@@ -189,11 +194,8 @@ class LmdbEnv:
     def pinned(self, evicted_at: int | None, what: str) -> bool:
         """After space was freed up to transaction ``evicted_at`` and a write still did not fit: True when a reader
         older than that held the space and ended within ``PINNED_WAIT_S`` (retry as is), False when none did or
-        nothing was freed yet (free more: the free space is fragmented).
-
-        Raises:
-            StoreBusyError: that reader is still open (evicting more would free only pages it pins too; a put
-                once evicted every document of a full store so and still failed).
+        nothing was freed yet (free more: the free space is fragmented). Raises StoreBusyError while that reader is
+        open (evicting more would free only pages it pins too: a put once emptied a full store so, still failing).
         """
         if evicted_at is None or not readers_before(self.env, evicted_at):
             return False

@@ -75,7 +75,7 @@ class LmdbBlobStore(BlobStore):
 
         Raises:
             ValueError: invalid key. StoreFullError: it does not fit after evicting every other document;
-                StoreBusyError: a reader older than its eviction holds the space (:meth:`LmdbEnv.pinned`).
+                StoreBusyError: a reader older than its eviction holds the space (:meth:`LmdbEnv.write`).
         """
         kraw = check_key(key)
         nbytes = record.meta["nbytes"]
@@ -87,22 +87,10 @@ class LmdbBlobStore(BlobStore):
             records.put_record(txn, self._db, key, record)
             self.access.record(txn, kraw, nbytes)
 
-        evicted_at = None  # the last transaction after this put evicted documents
-        while True:
-            try:
-                self.env.write(write, reclaim=False)
-                self.access.forget(kraw)
-                self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
-                return nbytes
-            except StoreFullError:
-                if evicted_at is None and self.env.env.reader_check() > 0:
-                    continue  # a killed process's reader slot pinned freed pages: retry before evicting
-                if self.env.pinned(evicted_at, key):  # raises StoreBusyError while an older reader holds it
-                    continue
-                if self.evict(int(nbytes * 1.25) + (1 << 16)) <= 0:
-                    raise
-                evicted_at = self.env.last_txnid
-                self.env.settle()
+        self.env.write(write, reclaim_bytes=int(nbytes * 1.25) + (1 << 16), what=key)  # evicts (the reclaimer)
+        self.access.forget(kraw)
+        self.cache_events.stored("local", key, len(record.ids) // 8, nbytes)
+        return nbytes
 
     def delete(self, key: str) -> bool:
         """Remove the record of ``key``; True if it existed."""
