@@ -27,10 +27,11 @@ class BusyReason(str):
 
 
 def too_large_reason(kv: DocumentKV, error: StoreFullError) -> str:
-    """Why a document's cache is not stored, for logs and the document's ``failed`` status."""
+    """Why a document's cache is not stored, for logs and the document's ``failed`` status (a :class:`BusyReason`
+    when a later write can store it)."""
     if isinstance(error, StoreBusyError):
-        return (f"the document store is full and the space freed for its KV cache is still read ({error}); "
-                "queries encode it on the spot until a later write stores it")
+        return BusyReason(f"the document store is full and the space freed for its KV cache is still read ({error}); "
+                          "queries encode it on the spot until a later write stores it")
     return (f"its KV cache ({kv.nbytes} bytes) does not fit the document store ({error}); queries encode it "
             "on the spot, uncached; raise KVLINK_RAG_STORE_MAX_BYTES to cache it")
 
@@ -169,7 +170,6 @@ class StoreCache(DocumentCache):
             self.write(key, kv)
         except StoreFullError as e:
             reason = too_large_reason(kv, e)
-            reason = BusyReason(reason) if isinstance(e, StoreBusyError) else reason
             log.warning("document %s not cached: %s", key[:24], reason)
             self.tiered.put(key, kv, self.tenant)
             return reason
