@@ -107,8 +107,8 @@ class QueryIn(Sampling):
     k: LinkK | None = None
     adapter: str | None = Field(None, max_length=64,
                                 description="'default' (the loaded link tokens and query-side adapter), 'none' "
-                                "(adapter off) or the name of an artifact in $KVLINK_RAG_HOME/links "
-                                "(GET /v1/adapters).")
+                                "(adapter off), a bundled adapter ('lookup': exact lookups such as key-value retrieval) or the "
+                                "name of an artifact in $KVLINK_RAG_HOME/links (GET /v1/adapters).")
     mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
                                             "'full' (full prefill of the same prompt, for comparison: cold, no cache "
                                             "or prefix tree used, cached_tokens 0, every cache_hit false, "

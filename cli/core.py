@@ -45,7 +45,8 @@ def ask(
     top_p: Annotated[Optional[float], typer.Option()] = None,
     seed: Annotated[Optional[int], typer.Option(min=0, max=2**64 - 1, help="Sampling seed (with --temperature "
                                                 ">= 1e-5); without one, sampling is nondeterministic.")] = None,
-    adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
+    adapter: Annotated[Optional[str], typer.Option(help="default, none, lookup (bundled: exact "
+                                                   "lookups such as key-value retrieval) or a named adapter in "
                                                    "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
     compare: Annotated[bool, typer.Option("--full/--no-full", help="Also answer with full prefill, for comparison "
                                           "(slow on long documents).")] = True,

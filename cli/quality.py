@@ -143,13 +143,16 @@ def _eval_reports(summary: dict, rows: list[dict], plot: Path | None, retention:
 
 
 def _artifact_path(settings: Settings, path: Path) -> Path:
-    """``path``, or the named adapter ``$KVLINK_RAG_HOME/links/NAME.safetensors`` when ``path`` is a name."""
+    """``path``, or the named adapter when ``path`` is a name: ``$KVLINK_RAG_HOME/links/NAME.safetensors``, else
+    the package's bundled adapter of that name (its model is checked when it loads)."""
     if path.exists() or path.suffix == ".safetensors":
         return path
-    from kvlink_rag.adapter_registry import adapter_path
+    from kvlink_rag.adapter_registry import adapter_path, find_adapter
+    from kvlink_rag.linking.link_tokens import BUNDLED
 
     try:
-        return adapter_path(settings.links_dir, str(path))
+        bundled = {p.stem: p for p in BUNDLED.glob("*.safetensors")}
+        return find_adapter(settings.links_dir, str(path), bundled) or adapter_path(settings.links_dir, str(path))
     except ValueError as e:
         fail(str(e))
 

@@ -164,7 +164,8 @@ def query(question: Annotated[str, typer.Argument(help="The question.")],
           doc_id: Annotated[list[str], typer.Option("--doc-id", help="Use this document; repeat for several.")] = [],
           url: UrlOpt = None, api_key: KeyOpt = None, tenant: TenantOpt = "default",
           max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
-          adapter: Annotated[Optional[str], typer.Option(help="default, none, or a named adapter in "
+          adapter: Annotated[Optional[str], typer.Option(help="default, none, lookup (bundled: exact "
+                                                         "lookups such as key-value retrieval) or a named adapter in "
                                                          "$KVLINK_RAG_HOME/links (train-links --name).")] = None,
           retention: RetentionOpt = None, recompute_ratio: RecomputeOpt = None,
           explain: Annotated[bool, typer.Option("--explain", help="Also show each document's share of the answer's "

@@ -1,5 +1,6 @@
 """Named query-side adapters: link-token artifacts (embeddings ``[K, hidden]`` + optional LoRA) kept as
-``$KVLINK_RAG_HOME/links/<name>.safetensors`` and chosen per query.
+``$KVLINK_RAG_HOME/links/<name>.safetensors`` or shipped with the package for its model
+(``kvlink_rag/assets/adapters/<name>.safetensors``; a user's file of the same name wins), chosen per query.
 
 Documents are encoded by the base model and their cache key does not include the adapter, so one store
 serves every adapter and switching adapters never re-encodes a document (issue 7). ``default`` is the
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
-from .linking.link_tokens import LinkTokens, load_link_tokens
+from .linking.link_tokens import LinkTokens, bundled_adapters, load_link_tokens
 from .model.lora import remove_lora
 from .reuse.doc_side import check_query_side
 
@@ -50,10 +51,19 @@ def adapter_path(links_dir: Path, name: str) -> Path:
     return Path(links_dir) / f"{check_name(name)}.safetensors"
 
 
-def adapter_names(links_dir: Path) -> list[str]:
-    """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir``, sorted."""
-    found = sorted(p.stem for p in Path(links_dir).glob("*.safetensors") if _NAME.match(p.stem) and p.stem not in RESERVED)
-    return [*RESERVED, *found]
+def adapter_names(links_dir: Path, bundled: dict[str, Path] | None = None) -> list[str]:
+    """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted."""
+    own = {p.stem for p in Path(links_dir).glob("*.safetensors") if _NAME.match(p.stem) and p.stem not in RESERVED}
+    return [*RESERVED, *sorted(own | {n for n in bundled or {} if _NAME.match(n) and n not in RESERVED})]
+
+
+def find_adapter(links_dir: Path, name: str, bundled: dict[str, Path] | None = None) -> Path | None:
+    """The file a query naming ``name`` uses: ``links_dir/<name>.safetensors`` when it exists, else the bundled
+    adapter of that name, else None. Raises ValueError for an invalid name."""
+    own = adapter_path(links_dir, name)
+    if own.is_file():
+        return own
+    return (bundled or {}).get(name)
 
 
 @dataclass
@@ -76,14 +86,17 @@ class AdapterVariants:
     Args:
         engine: the default engine (its settings' ``links_dir`` unless ``links_dir`` is given).
         max_loaded: named adapters resident at once (``KVLINK_RAG_MAX_LOADED_ADAPTERS``; at least 1).
+        bundled: the package's adapters by name (default: those shipped for the engine's model).
 
     :meth:`get` injects and deletes LoRAs in the shared model: call it under the lock that serialises
     model calls, and use the engine it returns before releasing that lock (a later :meth:`get` may evict
     it). :meth:`check` only reads the file and may be called anywhere.
     """
 
-    def __init__(self, engine: Engine, links_dir: Path | None = None, max_loaded: int | None = None):
+    def __init__(self, engine: Engine, links_dir: Path | None = None, max_loaded: int | None = None,
+                 bundled: dict[str, Path] | None = None):
         self.engine = engine
+        self.bundled = bundled if bundled is not None else bundled_adapters(engine.lm.fingerprint)
         self.links_dir = Path(links_dir) if links_dir is not None else engine.settings.links_dir
         limit = max_loaded if max_loaded is not None else engine.settings.max_loaded_adapters
         self.max_loaded = max(1, int(limit))
@@ -93,14 +106,14 @@ class AdapterVariants:
         self._lock = threading.Lock()
 
     def names(self) -> list[str]:
-        return adapter_names(self.links_dir)
+        return adapter_names(self.links_dir, self.bundled)
 
     def _file(self, name: str) -> tuple[Path, Signature]:
         """The artifact's path and signature (inode, mtime, ctime, size: any rewrite, in place or by
         rename, changes it). Raises UnknownAdapter."""
         try:
-            path = adapter_path(self.links_dir, name)
-            st = path.stat() if path.is_file() else None
+            path = find_adapter(self.links_dir, name, self.bundled)
+            st = path.stat() if path is not None and path.is_file() else None
         except (ValueError, OSError):
             st = None
         if st is None:

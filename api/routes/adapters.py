@@ -13,7 +13,8 @@ router = APIRouter(tags=["adapters"], responses=error_responses(401, 503))
 @router.get("/v1/adapters")
 def list_adapters(queries: QueriesDep, tenant: TenantDep) -> dict:
     """``{"adapters": [names], "default": {"k", "trained", "lora"}}``; named artifacts live in
-    ``$KVLINK_RAG_HOME/links/<name>.safetensors`` (``kvlink-rag train-links --name NAME`` writes one)."""
+    ``$KVLINK_RAG_HOME/links/<name>.safetensors`` (``kvlink-rag train-links --name NAME`` writes one) or come
+    with the package for its model (``lookup`` for the default model)."""
     lt = queries.engine.link_tokens
     return {"adapters": queries.variants.names(),
             "default": {"k": lt.k if lt is not None else 0,

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from ..model.loader import LoadedModel
 
 LORA_PREFIX = "lora."
 ASSETS = Path(__file__).parent.parent / "assets"  # kvlink_rag/assets (package data)
+BUNDLED = ASSETS / "adapters"  # named adapters shipped with the package: <name>.safetensors
 
 
 class LinkTokensMismatch(ValueError):
@@ -164,3 +165,19 @@ def shipped_link_tokens(lm: LoadedModel) -> LinkTokens | None:
             if (f.metadata() or {}).get("model_fingerprint") == lm.fingerprint:
                 return load_link_tokens(path, lm)
     return None
+
+
+def bundled_adapters(fingerprint: str, folder: Path = BUNDLED) -> dict[str, Path]:
+    """The named adapters shipped in ``folder`` (``kvlink_rag/assets/adapters/<name>.safetensors``) that were
+    made for the model with ``fingerprint``, by name. Files for other models, and unreadable ones, are
+    skipped: a bundled adapter is offered only where it loads.
+    """
+    found = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                if (f.metadata() or {}).get("model_fingerprint") == fingerprint:
+                    found[path.stem] = path
+        except (OSError, SafetensorError):  # unreadable or not safetensors: not offered
+            continue
+    return found

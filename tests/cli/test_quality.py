@@ -125,6 +125,21 @@ def test_bad_adapter_names_are_clear_errors(tmp_path):
     assert code == 2 and "'none' is reserved" in output
 
 
+def test_eval_adapter_names_resolve_to_the_users_file_then_the_bundled_one(tmp_path):
+    from pathlib import Path
+
+    from cli.quality import _artifact_path
+    from kvlink_rag.linking.link_tokens import BUNDLED
+    from service.settings import Settings
+
+    settings = Settings(home=tmp_path)
+    assert _artifact_path(settings, Path("lookup")) == BUNDLED / "lookup.safetensors"
+    assert _artifact_path(settings, Path("mine")) == settings.links_dir / "mine.safetensors"  # a missing name: its path
+    settings.links_dir.mkdir(parents=True)
+    (settings.links_dir / "lookup.safetensors").write_bytes(b"")
+    assert _artifact_path(settings, Path("lookup")) == settings.links_dir / "lookup.safetensors"
+
+
 def test_eval_start_outside_the_questions_is_a_one_line_error():
     if not NQ_PATH.exists():
         pytest.skip(f"{NQ_PATH} not present")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from factories import save_adapter, tiny_text_engine
-from kvlink_rag.adapter_registry import AdapterVariants, UnknownAdapter, adapter_names, check_name
-from kvlink_rag.linking.link_tokens import LinkTokensMismatch
+from kvlink_rag.adapter_registry import AdapterVariants, UnknownAdapter, adapter_names, check_name, find_adapter
+from kvlink_rag.linking.link_tokens import LinkTokensMismatch, bundled_adapters
 from kvlink_rag.types import Document
 
 
@@ -91,3 +91,35 @@ def test_resident_adapters_are_bounded_and_a_rewritten_file_replaces_its_copy(tm
         assert variants.get("n5").link_tokens.k == k
         assert len(resident()) == 2 and variants.loaded() == ["n0", "n5"]
     assert variants.get("default") is engine and base <= engine.lm.adapters
+
+
+def test_bundled_adapters_are_offered_for_their_model_and_a_users_file_of_the_name_wins(tmp_path):
+    engine = tiny_text_engine(tmp_path, kv_dtype="float32")
+    shipped, links = tmp_path / "shipped", tmp_path / "links"
+    save_adapter(engine, shipped, "lookup", seed=3)
+    save_adapter(engine, shipped, "foreign", fingerprint="f" * 64)  # another model's: not offered
+    (shipped / "broken.safetensors").write_bytes(b"not safetensors")  # unreadable: not offered
+    bundled = bundled_adapters(engine.lm.fingerprint, shipped)
+    assert bundled == {"lookup": shipped / "lookup.safetensors"}
+    variants = AdapterVariants(engine, links, bundled=bundled)
+    assert variants.names() == ["default", "none", "lookup"]
+    assert find_adapter(links, "lookup", bundled) == shipped / "lookup.safetensors"
+    docs = [Document("The lamp at Skerry Point was kept by Ada Quill.")]
+
+    def logits(name):
+        ctx, _ = variants.get(name).link_context("Who kept the lamp?", docs)
+        return ctx.last_logits
+
+    from_package = logits("lookup")
+    assert variants.get("lookup").link_tokens.k == 3 and not torch.allclose(from_package, logits("none"))
+    own = save_adapter(engine, links, "lookup", k=4, seed=4)  # the user's file of the same name replaces it
+    assert find_adapter(links, "lookup", bundled) == own
+    assert variants.get("lookup").link_tokens.k == 4 and not torch.allclose(logits("lookup"), from_package)
+    assert variants.names() == ["default", "none", "lookup"]
+    with pytest.raises(UnknownAdapter, match="available: default, none, lookup"):
+        variants.get("foreign")
+
+
+def test_the_package_offers_no_bundled_adapter_to_another_model(tmp_path):
+    engine = tiny_text_engine(tmp_path)
+    assert AdapterVariants(engine, tmp_path / "links").names() == ["default", "none"]

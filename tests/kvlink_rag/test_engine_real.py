@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -129,3 +131,23 @@ def test_linked_answer_over_a_coverage_note_and_an_exclusions_faq_quotes_the_cov
     answer = engine.answer("What does the warranty cover?", [WARRANTY, FAQ]).text.strip().lower()
     assert answer and answer.rstrip(".") in WARRANTY.text.lower()
     assert not any(x in answer for x in ("limescale", "dropping", "voltage", "scratches", "commercial"))
+
+
+def test_the_bundled_lookup_adapter_is_offered_and_answers_lookups_in_its_own_form(tmp_path):
+    """``lookup`` (kvlink_rag/assets/adapters) was trained on key-value retrieval with sentence targets: per query
+    it answers "The corresponding value is <value>", where the default artifact answers a bare UUID."""
+    from kvlink_rag.adapter_registry import AdapterVariants
+    from training.kv_retrieval import make_example
+
+    variants = AdapterVariants(real_engine(tmp_path))
+    assert variants.names() == ["default", "none", "lookup"]
+    assert variants.get("lookup").link_tokens.metadata["train_config"]["mixture"]["kv_answer"] == "sentence"
+    for i in (1, 5):
+        ex = make_example(i, 3, seed=0)
+        docs = [ex.gold, *ex.distractors]
+        values = {v for d in docs for v in json.loads(d.text).values()}
+        plain = variants.get("default").answer(ex.question, docs, max_new_tokens=40).text
+        lookup = variants.get("lookup").answer(ex.question, docs, max_new_tokens=40).text
+        assert not plain.startswith("The corresponding value is")
+        assert lookup.startswith("The corresponding value is ")
+        assert lookup.removeprefix("The corresponding value is ").rstrip(".") in values
