@@ -88,6 +88,12 @@ class Sampling(GenerationFields):
                     seed=self.seed, **self.generation())
 
 
+AdapterName = Annotated[str, Field(max_length=64, description="'default' (the loaded link tokens and query-side "
+                                   "adapter), 'none' (adapter off), a bundled adapter ('lookup': exact lookups such as "
+                                   "key-value retrieval) or the name of an artifact in $KVLINK_RAG_HOME/links "
+                                   "(GET /v1/adapters).")]
+
+
 class QueryIn(Sampling):
     """A question over named documents (``document_ids``) or the ``top_k`` best BM25 matches.
 
@@ -105,10 +111,7 @@ class QueryIn(Sampling):
     top_k: TopK | None = None
     stream: bool = False
     k: LinkK | None = None
-    adapter: str | None = Field(None, max_length=64,
-                                description="'default' (the loaded link tokens and query-side adapter), 'none' "
-                                "(adapter off), a bundled adapter ('lookup': exact lookups such as key-value retrieval) or the "
-                                "name of an artifact in $KVLINK_RAG_HOME/links (GET /v1/adapters).")
+    adapter: AdapterName | None = None
     mode: Literal["linked", "full"] = Field("linked", description="'linked' (cached document KV re-linked) or "
                                             "'full' (full prefill of the same prompt, for comparison: cold, no cache "
                                             "or prefix tree used, cached_tokens 0, every cache_hit false, "
@@ -227,6 +230,8 @@ class ChatIn(ChatOutputFields, OpenAIFields):
     document_ids: DocIds | None = None
     top_k: TopK | None = None
     k: LinkK | None = None
+    adapter: AdapterName | None = Field(None, description="As /v1/query's; without it, a ``model`` naming an adapter "
+                                        "(GET /v1/models lists them, vLLM's LoRA convention) picks that adapter.")
     retention: Retention | None = None
     explain: Explain = False
     attribution: AttributionField | None = None

@@ -120,6 +120,10 @@ class AdapterVariants:
             raise UnknownAdapter(f"unknown adapter {name!r}; available: {', '.join(self.names())}")
         return path, (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
+    def path(self, name: str) -> Path:
+        """The artifact file a query naming ``name`` reads. Raises UnknownAdapter."""
+        return self._file(name)[0]
+
     def _artifact(self, name: str, path: Path, signature: Signature) -> LinkTokens:
         """The link tokens of one version of a file (a few recent versions are memoised)."""
         key = (name, signature)

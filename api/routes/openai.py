@@ -14,7 +14,9 @@ then ``data: [DONE]``. The stream starts once the first token is there: a refusa
 503 with ``Retry-After``; a conversation longer than the context: 422) is an HTTP error response, as
 without ``stream``. ``logprobs`` / ``top_logprobs`` (raw model log-softmax, vLLM's default) and
 ``response_format`` (``json_object``, ``json_schema``; vLLM's ``guided_json``: grammar-constrained decoding)
-are :mod:`api.output_fields`.
+are :mod:`api.output_fields`. A ``model`` naming a query-side adapter (``GET /v1/models`` lists them, each with
+``parent`` the served model: vLLM's convention for LoRA adapters) answers with it, as the ``adapter`` field does;
+any other ``model`` is the served model.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
 
     turns = chat_turns((m.role, m.text()) for m in body.messages)
     spec = body.response_spec()
+    named = body.model not in (None, MODEL_ID) and body.model in _adapter_models(queries)
+    adapter = body.adapter or (body.model if named else None)
 
     def plan_it():
-        p = queries.plan_chat(tenant, turns, body.document_ids, body.top_k, body.k, retention=body.retention,
+        p = queries.plan_chat(tenant, turns, body.document_ids, body.top_k, body.k, adapter, retention=body.retention,
                               explain=body.explain, attribution=body.attribution,
                               recompute_ratio=body.recompute_ratio,
                               cutoff=(body.min_relative_score, body.min_score), **body.sampling())
@@ -76,12 +80,19 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
             "usage": n_usage(results), "kvlink": extras(results[0])}
 
 
+def _adapter_models(queries) -> list[str]:
+    """The named adapters a ``model`` may name (``default`` and ``none`` are the served model)."""
+    return [n for n in queries.variants.names() if n not in ("default", "none")]
+
+
 @router.get("/models")
-async def models(state: StateDep, tenant: TenantDep) -> dict:
-    """The one served model (OpenAI ``models.list``); ``root`` is the served checkpoint's folder (as vLLM's),
+async def models(state: StateDep, queries: QueriesDep, tenant: TenantDep) -> dict:
+    """The served model (OpenAI ``models.list``); ``root`` is the served checkpoint's folder (as vLLM's),
     which also holds its tokenizer: a client that needs one (guidellm's ``--processor``) can load it from there;
-    ``max_model_len`` is the model's context."""
+    ``max_model_len`` is the model's context. Then each named query-side adapter as a model with ``parent`` the
+    served model and ``root`` its artifact (vLLM lists LoRA adapters so); ``model`` in a chat request picks it."""
     lm = state.engine.lm
     root = getattr(lm.tokenizer, "name_or_path", "") or state.settings.model
-    return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": int(state.started),
-                                        "owned_by": "kvlink-rag", "root": root, "max_model_len": lm.max_positions}]}
+    entry = {"object": "model", "created": int(state.started), "owned_by": "kvlink-rag", "max_model_len": lm.max_positions}
+    adapters = [{"id": n, **entry, "root": str(queries.variants.path(n)), "parent": MODEL_ID} for n in _adapter_models(queries)]
+    return {"object": "list", "data": [{"id": MODEL_ID, **entry, "root": root}, *adapters]}

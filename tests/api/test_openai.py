@@ -120,3 +120,32 @@ def test_a_multi_turn_chat_prefills_only_its_new_message_and_bad_lists_are_refus
     for message, messages in bad.items():
         r = server.http.post("/v1/chat/completions", json={"messages": messages, "document_ids": ["volcano"]})
         assert r.status_code == 422 and message in r.json()["error"]["message"], (message, r.text)
+
+
+def test_a_model_naming_an_adapter_answers_with_it_and_models_lists_the_adapters(tmp_path, tiny_engine, fixture_docs):
+    from factories import save_adapter
+
+    links = tmp_path / "home" / "links"
+    path = save_adapter(tiny_engine, links, "tenant-a", seed=3)
+    app = create_app(service_settings(tmp_path / "home"), tiny_engine)
+    with LiveServer(app) as srv, httpx.Client(base_url=srv.url) as http:
+        http.post("/v1/documents", json={"documents": fixture_docs})
+        wait_ready(http, "volcano", headers=None)
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0)
+        listed = {m.id: m for m in client.models.list().data}
+        assert list(listed) == ["kvlink-rag", "tenant-a"]
+        assert listed["tenant-a"].model_extra["parent"] == "kvlink-rag" and listed["tenant-a"].model_extra["root"] == str(path)
+        ask = {"question": "Which volcano has a lava lake?", "document_ids": ["volcano"], "max_new_tokens": 4,
+               "ignore_eos": True}
+
+        def chat(model, **extra):
+            return client.chat.completions.create(model=model, max_tokens=4, messages=[{"role": "user", "content": ask["question"]}],
+                                                  extra_body={"document_ids": ["volcano"], "ignore_eos": True, **extra})
+
+        query = http.post("/v1/query", json={**ask, "adapter": "tenant-a"}).json()["answer"]
+        default = http.post("/v1/query", json=ask).json()["answer"]
+        assert query != default and chat("tenant-a").choices[0].message.content == query
+        assert chat("kvlink-rag", adapter="tenant-a").choices[0].message.content == query
+        assert chat("kvlink-rag").choices[0].message.content == chat("gpt-4o").choices[0].message.content == default
+        with pytest.raises(openai.NotFoundError, match="unknown adapter 'nope'"):
+            chat("kvlink-rag", adapter="nope")
