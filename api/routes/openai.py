@@ -94,5 +94,10 @@ async def models(state: StateDep, queries: QueriesDep, tenant: TenantDep) -> dic
     lm = state.engine.lm
     root = getattr(lm.tokenizer, "name_or_path", "") or state.settings.model
     entry = {"object": "model", "created": int(state.started), "owned_by": "kvlink-rag", "max_model_len": lm.max_positions}
-    adapters = [{"id": n, **entry, "root": str(queries.variants.path(n)), "parent": MODEL_ID} for n in _adapter_models(queries)]
-    return {"object": "list", "data": [{"id": MODEL_ID, **entry, "root": root}, *adapters]}
+    data = [{"id": MODEL_ID, **entry, "root": root}]
+    for name in _adapter_models(queries):
+        try:
+            data.append({"id": name, **entry, "root": str(queries.variants.path(name)), "parent": MODEL_ID})
+        except KeyError:  # UnknownAdapter: its file went away since the listing
+            continue
+    return {"object": "list", "data": data}
