@@ -118,8 +118,8 @@ def retention_variants(wanted: list[str], retention: str | None, methods: str, e
     """Mode label -> (mode, :class:`training.eval.Retention` or None): each linked mode at every retention and
     method (r=1 once), or the modes as they are without ``--retention``; with ``explain`` also each linked mode
     explained at r=1 (``"<mode> r=1 explain"``); or exit on a bad value."""
-    from kvlink_rag.retention import METHODS, check_retention
-    from training.eval import Retention
+    from kvlink_rag.bounds import METHODS, check_retention
+    from training.modes import Retention
 
     if explain:
         retention = retention or "1"

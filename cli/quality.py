@@ -80,8 +80,8 @@ def eval_cmd(
     options = dict(locals())  # the command's arguments, recorded in --json's settings
     wanted, positions = eval_choices(modes, gold_position, links, adapter)
     sizes, max_new_tokens = chunk_sizes(task, chunk_tokens), new_tokens(task, max_new_tokens)
-    examples, build, metric, title = task_examples(task, data, n, docs, pairs_per_doc, seed)  # before torch loads
     variants = with_blend_ratios(retention_variants(wanted, retention, retention_methods, explain), recompute_ratio)
+    examples, build, metric, title = task_examples(task, data, n, docs, pairs_per_doc, seed)  # before torch loads
     from training.eval import evaluate, position_for, summarise
     n = min(n, len(examples))
     build, recall = retrieving(task, retrieve, (min_relative_score, min_score), build, examples, n, start, docs, positions, seed)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 
+METHODS = ("importance", "random", "recency")
+"""Which tokens a retention below 1 keeps (:mod:`kvlink_rag.retention`)."""
+
 
 def check_retention(r: float) -> float:
     """``r`` as a float when ``0 < r <= 1``.

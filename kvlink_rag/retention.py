@@ -22,10 +22,9 @@ import math
 
 import torch
 
-from .bounds import check_retention  # noqa: F401 - re-exported: callers import it from here
+from .bounds import METHODS, check_retention  # noqa: F401 - re-exported: callers import them from here
 
 SINK_TOKENS = 4
-METHODS = ("importance", "random", "recency")
 
 
 def kept_count(n: int, r: float) -> int:

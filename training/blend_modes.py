@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .modes import FULL_MODES
+from .modes import FULL_MODES, Retention
 
 
 def blend_label(label: str, mode: str, ratio: float) -> str:
@@ -29,7 +29,7 @@ def parse_ratios(text: str) -> list[float]:
     Raises:
         ValueError: an item is not a number in [0, 1], or the list is empty.
     """
-    from kvlink_rag.reuse.blend import check_recompute_ratio
+    from kvlink_rag.bounds import check_recompute_ratio
 
     ratios = list(dict.fromkeys(check_recompute_ratio(x.strip()) for x in text.split(",") if x.strip()))
     if not ratios:
@@ -41,11 +41,9 @@ def blend_variants(variants: dict, ratios: list[float]) -> dict:
     """Label -> ``(mode, Retention or None)`` with every reuse variant at every ratio (ratio 0: as it is).
 
     Args:
-        variants: label -> ``(mode, training.eval.Retention or None)`` (from the retention options).
+        variants: label -> ``(mode, training.modes.Retention or None)`` (from the retention options).
         ratios: recompute ratios in [0, 1].
     """
-    from .eval import Retention
-
     out: dict = {}
     for label, (mode, ret) in variants.items():
         if mode in FULL_MODES or (ret is not None and ret.explain):

@@ -27,7 +27,7 @@ from kvlink_rag.model.lora import adapter_scope
 from kvlink_rag.text.prompt import encode_user_text
 from kvlink_rag.types import Document
 
-from .modes import EVAL_POSITIONS, FULL_MODES, MODES, ROTATION  # noqa: F401 - re-exported
+from .modes import EVAL_POSITIONS, FULL_MODES, MODES, ROTATION, Retention  # noqa: F401 - re-exported
 
 ROW_FIELDS = frozenset({"index", "gold_position", "mode", "em", "nll", "ttft_s"})
 
@@ -93,18 +93,6 @@ def bootstrap_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[
     n = len(values)
     means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
     return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How much of each document a linked mode keeps: fraction ``r`` (0 < r <= 1) chosen by ``method``
-    (``importance``, ``random`` or ``recency``, see :mod:`kvlink_rag.retention`); ``recompute_ratio``: the
-    fraction of document tokens CacheBlend recomputes (:mod:`kvlink_rag.reuse.blend`, 0 = reuse only)."""
-
-    r: float = 1.0
-    method: str = "importance"
-    explain: bool = False
-    recompute_ratio: float = 0.0
 
 
 def document_bytes(engine: Engine, ctx, n_docs: int) -> float:

@@ -120,6 +120,8 @@ def test_cli_start_up_imports_no_heavy_library():
     (["eval", "--modes", "full,bogus"], "unknown mode"),
     (["eval", "--task", "contrast", "--docs", "1"], "takes --docs 2..49"),  # was checked after torch loaded
     (["eval", "--task", "kv-retrieval", "--docs", "0"], "must be >= 1"),
+    (["eval", "--retention", "2"], "--retention: retention must be in (0, 1]"),  # was checked after the data was read
+    (["eval", "--recompute-ratio", "2"], "--recompute-ratio:"),
     (["train-links", "--steps", "0"], "must be >= 1"),
     (["bench", "--requests", "0"], "--requests must be >= 1"),
 ])
