@@ -22,6 +22,8 @@ from .model.lora import remove_lora
 from .reuse.doc_side import check_query_side
 
 RESERVED = ("default", "none")
+SERVED_MODEL = "kvlink-rag"
+"""The served model's id on the OpenAI routes, where a chat's ``model`` may name an adapter: no adapter takes it."""
 Signature = tuple[int, int, int, int]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -41,7 +43,7 @@ def check_name(name: str) -> str:
     """
     if not _NAME.match(name or "") or name.endswith(".safetensors"):
         raise ValueError(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
-    if name in RESERVED:
+    if name in RESERVED or name == SERVED_MODEL:
         raise ValueError(f"{name!r} is reserved; choose another adapter name")
     return name
 
@@ -52,9 +54,13 @@ def adapter_path(links_dir: Path, name: str) -> Path:
 
 
 def adapter_names(links_dir: Path, bundled: dict[str, Path] | None = None) -> list[str]:
-    """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted."""
-    own = {p.stem for p in Path(links_dir).glob("*.safetensors") if _NAME.match(p.stem) and p.stem not in RESERVED}
-    return [*RESERVED, *sorted(own | {n for n in bundled or {} if _NAME.match(n) and n not in RESERVED})]
+    """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted
+    (``kvlink-rag``, the served model's id, is never an adapter)."""
+    def valid(n: str) -> bool:
+        return bool(_NAME.match(n)) and n not in RESERVED and n != SERVED_MODEL
+
+    own = {p.stem for p in Path(links_dir).glob("*.safetensors") if valid(p.stem)}
+    return [*RESERVED, *sorted(own | {n for n in bundled or {} if valid(n)})]
 
 
 def find_adapter(links_dir: Path, name: str, bundled: dict[str, Path] | None = None) -> Path | None:

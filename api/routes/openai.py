@@ -31,6 +31,7 @@ from api.errors import error_responses
 from api.logprobs_format import LogprobsFormat
 from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, extras, n_usage, stream_response
 from api.schemas import ChatIn
+from service.errors import ServiceError
 from service.query_plan import choice_plans
 from service.structured import add_outputs
 
@@ -52,8 +53,7 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
 
     turns = chat_turns((m.role, m.text()) for m in body.messages)
     spec = body.response_spec()
-    named = body.model not in (None, MODEL_ID) and body.model in _adapter_models(queries)
-    adapter = body.adapter or (body.model if named else None)
+    adapter = _chat_adapter(body, queries)
 
     def plan_it():
         p = queries.plan_chat(tenant, turns, body.document_ids, body.top_k, body.k, adapter, retention=body.retention,
@@ -78,6 +78,19 @@ async def chat_completions(body: ChatIn, tenant: TenantDep, queries: QueriesDep,
                          "finish_reason": r.finish_reason, "logprobs": fmt and fmt.of(r.logprobs or [], i)}
                         for i, r in enumerate(results)],
             "usage": n_usage(results), "kvlink": extras(results[0])}
+
+
+def _chat_adapter(body: ChatIn, queries) -> str | None:
+    """The adapter a chat asks for: its ``adapter`` field, else its ``model`` when that names an adapter.
+
+    Raises:
+        ServiceError: 422 ``adapter_conflict`` when ``model`` names one adapter and ``adapter`` another.
+    """
+    named = body.model if body.model not in (None, MODEL_ID) and body.model in _adapter_models(queries) else None
+    if named is not None and body.adapter is not None and body.adapter != named:
+        raise ServiceError(422, "adapter_conflict", f"model {named!r} is an adapter and adapter is {body.adapter!r}: "
+                           "name the adapter once (model, or adapter with model 'kvlink-rag')")
+    return body.adapter or named
 
 
 def _adapter_models(queries) -> list[str]:

@@ -149,3 +149,6 @@ def test_a_model_naming_an_adapter_answers_with_it_and_models_lists_the_adapters
         assert chat("kvlink-rag").choices[0].message.content == chat("gpt-4o").choices[0].message.content == default
         with pytest.raises(openai.NotFoundError, match="unknown adapter 'nope'"):
             chat("kvlink-rag", adapter="nope")
+        with pytest.raises(openai.UnprocessableEntityError, match="model 'tenant-a' is an adapter and adapter is 'none'"):
+            chat("tenant-a", adapter="none")
+        assert chat("tenant-a", adapter="tenant-a").choices[0].message.content == query

@@ -12,11 +12,12 @@ from kvlink_rag.types import Document
 
 
 def test_names_are_checked_and_listed(tmp_path):
-    for bad in ("", "../x", "a/b", "none", "default", "x" * 65, "-lead"):
+    for bad in ("", "../x", "a/b", "none", "default", "kvlink-rag", "x" * 65, "-lead"):
         with pytest.raises(ValueError):
             check_name(bad)
     (tmp_path / "tenant-a.safetensors").write_bytes(b"")
     (tmp_path / "none.safetensors").write_bytes(b"")  # reserved: not listed as an artifact
+    (tmp_path / "kvlink-rag.safetensors").write_bytes(b"")  # the served model's id on the OpenAI routes: not listed
     (tmp_path / "notes.txt").write_text("x")
     assert adapter_names(tmp_path) == ["default", "none", "tenant-a"]
     assert adapter_names(tmp_path / "missing") == ["default", "none"]
