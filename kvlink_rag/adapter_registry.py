@@ -117,18 +117,23 @@ class AdapterVariants:
     def _file(self, name: str) -> tuple[Path, Signature]:
         """The artifact's path and signature (inode, mtime, ctime, size: any rewrite, in place or by
         rename, changes it). Raises UnknownAdapter."""
+        path = self.path(name)
         try:
-            path = find_adapter(self.links_dir, name, self.bundled)
-            st = path.stat() if path is not None and path.is_file() else None
-        except (ValueError, OSError):
+            st = path.stat() if path is not None else None
+        except OSError:
             st = None
         if st is None:
             raise UnknownAdapter(f"unknown adapter {name!r}; available: {', '.join(self.names())}")
         return path, (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
-    def path(self, name: str) -> Path:
-        """The artifact file a query naming ``name`` reads. Raises UnknownAdapter."""
-        return self._file(name)[0]
+    def path(self, name: str) -> Path | None:
+        """The artifact file a query naming ``name`` reads; None when there is none (an unknown, invalid or
+        reserved name). One lookup, no listing of the folder."""
+        try:
+            path = find_adapter(self.links_dir, name, self.bundled)
+        except ValueError:
+            return None
+        return path if path is not None and path.is_file() else None
 
     def _artifact(self, name: str, path: Path, signature: Signature) -> LinkTokens:
         """The link tokens of one version of a file (a few recent versions are memoised)."""

@@ -86,7 +86,7 @@ def _chat_adapter(body: ChatIn, queries) -> str | None:
     Raises:
         ServiceError: 422 ``adapter_conflict`` when ``model`` names one adapter and ``adapter`` another.
     """
-    named = body.model if body.model not in (None, MODEL_ID) and body.model in _adapter_models(queries) else None
+    named = body.model if body.model not in (None, MODEL_ID) and queries.variants.path(body.model) else None
     if named is not None and body.adapter is not None and body.adapter != named:
         raise ServiceError(422, "adapter_conflict", f"model {named!r} is an adapter and adapter is {body.adapter!r}: "
                            "name the adapter once (model, or adapter with model 'kvlink-rag')")
@@ -109,8 +109,6 @@ async def models(state: StateDep, queries: QueriesDep, tenant: TenantDep) -> dic
     entry = {"object": "model", "created": int(state.started), "owned_by": "kvlink-rag", "max_model_len": lm.max_positions}
     data = [{"id": MODEL_ID, **entry, "root": root}]
     for name in _adapter_models(queries):
-        try:
-            data.append({"id": name, **entry, "root": str(queries.variants.path(name)), "parent": MODEL_ID})
-        except KeyError:  # UnknownAdapter: its file went away since the listing
-            continue
+        if (path := queries.variants.path(name)) is not None:  # None: its file went away since the listing
+            data.append({"id": name, **entry, "root": str(path), "parent": MODEL_ID})
     return {"object": "list", "data": data}
