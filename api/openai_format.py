@@ -15,8 +15,9 @@ from api.errors import stream_error_body
 from api.logprobs_format import LogprobsFormat
 from api.streaming import query_stream, started
 from service.queries import QueryResult
+from service.settings import SERVED_MODEL_ID
 
-MODEL_ID = "kvlink-rag"
+MODEL_ID = SERVED_MODEL_ID  # one id with the adapter names it keeps free (kvlink_rag.adapter_registry)
 SSE_EVENT = {"type": "object", "required": ["data"], "description": "One server-sent event (its data: JSON text).",
              "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
 STREAM_RESPONSE = {200: {"description": "the completion, or with stream=true server-sent events of chunks ending "

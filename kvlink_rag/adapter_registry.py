@@ -20,10 +20,9 @@ from .engine import Engine
 from .linking.link_tokens import LinkTokens, bundled_adapters, load_link_tokens
 from .model.lora import remove_lora
 from .reuse.doc_side import check_query_side
+from .settings import SERVED_MODEL_ID
 
 RESERVED = ("default", "none")
-SERVED_MODEL = "kvlink-rag"
-"""The served model's id on the OpenAI routes, where a chat's ``model`` may name an adapter: no adapter takes it."""
 Signature = tuple[int, int, int, int]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -43,7 +42,7 @@ def check_name(name: str) -> str:
     """
     if not _NAME.match(name or "") or name.endswith(".safetensors"):
         raise ValueError(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
-    if name in RESERVED or name == SERVED_MODEL:
+    if name in RESERVED or name == SERVED_MODEL_ID:
         raise ValueError(f"{name!r} is reserved; choose another adapter name")
     return name
 
@@ -57,7 +56,7 @@ def adapter_names(links_dir: Path, bundled: dict[str, Path] | None = None) -> li
     """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted
     (``kvlink-rag``, the served model's id, is never an adapter)."""
     def valid(n: str) -> bool:
-        return bool(_NAME.match(n)) and n not in RESERVED and n != SERVED_MODEL
+        return bool(_NAME.match(n)) and n not in RESERVED and n != SERVED_MODEL_ID
 
     own = {p.stem for p in Path(links_dir).glob("*.safetensors") if valid(p.stem)}
     return [*RESERVED, *sorted(own | {n for n in bundled or {} if valid(n)})]

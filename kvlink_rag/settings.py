@@ -13,6 +13,9 @@ from pydantic import Field, field_validator, model_validator
 from .home import LayerSettings, registered
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+SERVED_MODEL_ID = "kvlink-rag"
+"""The model id the OpenAI-compatible routes serve (``GET /v1/models``); no named adapter may take it, since a
+chat's ``model`` may name an adapter."""
 KV_DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from kvlink_rag.home import LayerSettings, registered
 from kvlink_rag.runtime.policies import POLICIES
-from kvlink_rag.settings import EngineSettings
+from kvlink_rag.settings import SERVED_MODEL_ID, EngineSettings  # noqa: F401 - re-exported for the API
 from store.settings import StoreSettings
 
 
