@@ -25,9 +25,13 @@ from pathlib import Path
 
 VARIANTS = {"today": {}, "fast-attention": {"fast_attention": True}, "pack": {"pack": True, "own_forward": False},
             "bf16": {"bf16": True}, "bf16+pack": {"bf16": True, "pack": True, "own_forward": False},
-            "pack+own": {"pack": True}, "bf16+pack+own": {"bf16": True, "pack": True}}
+            "pack+own": {"pack": True}, "bf16+pack+own": {"bf16": True, "pack": True},
+            "bf16+pack+own-torch-ew": {"bf16": True, "pack": True}}
 """``pack`` and ``bf16+pack`` run the packed forward through transformers' decoder; ``+own`` through
-:class:`training.train_forward.TrainForward` (the default of ``--pack`` since 2026-12-06)."""
+:class:`training.train_forward.TrainForward` (the default of ``--pack`` since 2026-12-06); ``-torch-ew`` that
+forward with its elementwise steps in torch ops (:mod:`training.elementwise`'s kernels off: the step before
+2026-12-07h)."""
+TORCH_ELEMENTWISE = {"bf16+pack+own-torch-ew"}
 
 
 def _args() -> argparse.Namespace:
@@ -48,7 +52,7 @@ def _engine(device: str):
     return doc_cache_engine(make_settings(5, None, shipped_links=False, importance_scores=False, device=device), False)
 
 
-def _trainer(engine, split, a, extra: dict, root: Path):
+def _trainer(engine, split, a, extra: dict, root: Path, name: str | None = None):
     """A trainer on its own copy of the base model (each variant's adapter apart), sharing the document cache."""
     import dataclasses
 
@@ -60,13 +64,14 @@ def _trainer(engine, split, a, extra: dict, root: Path):
     engine.lm = dataclasses.replace(engine.lm, model=copy.deepcopy(engine.lm.model), adapters=set(), runner=None)
     cfg = TrainConfig(steps=10_000, accumulate=a.accumulate, docs=a.docs, targets=tuple(SHIPPED_TARGETS.split(",")),
                       **extra)
-    return Trainer(engine, split, cfg, root / ("-".join(extra) or "today"))
+    return Trainer(engine, split, cfg, root / (name or "-".join(extra) or "today"))
 
 
 def _paired_bf16(engine, trainer, split, n: int) -> dict:
     """Per-question validation NLL of ``trainer``'s (float32) parameters under the float32 forward, under
     bfloat16 GEMMs (:func:`training.train_model.bf16_gemms`) and under the own bfloat16 forward
-    (:class:`training.train_forward.TrainForward`), each bfloat16 one paired with float32."""
+    (:class:`training.train_forward.TrainForward`, with its elementwise kernels and with torch's ops), each
+    bfloat16 one paired with float32."""
     import torch
 
     from evaluation.nq import build_documents
@@ -88,13 +93,16 @@ def _paired_bf16(engine, trainer, split, n: int) -> dict:
                 bf16_gemms(lm.model, label == "bfloat16"):
             out[label] = [float(example_loss(engine, trainer.link_embeds, ex, docs, trainer.cfg, lm))
                           for ex, docs in questions]
-    with torch.no_grad():
-        out["own-bfloat16"] = [float(packed_loss(lm, engine.prefix, [PackItem(
-            [engine.get_or_encode(d)[0] for d in docs], engine.template.question_ids(lm.tokenizer, ex.question),
-            answer_ids(engine, ex.answers[0], trainer.cfg.max_answer_tokens))], trainer.link_embeds, engine.anchored,
-            own, trainer.adapter)) for ex, docs in questions]
+    torch_ew = TrainForward(engine.lm, torch.bfloat16)
+    torch_ew.ext = None  # the elementwise steps in torch ops (the own forward before 2026-12-07h)
+    for label, forward in (("own-bfloat16", own), ("own-bfloat16-torch-ew", torch_ew)):
+        with torch.no_grad():
+            out[label] = [float(packed_loss(lm, engine.prefix, [PackItem(
+                [engine.get_or_encode(d)[0] for d in docs], engine.template.question_ids(lm.tokenizer, ex.question),
+                answer_ids(engine, ex.answers[0], trainer.cfg.max_answer_tokens))], trainer.link_embeds,
+                engine.anchored, forward, trainer.adapter)) for ex, docs in questions]
     result = {label: statistics.mean(vals) for label, vals in out.items()}
-    for label in ("bfloat16", "own-bfloat16"):
+    for label in ("bfloat16", "own-bfloat16", "own-bfloat16-torch-ew"):
         diffs = [b - a for a, b in zip(out["float32"], out[label])]
         result[f"paired_diff_{label}"] = statistics.mean(diffs)
         result[f"ci95_{label}"] = list(bootstrap_ci(diffs))
@@ -114,7 +122,9 @@ def main() -> None:
     engine, split = _engine(a.device), split_examples(NQ_DEFAULT, 500, 50)
     names = [v for v in a.variants.split(",") if v]
     root = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    trainers = {v: _trainer(engine, split, a, VARIANTS[v], root) for v in names}
+    trainers = {v: _trainer(engine, split, a, VARIANTS[v], root, v) for v in names}
+    for v in TORCH_ELEMENTWISE.intersection(names):
+        trainers[v].train_forward().ext = None
     first = next(iter(trainers.values()))
     docs = [d for i in range((a.steps + 1) * a.accumulate) for d in first.sample(i).docs]
     t0 = time.perf_counter()

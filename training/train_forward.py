@@ -31,6 +31,7 @@ from kvlink_rag.runtime.lora import projection_terms, stacked
 from kvlink_rag.runtime.weights import base_linear, check_silu_mlp, fused_weight
 
 from .cached_attention import RaggedLayout, Workspace, cached_attention
+from .elementwise import elementwise_kernels, rms_norm, silu_mul
 from .frozen_linear import frozen_lora_linear
 
 
@@ -122,6 +123,7 @@ class TrainForward:
         self.head_weight = head.weight.detach().to(dtype)  # [vocab, hidden]
         self.head_bias = None if head.bias is None else head.bias.detach().to(dtype)
         self.workspace = Workspace()  # attention's probabilities and the KV buffers, reused step to step
+        self.ext = elementwise_kernels(dtype, lm.device)  # the MLP's and the norms' kernels, or None: torch ops
 
     def __call__(self, adapter: str | None, embeds: torch.Tensor, position_ids: torch.Tensor,
                  keys: list[torch.Tensor], values: list[torch.Tensor], layout: RaggedLayout) -> torch.Tensor:
@@ -145,13 +147,14 @@ class TrainForward:
         h = embeds.float()
         for i, (layer, k_all, v_all) in enumerate(zip(self.layers, keys, values)):
             h = self._layer(i, layer, adapter, h, cos, sin, k_all, v_all, layout)
-        return F.rms_norm(h, (h.shape[-1],), self.norm, self.eps)
+        return rms_norm(h, self.norm, self.eps, self.ext)
 
-    def _linear(self, proj: _Proj, adapter: str | None, x: torch.Tensor) -> torch.Tensor:
-        """``x W^T + b`` with the GEMM in ``dtype`` (float32 out), plus the adapter's term in float32."""
+    def _linear(self, proj: _Proj, adapter: str | None, x: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        """``x W^T + b`` with the GEMM in ``dtype`` (float32 out; ``keep``: ``dtype`` out), plus the adapter's
+        term."""
         term = lora_stack(proj.modules, adapter)
         weight = proj.weight if term is None else proj.room(int(term[0].shape[0]))
-        return frozen_lora_linear(x, weight, proj.bias, term)
+        return frozen_lora_linear(x, weight, proj.bias, term, keep)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[rows, vocab]`` float32 logits of final-normed ``hidden`` ``[rows, hidden]``, the LM head's GEMM in
@@ -169,9 +172,9 @@ class TrainForward:
 
     def _layer(self, i: int, layer: _Layer, adapter: str | None, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                k_all: torch.Tensor, v_all: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
-        t, hidden = h.shape
+        t = h.shape[0]
         hd, nh, nkv = self.head_dim, self.heads, self.kv_heads
-        x = F.rms_norm(h, (hidden,), layer.input_norm, self.eps)
+        x = rms_norm(h, layer.input_norm, self.eps, self.ext)
         qkv = self._linear(layer.qkv, adapter, x)  # [T, (heads + 2 kv_heads) * head_dim]
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], -1)  # split: one concatenation in backward, not 3 fills
         q, k, v = q.reshape(t, nh, hd), k.reshape(t, nkv, hd), v.reshape(t, nkv, hd)
@@ -181,6 +184,6 @@ class TrainForward:
         k = k * cos + torch.roll(k, hd // 2, -1) * sin
         attn = cached_attention(q, k, v, k_all, v_all, layout, hd ** -0.5, self.workspace, i)  # [T, heads, head_dim]
         h = h + self._linear(layer.o, adapter, attn.reshape(t, nh * hd))
-        x = F.rms_norm(h, (hidden,), layer.post_norm, self.eps)
-        gate, up = self._linear(layer.gate_up, adapter, x).split(self.intermediate, -1)  # [T, intermediate] each
-        return h + self._linear(layer.down, adapter, F.silu(gate) * up)
+        x = rms_norm(h, layer.post_norm, self.eps, self.ext)
+        gu = self._linear(layer.gate_up, adapter, x, keep=self.ext is not None)  # [T, 2 * intermediate]
+        return h + self._linear(layer.down, adapter, silu_mul(gu, self.intermediate, self.ext))

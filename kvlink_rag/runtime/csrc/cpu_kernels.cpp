@@ -183,5 +183,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("train_softmax_available", &train_softmax_available, "whether the bfloat16 softmax kernels were compiled in (AVX512-BF16)");
   m.def("masked_softmax_bf16_", &masked_softmax_bf16_, "rows of bfloat16 scores + a float32 mask -> softmax, in place (train_softmax.cpp)");
   m.def("softmax_backward_bf16_", &softmax_backward_bf16_, "softmax backward over bfloat16 rows, in place on the gradient (train_softmax.cpp)");
+  m.def("train_elementwise_available", &train_elementwise_available, "whether the training step's elementwise kernels were compiled in (AVX512-BF16)");
+  m.def("silu_mul_bf16", &silu_mul_bf16, "silu(gate) * up from bfloat16 gate|up rows, float32 out (train_elementwise.cpp)");
+  m.def("silu_mul_backward_bf16", &silu_mul_backward_bf16, "silu_mul's backward: float32 grad -> bfloat16 [T, 2I] (train_elementwise.cpp)");
+  m.def("rms_norm_train", &rms_norm_train, "RMSNorm of float32 rows, and each row's 1 / rms (train_elementwise.cpp)");
+  m.def("rms_norm_train_backward", &rms_norm_train_backward, "RMSNorm's backward to x, frozen weight (train_elementwise.cpp)");
   m.def("q8q8_mm", &q8q8_mm, "Q8 (16-row tiles, per-row scale left to the caller) x Q8 (per 32) product");
 }

@@ -29,3 +29,8 @@ torch::Tensor prefill_attention(torch::Tensor q, std::vector<torch::Tensor> ks, 
 bool train_softmax_available();
 void masked_softmax_bf16_(torch::Tensor s, torch::Tensor mask, int64_t heads);
 void softmax_backward_bf16_(torch::Tensor grad, torch::Tensor probs);
+bool train_elementwise_available();
+torch::Tensor silu_mul_bf16(torch::Tensor gu, int64_t inter);
+torch::Tensor silu_mul_backward_bf16(torch::Tensor grad, torch::Tensor gu);
+std::vector<torch::Tensor> rms_norm_train(torch::Tensor x, torch::Tensor w, double eps);
+torch::Tensor rms_norm_train_backward(torch::Tensor grad, torch::Tensor x, torch::Tensor w, torch::Tensor rstd);
