@@ -67,16 +67,10 @@ def ask(
         fail("--recompute-ratio and --explain do not combine (explain reads the reused caches' attention)")
     question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
+    _check_adapter_name(settings, adapter)
     timings: dict[str, float] = {}
     with _timings_on_failure(timings, start, verbose):
-        engine = make_engine(settings, timings, adhoc=True)
-        if adapter is not None:
-            from kvlink_rag.adapter_registry import AdapterVariants
-
-            try:
-                engine = AdapterVariants(engine).get(adapter)
-            except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
-                fail(str(e))
+        engine = _with_adapter(make_engine(settings, timings, adhoc=True), adapter)
         check_fits(engine, question, documents, NQ_HINT if nq else FIT_HINT)  # before any document is encoded
         sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
         with results_only_stdout():
@@ -87,6 +81,30 @@ def ask(
                   attribution_dict(att) if att is not None else None, engine.recompute_ratio(recompute_ratio))
     if att is not None and not as_json:
         print_attribution(att, documents, settings.attribution)
+
+
+def _check_adapter_name(settings, adapter: str | None) -> None:
+    """A name that exists nowhere (no file in the links folder, none shipped) fails before the model loads."""
+    if adapter is None:
+        return
+    from kvlink_rag.adapter_names import check_known
+
+    try:
+        check_known(settings.links_dir, adapter)
+    except (KeyError, ValueError) as e:  # UnknownAdapter, an invalid name
+        fail(str(e))
+
+
+def _with_adapter(engine, adapter: str | None):
+    """``engine`` with the named adapter (None: as it is); a one-line error for one made for another model."""
+    if adapter is None:
+        return engine
+    from kvlink_rag.adapter_registry import AdapterVariants
+
+    try:
+        return AdapterVariants(engine).get(adapter)
+    except (KeyError, ValueError) as e:  # UnknownAdapter, LinkTokensMismatch
+        fail(str(e))
 
 
 @contextmanager

@@ -10,65 +10,22 @@ query-side LoRA off.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from .adapter_names import (RESERVED, UnknownAdapter, adapter_names, adapter_path, bundled_files, check_known,
+                            check_name, find_adapter)
 from .engine import Engine
 from .linking.link_tokens import LinkTokens, bundled_adapters, load_link_tokens
 from .model.lora import remove_lora
 from .reuse.doc_side import check_query_side
-from .settings import SERVED_MODEL_ID
 
-RESERVED = ("default", "none")
+__all__ = ["RESERVED", "AdapterVariants", "UnknownAdapter", "adapter_names", "adapter_path", "check_known",
+           "check_name", "find_adapter"]
+
 Signature = tuple[int, int, int, int]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class UnknownAdapter(KeyError):
-    """No adapter of that name (message lists the available ones)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
-
-
-def check_name(name: str) -> str:
-    """``name`` if it is a valid adapter name (letters, digits, ``._-``, at most 64, not reserved).
-
-    Raises:
-        ValueError: invalid or reserved name.
-    """
-    if not _NAME.match(name or "") or name.endswith(".safetensors"):
-        raise ValueError(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
-    if name in RESERVED or name == SERVED_MODEL_ID:
-        raise ValueError(f"{name!r} is reserved; choose another adapter name")
-    return name
-
-
-def adapter_path(links_dir: Path, name: str) -> Path:
-    """Where the adapter ``name`` lives. Raises ValueError for an invalid name."""
-    return Path(links_dir) / f"{check_name(name)}.safetensors"
-
-
-def adapter_names(links_dir: Path, bundled: dict[str, Path] | None = None) -> list[str]:
-    """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted
-    (``kvlink-rag``, the served model's id, is never an adapter)."""
-    def valid(n: str) -> bool:
-        return bool(_NAME.match(n)) and n not in RESERVED and n != SERVED_MODEL_ID
-
-    own = {p.stem for p in Path(links_dir).glob("*.safetensors") if valid(p.stem)}
-    return [*RESERVED, *sorted(own | {n for n in bundled or {} if valid(n)})]
-
-
-def find_adapter(links_dir: Path, name: str, bundled: dict[str, Path] | None = None) -> Path | None:
-    """The file a query naming ``name`` uses: ``links_dir/<name>.safetensors`` when it exists, else the bundled
-    adapter of that name, else None. Raises ValueError for an invalid name."""
-    own = adapter_path(links_dir, name)
-    if own.is_file():
-        return own
-    return (bundled or {}).get(name)
 
 
 @dataclass
@@ -122,8 +79,17 @@ class AdapterVariants:
         except OSError:
             st = None
         if st is None:
-            raise UnknownAdapter(f"unknown adapter {name!r}; available: {', '.join(self.names())}")
+            raise UnknownAdapter(self._unknown(name))
         return path, (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+    def _unknown(self, name: str) -> str:
+        """Why ``name`` names no adapter here: unknown, or shipped only for another model."""
+        available = ", ".join(self.names())
+        if name in bundled_files() and name not in self.bundled:
+            return (f"adapter {name!r} ships with kvlink-rag for another model, not for this one (fingerprint "
+                    f"{self.engine.lm.fingerprint[:12]}); train one with `kvlink-rag train-links --name {name}`; "
+                    f"available: {available}")
+        return f"unknown adapter {name!r}; available: {available}"
 
     def path(self, name: str) -> Path | None:
         """The artifact file a query naming ``name`` reads; None when there is none (an unknown, invalid or

@@ -26,6 +26,7 @@ from api.logprobs_format import LogprobsFormat
 from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, n_usage, stream_response
 from api.output_fields import CompletionOutputFields
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
+from service.errors import ServiceError
 from service.text_rules import cut
 from service.query_plan import choice_plans
 from service.structured import add_outputs
@@ -68,14 +69,26 @@ class CompletionIn(CompletionOutputFields, OpenAIFields):
         return v
 
 
+def _refuse_adapter_model(model: str | None, queries) -> None:
+    """A raw prompt runs the served model without query-side adapters: a ``model`` naming one (as chat accepts)
+    is refused, never silently answered without it."""
+    if model not in (None, MODEL_ID) and queries.variants.path(model) is not None:
+        raise ServiceError(422, "adapter_not_supported", f"model {model!r} is a query-side adapter, which serves linked "
+                           f"documents (/v1/chat/completions, /v1/query); /v1/completions continues a raw prompt with "
+                           f"the served model: use model {MODEL_ID!r} here")
+
+
 def _choice(text: str | None, finish: str | None) -> dict:
     return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
 
 @router.post("/completions", responses={**STREAM_RESPONSE, **error_responses(422)})
 async def completions(body: CompletionIn, tenant: TenantDep, queries: QueriesDep, state: StateDep):
-    """Complete ``prompt`` with the served model (OpenAI's legacy completions wire format)."""
+    """Complete ``prompt`` with the served model (OpenAI's legacy completions wire format); a ``model`` naming a
+    query-side adapter is a 422 ``adapter_not_supported`` (adapters serve linked documents, chat and /v1/query)."""
     from service.completions import plan_completion
+
+    _refuse_adapter_model(body.model, queries)
 
     sampling = dict(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                     seed=body.seed, **body.generation())

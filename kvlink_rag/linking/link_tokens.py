@@ -12,11 +12,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ..adapter_names import BUNDLED  # named adapters shipped with the package: <name>.safetensors
 from ..model.loader import LoadedModel
 
 LORA_PREFIX = "lora."
 ASSETS = Path(__file__).parent.parent / "assets"  # kvlink_rag/assets (package data)
-BUNDLED = ASSETS / "adapters"  # named adapters shipped with the package: <name>.safetensors
 
 
 class LinkTokensMismatch(ValueError):

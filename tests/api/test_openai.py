@@ -152,3 +152,6 @@ def test_a_model_naming_an_adapter_answers_with_it_and_models_lists_the_adapters
         with pytest.raises(openai.UnprocessableEntityError, match="model 'tenant-a' is an adapter and adapter is 'none'"):
             chat("tenant-a", adapter="none")
         assert chat("tenant-a", adapter="tenant-a").choices[0].message.content == query
+        with pytest.raises(openai.UnprocessableEntityError, match="model 'tenant-a' is a query-side adapter"):
+            client.completions.create(model="tenant-a", prompt="Hello", max_tokens=2)  # a raw prompt takes none
+        assert client.completions.create(model="gpt-4o", prompt="Hello", max_tokens=2).choices[0].text is not None

@@ -124,3 +124,22 @@ def test_bundled_adapters_are_offered_for_their_model_and_a_users_file_of_the_na
 def test_the_package_offers_no_bundled_adapter_to_another_model(tmp_path):
     engine = tiny_text_engine(tmp_path)
     assert AdapterVariants(engine, tmp_path / "links").names() == ["default", "none"]
+    with pytest.raises(UnknownAdapter, match="'lookup' ships with kvlink-rag for another model, not for this one"):
+        AdapterVariants(engine, tmp_path / "links").get("lookup")
+    with pytest.raises(UnknownAdapter, match="unknown adapter 'nope'; available: default, none$"):
+        AdapterVariants(engine, tmp_path / "links").get("nope")
+
+
+def test_a_name_is_checked_against_files_and_shipped_adapters_before_any_model_loads(tmp_path):
+    from kvlink_rag.adapter_names import check_known
+
+    links, shipped = tmp_path / "links", tmp_path / "shipped"
+    links.mkdir()
+    shipped.mkdir()
+    (links / "mine.safetensors").write_bytes(b"")
+    (shipped / "lookup.safetensors").write_bytes(b"")  # shipped for some model: known by name here
+    assert [check_known(links, n, shipped) for n in ("default", "none", "mine", "lookup")] == ["default", "none", "mine", "lookup"]
+    with pytest.raises(UnknownAdapter, match="unknown adapter 'nope'; available: default, none, lookup, mine"):
+        check_known(links, "nope", shipped)
+    with pytest.raises(ValueError, match="invalid adapter name"):
+        check_known(links, "../x", shipped)
