@@ -35,11 +35,13 @@ FORBIDDEN = {
 }
 
 # the core's rooms, lowest first: a room imports only the rooms on the floors below it. The kernel (types, cache
-# contract, retention's kept tokens, text checks and normal form, settings) is what the store may import too. The runtime
+# contract, retention's kept tokens, text checks and normal form, settings, adapter names) is what the store may
+# import too. The runtime
 # (kvlink_rag/runtime/) spans floors: its KV and runner modules serve linking and decoding, its scheduler drives
 # the engine, so it is left out of this rule (its own modules still may not form a cycle).
 CORE_FLOORS = (
-    ("types", "rows", "retention", "bounds", "cache", "encodable", "home", "settings", "omp_pool"),  # kernel
+    ("types", "rows", "retention", "bounds", "cache", "encodable", "home", "settings", "omp_pool",
+     "adapter_names"),  # kernel
     ("model",),  # loading, families, LoRA, attention capture
     ("text",),  # chat-template framing, conversations, chunks
     ("linking",),  # RoPE, mask, precompute, link tokens, linker
