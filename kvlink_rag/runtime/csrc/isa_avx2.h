@@ -175,4 +175,29 @@ void attend_group(const float* q, int64_t g, const std::vector<const T*>& ks, co
   }
 }
 
+// One block of 32 activations to int8 as the scalar formula rounds it, bit for bit: d = max|x| / 127,
+// q = nearbyint(x * (1 / d)) (cvtps rounds to nearest even, as nearbyint under the default rounding mode);
+// returns d, and the block's sum of q in *sum. llama.cpp's quantize_row_q8_0 packs the same way.
+inline float quantize_block(const float* src, int8_t* dst, int* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 v[4], amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(src + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+  }
+  const float d = hmax8(amax) / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+  const __m256 vi = _mm256_set1_ps(inv);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));
+  const __m256i total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+  *sum = _mm_cvtsi128_si32(t);
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  return d;
+}
+
 }  // namespace kvlink
