@@ -79,3 +79,14 @@ def test_a_kept_gemm_output_is_the_converted_ones_bits_and_takes_a_bfloat16_grad
         grads.append((x.grad.clone(), a.grad.clone(), b.grad.clone()))
     for got, want in zip(*grads):
         assert got.dtype == torch.float32 and torch.equal(got, want)  # the gradients in the masters' dtype
+
+
+def test_a_kept_output_without_a_low_rank_term_returns_the_gradient_of_x_in_its_dtype():
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 8, generator=gen, requires_grad=True)
+    w = torch.randn(4, 8, generator=gen).bfloat16()
+    kept = frozen_lora_linear(x, w, None, None, keep=True)
+    assert kept.dtype == torch.bfloat16 and torch.equal(kept.float(), frozen_lora_linear(x, w, None, None))
+    g = torch.randn(3, 4, generator=gen).bfloat16()
+    kept.backward(g)
+    assert x.grad.dtype == torch.float32 and torch.equal(x.grad, (g @ w).float())
