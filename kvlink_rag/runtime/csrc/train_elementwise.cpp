@@ -16,16 +16,14 @@
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 
+#include "bf16.h"
 #include "isa.h"
 
 namespace {
 
 using kvlink::first;
 using kvlink::mask16;
-
-inline void store_bf16(uint16_t* p, __m512 x, __mmask16 m) {
-  _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(x));
-}
+using kvlink::store_bf16;
 
 inline __m512 sigmoid16(__m512 x) {
   const __m512 e = kvlink::exp16(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), x), _mm512_set1_ps(88.f)));

@@ -17,6 +17,7 @@
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 
+#include "bf16.h"
 #include "isa.h"
 #include "scratch.h"
 
@@ -24,10 +25,7 @@ namespace {
 
 using kvlink::first;
 using kvlink::mask16;
-
-inline void store_bf16(uint16_t* p, __m512 x, __mmask16 m) {
-  _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(x));
-}
+using kvlink::store_bf16;
 
 void softmax_row(uint16_t* s, const float* mask, int64_t n) {
   float* x = kvlink::scratch<float, 4>(n);
