@@ -10,7 +10,9 @@ stacked, its B's block-diagonal, rebuilt every forward from the trained paramete
 RoPE at explicit position ids, attention by :class:`training.cached_attention.CachedAttention` over buffers that
 hold the cache once per step. Norms, residual stream, SiLU, the adapters' masters and the loss stay float32; the
 frozen GEMMs (with the adapters' terms riding in them, :mod:`training.frozen_linear`) and attention's matmuls run
-in ``dtype``, as ``--bf16`` rounds the GEMMs on the transformers path.
+in ``dtype``, as ``--bf16`` rounds the GEMMs on the transformers path. In bfloat16 on a CPU with AVX512-BF16, the
+MLP's ``silu(gate) * up`` (from the gate|up GEMM's bfloat16 output) and RMSNorm run as one-pass kernels
+(:mod:`training.elementwise`, float32 arithmetic as before).
 
 Exactness (``dtype`` float32): the same loss and gradients as the transformers forward, to float rounding
 (tests/training/test_train_forward.py). Families: those of :func:`kvlink_rag.model.families.family_of` (Llama,
@@ -94,6 +96,10 @@ class TrainForward:
             bfloat16, :func:`kvlink_rag.model.loader.cpu_has_native_bf16`; float32: exact).
     Raises:
         ValueError: an MLP activation other than SiLU.
+
+    Attributes:
+        ext: the elementwise kernels this forward uses (:func:`training.elementwise.elementwise_kernels`), or None
+            for torch's ops (set it to None to compare the two).
 
     Memory: a copy of the frozen weights in ``dtype`` (~270 MB for SmolLM2-135M in bfloat16, its LM head included),
     and the :attr:`workspace`'s buffers, kept from step to step: every layer's attention probabilities and KV
