@@ -178,3 +178,16 @@ def _fetch_if_default(settings: Settings) -> float:
     t0 = time.perf_counter()
     fetch_default_model(settings)
     return time.perf_counter() - t0
+
+
+def check_adapter_name(settings, adapter: str | None) -> None:
+    """A one-line error and exit 2 for an adapter name that exists nowhere (no file in ``settings.links_dir``,
+    none shipped with the package), before any model loads; None passes."""
+    if adapter is None:
+        return
+    from kvlink_rag.adapter_names import check_known
+
+    try:
+        check_known(settings.links_dir, adapter)
+    except (KeyError, ValueError) as e:  # UnknownAdapter, an invalid name
+        fail(str(e))

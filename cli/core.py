@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, console, fail, fetch_default_model, make_engine,
-                        make_settings, out, progress_bar, results_only_stdout)
+from cli.common import (NQ_DEFAULT, DtypeOpt, EncOpt, KOpt, NqOpt, check_adapter_name, console, fail,
+                        fetch_default_model, make_engine, make_settings, out, progress_bar, results_only_stdout)
 from cli.documents import FIT_HINT, NQ_HINT, ask_inputs, check_fits
 from cli.explain import RecomputeOpt, RetentionOpt, attribution_dict, checked_recompute, checked_retention, \
     print_attribution
@@ -67,7 +67,7 @@ def ask(
         fail("--recompute-ratio and --explain do not combine (explain reads the reused caches' attention)")
     question, documents, gold = ask_inputs(question, doc, nq, index, docs, gold_position)
     settings = make_settings(k, encoding, kv_dtype)
-    _check_adapter_name(settings, adapter)
+    check_adapter_name(settings, adapter)
     timings: dict[str, float] = {}
     with _timings_on_failure(timings, start, verbose):
         engine = _with_adapter(make_engine(settings, timings, adhoc=True), adapter)
@@ -81,18 +81,6 @@ def ask(
                   attribution_dict(att) if att is not None else None, engine.recompute_ratio(recompute_ratio))
     if att is not None and not as_json:
         print_attribution(att, documents, settings.attribution)
-
-
-def _check_adapter_name(settings, adapter: str | None) -> None:
-    """A name that exists nowhere (no file in the links folder, none shipped) fails before the model loads."""
-    if adapter is None:
-        return
-    from kvlink_rag.adapter_names import check_known
-
-    try:
-        check_known(settings.links_dir, adapter)
-    except (KeyError, ValueError) as e:  # UnknownAdapter, an invalid name
-        fail(str(e))
 
 
 def _with_adapter(engine, adapter: str | None):

@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import (console, fail, fetch_default_model, make_engine, make_settings, open_runtime, out,
-                        progress_bar, quiet_libraries, results_only_stdout)
+from cli.common import (check_adapter_name, console, fail, fetch_default_model, make_engine, make_settings,
+                        open_runtime, out, progress_bar, quiet_libraries, results_only_stdout)
 from cli.documents import read_documents
 from cli.explain import RecomputeOpt, RetentionOpt, checked_recompute, checked_retention
 from kvlink_rag.settings import DEFAULT_MODEL
@@ -257,10 +257,11 @@ def _query_remote(body: dict, url: str, api_key: str | None) -> dict:
 def _query_direct(body: dict, tenant: str) -> dict:
     """Answer on the store under ``KVLINK_RAG_HOME``: the request's fields and its documents (named ids, or
     the tenant's BM25 matches) are checked first, and only then does the model load."""
+    settings = make_settings()
+    check_adapter_name(settings, body.get("adapter"))  # before the store opens and the model loads
     from api.routes.query import query_out
     from service.errors import ServiceError
 
-    settings = make_settings()
     runtime = open_runtime(settings)
     try:
         _check_query(runtime, body, tenant)

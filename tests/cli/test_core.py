@@ -117,6 +117,7 @@ def test_cli_start_up_imports_no_heavy_library():
     (["ask", "--nq", "missing.jsonl"], "does not exist"),
     (["ask", "missing.txt", "-q", "x"], "No such option"),
     (["ask", "--doc", "README.md", "--adapter", "nope", "q?"], "unknown adapter 'nope'; available: default, none"),
+    (["query", "--adapter", "nope", "q?"], "unknown adapter 'nope'; available: default, none"),
     (["ingest", "missing.txt"], "missing.txt does not exist"),
     (["eval", "--modes", "full,bogus"], "unknown mode"),
     (["eval", "--task", "contrast", "--docs", "1"], "takes --docs 2..49"),  # was checked after torch loaded
