@@ -79,13 +79,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, ext=None) -> tor
     """RMSNorm of rows with a frozen weight (no gradient reaches it).
 
     Args:
-        x: ``[T, hidden]`` float32 (contiguous where ``ext`` is given).
-        weight: ``[hidden]`` float32.
+        x: ``[T, hidden]`` (the kernel takes float32 ``x`` and ``weight``; other dtypes go to torch's op).
+        weight: ``[hidden]``.
         eps: added to the mean square.
         ext: the kernels (:func:`elementwise_kernels`), or None: :func:`torch.nn.functional.rms_norm`.
     Returns:
         ``[T, hidden]`` in ``x``'s dtype.
     """
-    if ext is not None and x.dtype == torch.float32:
+    if ext is not None and x.dtype == torch.float32 and weight.dtype == torch.float32:
         return _RMSNorm.apply(x.contiguous(), weight.contiguous(), eps, ext)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)

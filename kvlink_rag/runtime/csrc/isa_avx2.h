@@ -9,6 +9,7 @@
 #pragma once
 #include <immintrin.h>
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -177,7 +178,9 @@ void attend_group(const float* q, int64_t g, const std::vector<const T*>& ks, co
 
 // One block of 32 activations to int8 as the scalar formula rounds it, bit for bit: d = max|x| / 127,
 // q = nearbyint(x * (1 / d)) (cvtps rounds to nearest even, as nearbyint under the default rounding mode);
-// returns d, and the block's sum of q in *sum. llama.cpp's quantize_row_q8_0 packs the same way.
+// returns d, and the block's sum of q in *sum. llama.cpp's quantize_row_q8_0 packs the same way. A block whose
+// scale is below FLT_MIN (max|x| < ~1.5e-36) rounds to zeros on both builds (1 / d of a subnormal d loses bits,
+// and overflows to inf below ~3e-39).
 inline float quantize_block(const float* src, int8_t* dst, int* sum) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 v[4], amax = _mm256_setzero_ps();
@@ -185,7 +188,7 @@ inline float quantize_block(const float* src, int8_t* dst, int* sum) {
     v[i] = _mm256_loadu_ps(src + 8 * i);
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
   }
-  const float d = hmax8(amax) / 127.f, inv = d > 0.f ? 1.f / d : 0.f;
+  const float d = hmax8(amax) / 127.f, inv = d >= FLT_MIN ? 1.f / d : 0.f;  // no 1 / subnormal = inf
   const __m256 vi = _mm256_set1_ps(inv);
   __m256i q[4];
   for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));

@@ -2,6 +2,7 @@
 #pragma once
 #include <immintrin.h>
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -301,7 +302,7 @@ void attend_group(const float* q, int64_t g, const std::vector<const T*>& ks, co
 inline float quantize_block(const float* src, int8_t* dst, int* sum) {
   const __m512 a = _mm512_loadu_ps(src), b = _mm512_loadu_ps(src + 16);
   const float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b))) / 127.f;
-  const __m512 vi = _mm512_set1_ps(d > 0.f ? 1.f / d : 0.f);
+  const __m512 vi = _mm512_set1_ps(d >= FLT_MIN ? 1.f / d : 0.f);  // as isa_avx2.h: a subnormal scale rounds to 0
   const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vi)), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vi));
   *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(qa));

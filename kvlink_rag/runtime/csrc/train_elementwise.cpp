@@ -118,9 +118,11 @@ torch::Tensor rms_norm_train_backward(torch::Tensor grad, torch::Tensor x, torch
   const int64_t h = w.numel();
   check(grad, torch::kFloat32, h, "grad must be contiguous float32 [T, hidden]");
   check(x, torch::kFloat32, h, "x must be contiguous float32 [T, hidden]");
-  TORCH_CHECK(grad.size(0) == x.size(0) && rstd.numel() == x.size(0) && rstd.is_contiguous(), "rows differ");
+  TORCH_CHECK(grad.size(0) == x.size(0) && rstd.numel() == x.size(0) && rstd.is_contiguous() &&
+              rstd.scalar_type() == torch::kFloat32, "rstd must be float32 [T], one per row of x");
+  TORCH_CHECK(w.scalar_type() == torch::kFloat32 && w.is_contiguous(), "weight must be contiguous float32 [hidden]");
   auto dx = torch::empty_like(x);
-  const float *gp = grad.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = w.contiguous().data_ptr<float>();
+  const float *gp = grad.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
   const float* rp = rstd.data_ptr<float>();
   float* dp = dx.data_ptr<float>();
   at::parallel_for(0, x.size(0), 16, [&](int64_t r0, int64_t r1) {

@@ -48,18 +48,19 @@ def test_q4q8_keeps_a_q4_1_weight_exactly_and_equals_its_formula(n, k, m):
 def test_activations_round_to_int8_by_the_formula_bit_for_bit_ties_to_even():
     """Through a one-hot weight (output j = input j, scale 1, min 0) each output is the kernel's rounded input
     ``d * q`` exactly: ``d = max|x| / 127``, ``q = nearbyint(x * (1 / d))`` in float32 (ties to even), for every
-    row (rows split over threads, blocks vectorised) and an all-zero block."""
+    row (rows split over threads, blocks vectorised), an all-zero block and one whose scale is subnormal (zeros)."""
     k = 96
     x = torch.randn(6, k, generator=torch.Generator().manual_seed(5)) * 4
     x[0, :32] = torch.tensor([127.0, 2.5, 3.5, -2.5, -3.5, 0.5, -0.5, 1.5] * 4)  # d = 1: ties at .5
     x[5, 32:64] = 0
+    x[4, 64:96] = 1e-37  # a scale below FLT_MIN: zeros (1 / d would lose bits or overflow)
     packed = q4q8.pack(torch.eye(k, dtype=torch.long), torch.ones(k, k // 32), torch.zeros(k, k // 32))
     b = x.view(6, -1, 32)
     d = b.abs().amax(-1, keepdim=True) / 127  # float32 throughout, as the kernel computes
-    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    inv = torch.where(d >= torch.finfo(torch.float32).tiny, 1 / d, torch.zeros_like(d))
     want = (d * torch.round(b * inv)).view_as(x)
     assert torch.equal(q4q8.q4q8_mm(x, packed), want)
-    assert want[0, :8].tolist() == [127.0, 2.0, 4.0, -2.0, -4.0, 0.0, -0.0, 2.0]
+    assert want[0, :8].tolist() == [127.0, 2.0, 4.0, -2.0, -4.0, 0.0, -0.0, 2.0] and not want[4, 64:96].any()
 
 
 @needs_kernel
