@@ -31,8 +31,9 @@ def serving_section(results: dict) -> list[str]:
         lines.append(f"| {'on' if name == 'shared' else 'off'} | {r['turns']} | {r['turns_per_s']:.2f} "
                      f"| {r['peak_kv_bytes'] / 1e6:.0f} | {first:.2f} | {last:.2f} | {r['last_over_first_ttft']:.2f} "
                      f"| {r['cached_token_share']:.2f} |")
+    saving = d["peak_kv_saving"]
     lines += ["", f"Sharing on vs off: throughput {d['throughput_ratio']:.2f}x, peak resident KV "
-              f"{100 * d['peak_kv_saving']:.0f}% lower."]
+              + (f"{100 * saving:.0f}% lower." if saving is not None else "not sampled (the run was too short).")]
     i = s["interference"]
     lines += ["", "## Serving: a short cached query while ~4k-token documents are precomputed", "",
               "| idle p50 s | during precompute p50 s | ratio | samples | long document encode wall s |",
