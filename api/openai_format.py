@@ -18,6 +18,13 @@ from service.queries import QueryResult
 from service.settings import SERVED_MODEL_ID
 
 MODEL_ID = SERVED_MODEL_ID  # one id with the adapter names it keeps free (kvlink_rag.adapter_registry)
+
+
+def adapter_of_model(model: str | None, queries) -> str | None:
+    """``model`` when it names a query-side adapter (vLLM's convention for LoRA adapters: ``GET /v1/models`` lists
+    them); None for no model, the served model or any other name. One file lookup, no listing."""
+    return model if model not in (None, MODEL_ID) and queries.variants.path(model) is not None else None
+
 SSE_EVENT = {"type": "object", "required": ["data"], "description": "One server-sent event (its data: JSON text).",
              "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
 STREAM_RESPONSE = {200: {"description": "the completion, or with stream=true server-sent events of chunks ending "

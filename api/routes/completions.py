@@ -23,7 +23,8 @@ from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import error_responses
 from api.generation_fields import OpenAIFields
 from api.logprobs_format import LogprobsFormat
-from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, n_usage, stream_response
+from api.openai_format import (MODEL_ID, STREAM_RESPONSE, adapter_of_model, answers, n_usage,
+                               stream_response)
 from api.output_fields import CompletionOutputFields
 from api.schemas import MaxNewTokens, Seed, StreamOptions, Temperature, TopP
 from service.errors import ServiceError
@@ -72,7 +73,7 @@ class CompletionIn(CompletionOutputFields, OpenAIFields):
 def _refuse_adapter_model(model: str | None, queries) -> None:
     """A raw prompt runs the served model without query-side adapters: a ``model`` naming one (as chat accepts)
     is refused, never silently answered without it."""
-    if model not in (None, MODEL_ID) and queries.variants.path(model) is not None:
+    if adapter_of_model(model, queries) is not None:
         raise ServiceError(422, "adapter_not_supported", f"model {model!r} is a query-side adapter, which serves linked "
                            f"documents (/v1/chat/completions, /v1/query); /v1/completions continues a raw prompt with "
                            f"the served model: use model {MODEL_ID!r} here")

@@ -29,7 +29,8 @@ from fastapi import APIRouter
 from api.deps import QueriesDep, StateDep, TenantDep
 from api.errors import error_responses
 from api.logprobs_format import LogprobsFormat
-from api.openai_format import MODEL_ID, STREAM_RESPONSE, answers, extras, n_usage, stream_response
+from api.openai_format import (MODEL_ID, STREAM_RESPONSE, adapter_of_model, answers, extras, n_usage,
+                               stream_response)
 from api.schemas import ChatIn
 from service.errors import ServiceError
 from service.query_plan import choice_plans
@@ -86,10 +87,10 @@ def _chat_adapter(body: ChatIn, queries) -> str | None:
     Raises:
         ServiceError: 422 ``adapter_conflict`` when ``model`` names one adapter and ``adapter`` another.
     """
-    named = body.model if body.model not in (None, MODEL_ID) and queries.variants.path(body.model) else None
+    named = adapter_of_model(body.model, queries)
     if named is not None and body.adapter is not None and body.adapter != named:
         raise ServiceError(422, "adapter_conflict", f"model {named!r} is an adapter and adapter is {body.adapter!r}: "
-                           "name the adapter once (model, or adapter with model 'kvlink-rag')")
+                           f"name the adapter once (model, or adapter with model {MODEL_ID!r})")
     return body.adapter or named
 
 
