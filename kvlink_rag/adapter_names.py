@@ -15,7 +15,8 @@ from pathlib import Path
 from .settings import SERVED_MODEL_ID
 
 RESERVED = ("default", "none")
-BUNDLED = Path(__file__).with_name("assets") / "adapters"  # named adapters shipped with the package
+ASSETS = Path(__file__).with_name("assets")  # kvlink_rag/assets (package data): the shipped artifact
+BUNDLED = ASSETS / "adapters"  # named adapters shipped with the package: <name>.safetensors
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 

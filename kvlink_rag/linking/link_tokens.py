@@ -12,11 +12,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from ..adapter_names import BUNDLED  # named adapters shipped with the package: <name>.safetensors
+from ..adapter_names import ASSETS, BUNDLED  # the package's assets folder and its named adapters
 from ..model.loader import LoadedModel
 
 LORA_PREFIX = "lora."
-ASSETS = Path(__file__).parent.parent / "assets"  # kvlink_rag/assets (package data)
 
 
 class LinkTokensMismatch(ValueError):
