@@ -93,14 +93,15 @@ def _paired_bf16(engine, trainer, split, n: int) -> dict:
                 bf16_gemms(lm.model, label == "bfloat16"):
             out[label] = [float(example_loss(engine, trainer.link_embeds, ex, docs, trainer.cfg, lm))
                           for ex, docs in questions]
-    torch_ew = TrainForward(engine.lm, torch.bfloat16)
-    torch_ew.ext = None  # the elementwise steps in torch ops (the own forward before 2026-12-07h)
-    for label, forward in (("own-bfloat16", own), ("own-bfloat16-torch-ew", torch_ew)):
+    kernels = own.ext
+    for label, ext in (("own-bfloat16", kernels), ("own-bfloat16-torch-ew", None)):  # torch-ew: the forward before
+        own.ext = ext  # 2026-12-07h, its elementwise steps in torch ops (one copy of the weights for both)
         with torch.no_grad():
             out[label] = [float(packed_loss(lm, engine.prefix, [PackItem(
                 [engine.get_or_encode(d)[0] for d in docs], engine.template.question_ids(lm.tokenizer, ex.question),
                 answer_ids(engine, ex.answers[0], trainer.cfg.max_answer_tokens))], trainer.link_embeds,
-                engine.anchored, forward, trainer.adapter)) for ex, docs in questions]
+                engine.anchored, own, trainer.adapter)) for ex, docs in questions]
+    own.ext = kernels
     result = {label: statistics.mean(vals) for label, vals in out.items()}
     for label in ("bfloat16", "own-bfloat16", "own-bfloat16-torch-ew"):
         diffs = [b - a for a, b in zip(out["float32"], out[label])]
