@@ -48,8 +48,11 @@ def adapter_path(links_dir: Path, name: str) -> Path:
 def adapter_names(links_dir: Path, bundled: dict[str, Path] | None = None) -> list[str]:
     """``default``, ``none`` and every valid ``<name>.safetensors`` under ``links_dir`` or in ``bundled``, sorted
     (``kvlink-rag``, the served model's id, is never an adapter)."""
-    def valid(n: str) -> bool:
-        return bool(_NAME.match(n)) and n not in RESERVED and n != SERVED_MODEL_ID
+    def valid(n: str) -> bool:  # the names check_name accepts: every listed name can be used
+        try:
+            return bool(check_name(n))
+        except ValueError:
+            return False
 
     own = {p.stem for p in Path(links_dir).glob("*.safetensors") if valid(p.stem)}
     return [*RESERVED, *sorted(own | {n for n in bundled or {} if valid(n)})]
