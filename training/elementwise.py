@@ -1,8 +1,9 @@
 """The training forward's elementwise steps around its GEMMs - the MLP's ``silu(gate) * up`` and RMSNorm - each
 one pass forward and one backward where the CPU kernels apply.
 
-In torch ops a packed bfloat16 step (:mod:`training.train_forward`) spent ~20% of its time here (torch profiler,
-``docs/bench/train-elementwise-2026-12-07h``): the gate|up GEMM's output converted from bfloat16 to float32
+In torch ops a packed bfloat16 step (:mod:`training.train_forward`) spent ~15% of its time here (torch profiler,
+``docs/bench/train-elementwise-2026-12-07h``; the interleaved timings there: the step 9% shorter with the kernels):
+the gate|up GEMM's output converted from bfloat16 to float32
 (~3.6 MB a layer at 4 examples), ``silu`` over a strided half of it, the product, their backward's three
 products and a concatenation back into one gate|up gradient, converted to bfloat16 again for the GEMM's
 backward; and RMSNorm as six ops (power, mean, add, rsqrt and two products) with as many in backward. The C++

@@ -1,5 +1,5 @@
 // The elementwise parts of training's packed bfloat16 step around its GEMMs, forward and backward, each one pass
-// over its rows (training/elementwise.py; a profile of the step had them at ~20% of it in torch ops:
+// over its rows (training/elementwise.py; a profile of the step had them at ~15% of it in torch ops:
 // docs/bench/train-elementwise-2026-12-07h):
 //   silu_mul     act = silu(gate) * up from the gate|up GEMM's bfloat16 output [T, 2I], float32 out [T, I]
 //                (the values torch computes from the same bfloat16 GEMM output converted to float32);
