@@ -173,91 +173,26 @@ inline void store_values(float* out, const __m512* o) {
 }
 
 #if defined(__AVX512BF16__)
-// Lane i of the result: the sum of the 16 lanes of a[i] (a transposing tree: 15 adds and 30 shuffles for 16 sums,
-// against ~10 operations a sum for _mm512_reduce_add_ps).
-inline __m512 sum16(const __m512* a) {
-  __m512 b[8], c[4], d[2];
-  for (int i = 0; i < 8; ++i)  // b[i]: quarters 0-1 partial sums of a[2i], 2-3 of a[2i + 1]
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)  // c[i]: quarter q of a[4i + q]
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)  // d[i], quarter q: two lanes of a[8i + q], two of a[8i + 4 + q]
-    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
-  // lane 4q + m: the sum of a[q + 4m]; back to lane i = a[i]
-  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e);
-}
-
-// Whether the g queries q [g, 64] are all bfloat16 values (their low 16 bits zero): the decode rows round them
-// to the KV's dtype first, so their products with bfloat16 keys are exact in vdpbf16ps.
-inline bool bf16_exact(const float* q, int64_t g) {
-  const uint32_t* u = reinterpret_cast<const uint32_t*>(q);
-  for (int64_t i = 0; i < g * 64; ++i)
-    if (u[i] & 0xFFFFu) return false;
-  return true;
-}
-
-// Scores q.k * scale of g <= 8 bfloat16 queries over bfloat16 keys in pieces, into s [g, total]: each key's 64
-// products exact, summed in float32 by vdpbf16ps (pairs of dims per lane) and a tree across the lanes, 16 keys at
-// a time (attend_group's scores on AVX512-BF16; the same sums as its FMAs up to the order of the float32 additions).
-inline void scores_bf16(const float* q, int64_t g, const std::vector<const uint16_t*>& ks,
-                        const std::vector<const uint16_t*>& vs, const std::vector<int64_t>& lens,
-                        const std::vector<int64_t>& tstrides, float scale, int64_t total, float* s) {
-  __m512bh qb[8][2];
-  for (int64_t j = 0; j < g; ++j)
-    for (int c = 0; c < 2; ++c)
-      qb[j][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + j * 64 + 32 * c + 16), _mm512_loadu_ps(q + j * 64 + 32 * c));
-  const __m512 sc = _mm512_set1_ps(scale);
-  int64_t at = 0;
-  for (size_t p = 0; p < ks.size(); ++p) {
-    int64_t t = 0;
-    for (; t + 16 <= lens[p]; t += 16, at += 16) {
-      const bool next = t + 32 <= lens[p];
-      for (int64_t j = 0; j < g; ++j) {
-        __m512 acc[16];
-        for (int i = 0; i < 16; ++i) {
-          const uint16_t* k = ks[p] + (t + i) * tstrides[p];
-          if (j == 0) {  // spread over the first query's keys: the next block's keys, this block's values (for P @ V)
-            if (next) prefetch_row(k + 16 * tstrides[p], 128, _MM_HINT_T0);
-            prefetch_row(vs[p] + (t + i) * tstrides[p], 128, _MM_HINT_T1);
-          }
-          acc[i] = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[j][0], (__m512bh)_mm512_loadu_si512(k));
-          acc[i] = _mm512_dpbf16_ps(acc[i], qb[j][1], (__m512bh)_mm512_loadu_si512(k + 32));
-        }
-        _mm512_storeu_ps(s + j * total + at, _mm512_mul_ps(sum16(acc), sc));
-      }
-    }
-    for (; t < lens[p]; ++t, ++at) {
-      const uint16_t* k = ks[p] + t * tstrides[p];
-      for (int64_t j = 0; j < g; ++j) {
-        __m512 a = _mm512_dpbf16_ps(_mm512_setzero_ps(), qb[j][0], (__m512bh)_mm512_loadu_si512(k));
-        a = _mm512_dpbf16_ps(a, qb[j][1], (__m512bh)_mm512_loadu_si512(k + 32));
-        s[j * total + at] = _mm512_reduce_add_ps(a) * scale;
-      }
-    }
-  }
-}
+#include "attend_bf16.h"  // the bfloat16 scores and P @ V of attend_group
 #endif
 
 // One KV head's group of `g` one-token queries over its keys and values in pieces (T: bfloat16 bits or
 // float32, head_dim 64): scores q.k * scale for every key, softmax in float32, then the weighted sum of values.
-// Bfloat16 keys and queries that are bfloat16 values take vdpbf16ps for the scores where the CPU has AVX512-BF16
-// (scores_bf16: ~3x fewer operations a key; decode rows were compute-bound at ~13 GB/s of KV on two cores).
+// Bfloat16 keys and values with bfloat16-valued queries (the decode rows') take attend_bf16 where the CPU has
+// AVX512-BF16: vdpbf16ps for the scores (~3x fewer operations a key; the decode rows were compute-bound at ~13 GB/s
+// of KV on two cores) and for P @ V with the probabilities rounded to bfloat16, in one pass over the keys.
 template <typename T>
 void attend_group(const float* q, int64_t g, const std::vector<const T*>& ks, const std::vector<const T*>& vs, const std::vector<int64_t>& lens,
                   const std::vector<int64_t>& tstrides, float scale, int64_t total, float* out) {
   constexpr int D = 64;
-  std::vector<float> s(g * total);
-  int64_t at = 0;
 #if defined(__AVX512BF16__)
   if constexpr (std::is_same_v<T, uint16_t>) {
-    if (g <= 8 && bf16_exact(q, g)) {
-      scores_bf16(q, g, ks, vs, lens, tstrides, scale, total, s.data());
-      at = total;  // the loop below has nothing left to do
-    }
+    if (bf16_exact(q, g) && attend_bf16(q, g, ks, vs, lens, tstrides, scale, out)) return;
   }
 #endif
-  for (size_t p = 0; p < ks.size() && at < total; ++p)  // each key converted once for the whole group
+  std::vector<float> s(g * total);
+  int64_t at = 0;
+  for (size_t p = 0; p < ks.size(); ++p)  // each key converted once for the whole group
     for (int64_t t = 0; t < lens[p]; ++t, ++at) {
       const T* k = ks[p] + t * tstrides[p];
       const __m512 k0 = load16(k), k1 = load16(k + 16), k2 = load16(k + 32), k3 = load16(k + 48);
