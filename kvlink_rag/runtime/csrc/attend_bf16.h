@@ -64,8 +64,8 @@ inline void scores_segment(const __m512bh (*qb)[2], int64_t g, const uint16_t* k
 
 // acc[j] += sum over the n keys from v (token stride ts) of p[j][t] v[t], p bfloat16 bits [G, n] (row stride
 // pstride), acc in dim order. Two keys a step: their value rows interleaved into dim pairs (4 permutes), one
-// vdpbf16ps per 16 dims and query: 6 operations a key for 3 queries, against 15 for the float32 loop that widens
-// each value and multiplies per query.
+// vdpbf16ps per 16 dims and query: ~10 vector operations a key for 3 queries (6 of them vdpbf16ps), against ~19 for
+// the float32 loop that widens each value (4 unpacks) and multiplies it per query (12 FMAs).
 template <int G>
 inline void values_segment(const uint16_t* p, int64_t pstride, const uint16_t* v, int64_t n, int64_t ts,
                            __m512 (&acc)[G][4]) {
@@ -89,9 +89,9 @@ inline void values_segment(const uint16_t* p, int64_t pstride, const uint16_t* v
   }
 }
 
-// Keys whose values stay in cache between their scores and P @ V: the KV is read once, from memory, where the
-// two whole passes (all scores, then all values) read the values a second time (a 16-row decode step: 22.8 ms, of
-// which the values' pass 6.1 against 1.7 with the KV in cache; BENCHMARKS.md, issue 24).
+// Keys whose values stay in cache between their scores and P @ V: the KV is read from memory once, where two whole
+// passes (all scores, then all values) read the values a second time (BENCHMARKS.md, issue 24: the kernel a 16-row
+// step 27-29 ms from memory, 17-19 with the KV in cache, before; 25-28 and 11-13 now).
 constexpr int64_t kChunk = 256;
 
 // Query j's chunk of scores s [n] -> exp(s - m) as bfloat16 bits into p, with its running maximum m and sum
