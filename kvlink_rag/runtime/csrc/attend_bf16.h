@@ -91,7 +91,7 @@ inline void values_segment(const uint16_t* p, int64_t pstride, const uint16_t* v
 
 // Keys whose values stay in cache between their scores and P @ V: the KV is read from memory once, where two whole
 // passes (all scores, then all values) read the values a second time (BENCHMARKS.md, issue 24: the kernel a 16-row
-// step 27-29 ms from memory, 17-19 with the KV in cache, before; 25-28 and 11-13 now).
+// step 28.5-29.4 ms from memory, 17.1-19.5 with the KV in cache, before; 25.0-28.3 and 11.4-12.6 now).
 constexpr int64_t kChunk = 256;
 
 // Query j's chunk of scores s [n] -> exp(s - m) as bfloat16 bits into p, with its running maximum m and sum

@@ -90,11 +90,11 @@ def test_the_cpu_kernels_rms_norm_is_torchs():
 
 
 @pytest.mark.skipif(not available(), reason="the runner's CPU kernels do not run on this CPU")
-@pytest.mark.parametrize("sizes", [[7], [300, 5, 1, 64, 33], [16, 17]])
-@pytest.mark.parametrize("heads", [9, 3, 27])
+@pytest.mark.parametrize("sizes", [[7], [300, 5, 1, 64, 33], [16, 17], [0, 5, 0, 257]])
+@pytest.mark.parametrize("heads", [3, 6, 9, 12, 15, 18, 21, 24, 27])
 def test_bfloat16_valued_queries_over_bfloat16_pieces(sizes, heads):
-    """The decode rows' case (the query rounded to the KV's dtype first), for groups of 1, 3 and 9 query heads per
-    KV head. Where the CPU has AVX512-BF16 (groups up to 8) the scores are its dot products, 16 keys summed at a
+    """The decode rows' case (the query rounded to the KV's dtype first), for groups of 1 to 9 query heads per KV
+    head, and pieces across chunk edges or empty. Where the CPU has AVX512-BF16 (groups up to 8) the scores are its dot products, 16 keys summed at a
     time, and P @ V takes the probabilities rounded to bfloat16 (chunks of 256 keys, online softmax): each weight
     off by at most 2^-9 of itself, so the output by at most 2^-9 max|v| (the bound asserted with 2x slack); elsewhere
     the plain formula on the same inputs to 1e-5 (float64)."""
