@@ -62,6 +62,20 @@ inline void scores_segment(const __m512bh (*qb)[2], int64_t g, const uint16_t* k
   }
 }
 
+// Two value rows a and b (64 bfloat16 each) interleaved into dim pairs: w[c] holds (a[d], b[d]) for dims 16c to
+// 16c + 15, the operand vdpbf16ps multiplies a pair of probabilities into (prefill_attention.cpp packs its values
+// so, values_segment interleaves them on the way).
+inline void value_pairs(const uint16_t* a, const uint16_t* b, __m512i (&w)[4]) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int c = 0; c < 2; ++c) {
+    const __m512i x = _mm512_loadu_si512(a + 32 * c), y = _mm512_loadu_si512(b + 32 * c);
+    w[2 * c] = _mm512_permutex2var_epi16(x, lo, y);
+    w[2 * c + 1] = _mm512_permutex2var_epi16(x, hi, y);
+  }
+}
+
 // acc[j] += sum over the n keys from v (token stride ts) of p[j][t] v[t], p bfloat16 bits [G, n] (row stride
 // pstride), acc in dim order. Two keys a step: their value rows interleaved into dim pairs (4 permutes), one
 // vdpbf16ps per 16 dims and query: ~10 vector operations a key for 3 queries (6 of them vdpbf16ps), against ~19 for
@@ -69,22 +83,16 @@ inline void scores_segment(const __m512bh (*qb)[2], int64_t g, const uint16_t* k
 template <int G>
 inline void values_segment(const uint16_t* p, int64_t pstride, const uint16_t* v, int64_t n, int64_t ts,
                            __m512 (&acc)[G][4]) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int64_t t = 0; t < n; t += 2) {
     const uint16_t* a = v + t * ts;
     const bool two = t + 1 < n;  // the last key of an odd count pairs with itself at probability 0
-    const uint16_t* b = two ? a + ts : a;
-    const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 32);
-    const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 32);
-    const __m512bh w[4] = {(__m512bh)_mm512_permutex2var_epi16(a0, lo, b0), (__m512bh)_mm512_permutex2var_epi16(a0, hi, b0),
-                           (__m512bh)_mm512_permutex2var_epi16(a1, lo, b1), (__m512bh)_mm512_permutex2var_epi16(a1, hi, b1)};
+    __m512i w[4];
+    value_pairs(a, two ? a + ts : a, w);
     for (int j = 0; j < G; ++j) {
       const uint16_t* pj = p + j * pstride + t;
       const uint32_t pair = two ? (static_cast<uint32_t>(pj[1]) << 16) | pj[0] : pj[0];
       const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-      for (int c = 0; c < 4; ++c) acc[j][c] = _mm512_dpbf16_ps(acc[j][c], pb, w[c]);
+      for (int c = 0; c < 4; ++c) acc[j][c] = _mm512_dpbf16_ps(acc[j][c], pb, (__m512bh)w[c]);
     }
   }
 }
@@ -112,7 +120,7 @@ inline void softmax_chunk(const float* s, int64_t n, float& m, float& sum, __m51
     const __mmask16 in = first(n - i);
     const __m512 e = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(in, s + i), mv)));
     vsum = _mm512_add_ps(vsum, e);
-    _mm256_mask_storeu_epi16(p + i, in, (__m256i)_mm512_cvtneps_pbh(e));
+    store_bf16(p + i, e, in);
   }
   sum += _mm512_reduce_add_ps(vsum);
 }
@@ -148,10 +156,12 @@ inline void attend_online(const float* q, const std::vector<const uint16_t*>& ks
   }
 }
 
-// attend_online at a compile-time group size; false where g > 8 (attend_group's general loops take it).
+// attend_online at a compile-time group size; false (attend_group's general loops take it) where g > 8 or a
+// query is not bfloat16-valued.
 inline bool attend_bf16(const float* q, int64_t g, const std::vector<const uint16_t*>& ks,
                         const std::vector<const uint16_t*>& vs, const std::vector<int64_t>& lens,
                         const std::vector<int64_t>& tstrides, float scale, float* out) {
+  if (g > 8 || !bf16_exact(q, g)) return false;
   switch (g) {
     case 1: attend_online<1>(q, ks, vs, lens, tstrides, scale, out); return true;
     case 2: attend_online<2>(q, ks, vs, lens, tstrides, scale, out); return true;

@@ -56,9 +56,6 @@ inline void pack_one(const uint16_t* krow, const uint16_t* vrow, int64_t at, uin
 // keys at a piece's edges one at a time.
 void pack_piece(const uint16_t* kb, const uint16_t* vb, int64_t n, int64_t ts, int64_t vts, int64_t at,
                 uint32_t* kh, uint16_t* vh) {
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                          39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
   const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                           _mm512_set1_epi32(static_cast<int>(ts / 2)));
   int64_t t = 0;
@@ -72,11 +69,9 @@ void pack_piece(const uint16_t* kb, const uint16_t* vb, int64_t n, int64_t ts, i
         const uint16_t* r0 = vb + (t + u) * vts;
         const uint16_t* r1 = r0 + vts;
         uint16_t* vd = vh + ((a + u) / 2) * D * 2;
-        for (int c = 0; c < 2; ++c) {
-          const __m512i x = _mm512_loadu_si512(r0 + 32 * c), y = _mm512_loadu_si512(r1 + 32 * c);
-          _mm512_storeu_si512(vd + 64 * c, _mm512_permutex2var_epi16(x, lo_idx, y));
-          _mm512_storeu_si512(vd + 64 * c + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
-        }
+        __m512i w[4];
+        kvlink::value_pairs(r0, r1, w);  // dims 16c..16c + 15 of the two keys, paired
+        for (int c = 0; c < 4; ++c) _mm512_storeu_si512(vd + 32 * c, w[c]);
       }
       t += 16;
     } else {
