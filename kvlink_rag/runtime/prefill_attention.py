@@ -9,9 +9,15 @@ kernels do) and the output rounded to bfloat16 once: 2.2-4.6x SDPA on these shap
 float32 reference no larger than SDPA's own in bfloat16 (tests). Several pieces are read in place (no join);
 a causal row skips the keys past its diagonal.
 
+On a CPU with AMX the same SDPA multiplies its blocks on the tiles (oneDNN's brgemm) and is the faster one:
+on the AMX Xeon of session 2026-12-08, 70 queries over 1,370 keys 0.81 ms against the kernel's 1.48, 256 over
+4,000 keys 4.9 against 15.7 ms (``docs/bench/prefill-attention-amx-2026-12-08/micro.txt``), and 16 clients served
++10% (5.26 against 4.76 req/s, three runs each), so there prefill rows keep SDPA.
+``KVLINK_RAG_PREFILL_ATTENTION`` chooses: ``auto`` (the default: the kernel where the CPU has AVX512-BF16 but no
+AMX), ``kernel`` (wherever it is built) or ``sdpa`` (everywhere; to compare the two side by side).
+
 Where the kernel does not apply (no AVX512-BF16, KV not bfloat16, head_dim not 64, not the CPU, a mask of
 another dtype) :func:`attend_prefill` returns None and the caller keeps SDPA.
-``KVLINK_RAG_PREFILL_ATTENTION=sdpa`` keeps SDPA everywhere (to compare the two side by side).
 """
 
 from __future__ import annotations
@@ -21,24 +27,45 @@ import os
 
 import torch
 
-from .cpu_kernels import kernels
+from .cpu_kernels import cpu_flags, kernels
 
 Pieces = list[tuple[torch.Tensor, torch.Tensor]]
 MASK_DTYPES = (torch.bfloat16, torch.float32)
+MODES = ("auto", "kernel", "sdpa")
 
 
 @functools.cache
 def _kernel():
-    """The compiled module when it has the prefill kernel and it is not turned off, else None."""
-    if os.environ.get("KVLINK_RAG_PREFILL_ATTENTION", "kernel") == "sdpa":
-        return None
+    """The compiled module when it has the prefill kernel (built under AVX512-BF16), else None."""
     ext = kernels()
     return ext if ext is not None and ext.prefill_attention_available() else None
 
 
+def _mode() -> str:
+    """``KVLINK_RAG_PREFILL_ATTENTION`` (default ``auto``).
+
+    Raises:
+        ValueError: another value.
+    """
+    mode = os.environ.get("KVLINK_RAG_PREFILL_ATTENTION", "auto")
+    if mode not in MODES:
+        raise ValueError(f"KVLINK_RAG_PREFILL_ATTENTION={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+@functools.cache
 def available() -> bool:
-    """Whether prefill rows take the C++ kernel on this machine (AVX512-BF16, kernels built, not turned off)."""
-    return _kernel() is not None
+    """Whether prefill rows take the C++ kernel on this machine: it is built (AVX512-BF16) and chosen (``kernel``,
+    or ``auto`` on a CPU without AMX, where SDPA is the faster; see the module docstring)."""
+    mode = _mode()
+    return _kernel() is not None and (mode == "kernel" or (mode == "auto" and "amx_bf16" not in cpu_flags()))
+
+
+@functools.cache
+def bf16_native() -> bool:
+    """Whether prefill attention over bfloat16 KV runs natively in bfloat16 here (the kernel, or SDPA on a CPU with
+    AVX512-BF16 or AMX), so that float32 queries are narrowed rather than the KV widened (:func:`~.ragged.attend`)."""
+    return available() or bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def _fits(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None) -> bool:
@@ -54,7 +81,9 @@ def _fits(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None) -> bool:
 
 def attend_prefill(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None, scale: float, causal: bool
                    ) -> torch.Tensor | None:
-    """One request's prefill queries over its KV pieces by the C++ kernel, or None where it does not apply.
+    """One request's prefill queries over its KV pieces by the C++ kernel, or None where it does not apply (not
+    built here, or inputs it does not take). It runs whenever built, whatever the mode: callers route by
+    :func:`available`.
 
     Args:
         q: ``[heads, n, 64]`` bfloat16 queries (after RoPE; ``heads`` a multiple of the KV heads).

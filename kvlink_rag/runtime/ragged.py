@@ -10,7 +10,7 @@ queries to that request's own keys and values (:func:`attend`, called per row by
 tokens. Each row carries its own additive mask (the KVLink mask for a linked prefill) or none
 (a decode token sees everything before it).
 
-Attention per row over bfloat16 KV on an AVX512-BF16 CPU is the runner's prefill kernel
+Attention per row over bfloat16 KV on an AVX512-BF16 CPU without AMX is the runner's prefill kernel
 (:mod:`kvlink_rag.runtime.prefill_attention`: float32 scores, pieces read in place), elsewhere torch's SDPA
 over the row's keys (the fused kernels; its causal path for a row that opens its sequence); a one-token decode
 row goes to :mod:`kvlink_rag.runtime.decode_attention` (each KV head's query heads as its query rows; several
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .decode_attention import attend_decode
-from .prefill_attention import attend_prefill, available as prefill_kernel
+from .prefill_attention import attend_prefill, available as prefill_kernel, bf16_native
 from .kv_sequence import KVChunk, SequenceKV
 
 __all__ = ["KVChunk", "RaggedBatch", "RaggedRow", "SequenceKV", "attend", "attend_with_lse", "mask_rows", "widened"]
@@ -118,7 +118,7 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
            scale: float, causal: bool = False) -> torch.Tensor:
     """Attention of one request's queries over its KV pieces (grouped-query aware).
 
-    Several queries (a prefill) over bfloat16 KV on an AVX512-BF16 CPU go to the runner's prefill kernel
+    Several queries (a prefill) over bfloat16 KV on an AVX512-BF16 CPU without AMX go to the runner's prefill kernel
     (:func:`~.prefill_attention.attend_prefill`, pieces read in place), elsewhere to torch's
     ``scaled_dot_product_attention`` (its fused CPU/CUDA kernels; several pieces are joined first, a copy
     that a prefill amortises); a one-token decode goes to :func:`~.decode_attention.attend_decode` (query heads
@@ -134,19 +134,20 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     Returns:
         ``[heads, n, head_dim]`` in ``q``'s dtype. Queries are cast to the KV's dtype first (float32 queries over
         bfloat16 KV attend in bfloat16, as the KV was stored), but for float32 prefill rows over bfloat16 KV where
-        the bfloat16 prefill kernel does not run (a CPU without AVX512-BF16): there the KV is widened to float32
-        instead (torch's bfloat16 SDPA is emulated on such a CPU, several times slower than float32). Measured on
+        bfloat16 attention is not native (:func:`~.prefill_attention.bf16_native`: a CPU without AVX512-BF16):
+        there the KV is widened to float32 instead (torch's bfloat16 SDPA is emulated on such a CPU, several
+        times slower than float32). Measured on
         an AVX2 EPYC (BENCHMARKS.md, ``pattn_f32.txt``): at 70 queries over 1.3k keys the widened attention takes
         as long as float32 SDPA over float32 KV, at 16 queries twice as long (1.4 against 0.7 ms: the copy into
         fresh pages).
     """
     kv_dtype = pieces[0][0].dtype
-    if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not prefill_kernel():
+    if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not bf16_native():
         return attend(q, [widened(pieces)], mask, scale, causal)
     if q.dtype != kv_dtype:
         return attend(q.to(kv_dtype), pieces, mask, scale, causal).to(q.dtype)
     causal = causal and len(pieces) == 1 and pieces[0][0].shape[1] == q.shape[1]
-    if q.shape[1] > 1 and (out := attend_prefill(q, pieces, mask, scale, causal)) is not None:
+    if q.shape[1] > 1 and prefill_kernel() and (out := attend_prefill(q, pieces, mask, scale, causal)) is not None:
         return out
     if causal:
         k, v = pieces[0]
@@ -175,7 +176,7 @@ def attend_with_lse(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
         where another kernel runs (a causal row, one query, the bfloat16 prefill kernel, another dtype or device).
     """
     kv_dtype = pieces[0][0].dtype
-    widen = kv_dtype == torch.bfloat16 and not prefill_kernel()
+    widen = kv_dtype == torch.bfloat16 and not bf16_native()
     if (causal or mask is None or q.device.type != "cpu" or q.dtype != torch.float32 or q.shape[1] < 2
             or not (kv_dtype == torch.float32 or widen)):
         return attend(q, pieces, mask, scale, causal), None

@@ -10,7 +10,7 @@ from kvlink_rag.runtime import prefill_attention
 from kvlink_rag.runtime.prefill_attention import attend_prefill
 from kvlink_rag.runtime.ragged import attend
 
-needs_kernel = pytest.mark.skipif(not prefill_attention.available(),
+needs_kernel = pytest.mark.skipif(prefill_attention._kernel() is None,
                                   reason="the prefill kernel needs AVX512-BF16 and the runner's CPU kernels")
 SCALE = 0.125
 
@@ -120,8 +120,23 @@ def test_cases_outside_the_kernel_are_left_to_sdpa():
     assert attend_prefill(q96, [(torch.randn(3, 12, 96).bfloat16(),) * 2], None, SCALE, False) is None
 
 
+@pytest.fixture
+def mode(monkeypatch):
+    """Sets ``KVLINK_RAG_PREFILL_ATTENTION`` (and the CPU's AMX flag) for one test, the cached choices cleared."""
+    def set_mode(value: str, amx: bool | None = None):
+        monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", value)
+        if amx is not None:
+            flags = {"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"}
+            monkeypatch.setattr(prefill_attention, "cpu_flags", lambda: flags)
+        prefill_attention.available.cache_clear(), prefill_attention.bf16_native.cache_clear()
+    yield set_mode
+    monkeypatch.undo()
+    prefill_attention.available.cache_clear(), prefill_attention.bf16_native.cache_clear()
+
+
 @needs_kernel
-def test_attend_routes_prefill_rows_to_the_kernel_and_agrees_with_sdpa(monkeypatch):
+def test_attend_routes_prefill_rows_to_the_kernel_and_agrees_with_sdpa(monkeypatch, mode):
+    mode("kernel")
     q, pieces = make(30, [90, 30])
     mask = random_mask(30, 120, torch.bfloat16, torch.finfo(torch.bfloat16).min)
     calls = []
@@ -132,12 +147,24 @@ def test_attend_routes_prefill_rows_to_the_kernel_and_agrees_with_sdpa(monkeypat
     assert calls and (out.float() - sdpa_bf16(q, pieces, mask).float()).abs().max().item() < 2e-2
 
 
-def test_the_switch_keeps_sdpa(monkeypatch):
-    monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", "sdpa")
-    prefill_attention._kernel.cache_clear()
-    try:
-        q, pieces = make(6, [10])
-        assert not prefill_attention.available() and attend_prefill(q, pieces, None, SCALE, False) is None
-    finally:
-        monkeypatch.delenv("KVLINK_RAG_PREFILL_ATTENTION")
-        prefill_attention._kernel.cache_clear()
+@needs_kernel
+@pytest.mark.parametrize("value, amx, kernel", [("auto", False, True), ("auto", True, False), ("kernel", True, True),
+                                                ("sdpa", False, False)])
+def test_the_mode_chooses_the_kernel_without_amx_and_sdpa_with_it(value, amx, kernel, mode, monkeypatch):
+    """``auto`` takes the kernel on an AVX512-BF16 CPU without AMX and SDPA where AMX multiplies SDPA's blocks
+    (2-3x the kernel there, module docstring); ``kernel`` and ``sdpa`` force one. Either way bfloat16 attention is
+    native, so float32 queries are narrowed, not the KV widened."""
+    mode(value, amx)
+    calls = []
+    real = prefill_attention.attend_prefill
+    monkeypatch.setattr("kvlink_rag.runtime.ragged.attend_prefill", lambda *a, **k: calls.append(1) or real(*a, **k))
+    q, pieces = make(6, [10])
+    attend(q, pieces, None, SCALE)
+    assert prefill_attention.available() is kernel and bool(calls) is kernel
+    assert prefill_attention.bf16_native()
+
+
+def test_another_mode_is_refused(mode):
+    mode("fast")
+    with pytest.raises(ValueError, match="KVLINK_RAG_PREFILL_ATTENTION='fast'"):
+        prefill_attention.available()

@@ -77,11 +77,12 @@ def test_an_explicit_mask_row_hides_what_its_mask_hides():
 def test_float32_queries_over_bfloat16_kv_attend_in_bfloat16_and_return_float32(pieces, n, kernel, monkeypatch):
     """Sequences of the bfloat16 formats hold bfloat16 KV (kv_dtype_of); their float32 queries attend as
     bfloat16 queries do over the same KV (one piece or several, decode or prefill) and come back float32 - but
-    prefill rows on a CPU without the bfloat16 prefill kernel (``kernel`` False), which attend in float32 over
-    the KV widened exactly to float32."""
+    prefill rows on a CPU without native bfloat16 attention (``kernel`` False: no AVX512-BF16), which attend in
+    float32 over the KV widened exactly to float32."""
     import kvlink_rag.runtime.ragged as ragged
 
     monkeypatch.setattr(ragged, "prefill_kernel", lambda: kernel)
+    monkeypatch.setattr(ragged, "bf16_native", lambda: kernel)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(4, n, 8, generator=g)  # 4 heads over 2 kv heads
     kv = [(torch.randn(2, 5, 8, generator=g).bfloat16(), torch.randn(2, 5, 8, generator=g).bfloat16())
