@@ -78,3 +78,10 @@ def test_documents_for_budget_stay_near_the_budget(tmp_path):
         docs = documents_for_budget(engine, examples, 10, budget)
         tokens = [len(engine.lm.tokenizer(d.text, add_special_tokens=False)["input_ids"]) for d in docs]
         assert len(docs) == 10 and all(0.97 * budget // 10 <= n <= budget // 10 + 2 for n in tokens), tokens
+
+
+def test_dialogues_refuse_too_few_examples_before_building_anything():
+    from bench.dialogues import dialogues
+
+    with pytest.raises(ValueError, match="need 10 examples .the warm-up's included., not 9"):
+        dialogues(None, [object()] * 9, n_dialogues=2, turns=3, docs=1)
