@@ -21,9 +21,10 @@ def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, 
 
     Each variant's runtime first answers one two-turn warm-up dialogue over ``docs`` other documents, untimed, so
     that neither variant pays the process's one-time costs (the adapter merged into the prefill weights, oneDNN's
-    kernels generated, thread pools started: the first variant's warm-up took 0.70 s and 81k page faults, the
-    second's 0.37 s and 10k on the AMX Xeon of session 2026-12-08), which fell on whichever variant ran first
-    (sharing); the warm-up's documents are not the timed dialogues', so the tree holds nothing they ask for.
+    kernels generated, thread pools started: the first variant's warm-up took 0.48 s and 83k page faults, the
+    second's 0.23 s and 12k on the AMX Xeon of session 2026-12-08, ``docs/bench/dialogues-warmup-2026-12-08/``),
+    which fell on whichever variant ran first (sharing); the warm-up's documents are not the timed dialogues', so
+    the tree holds nothing they ask for.
 
     Raises:
         ValueError: fewer than ``2 * docs + n_dialogues * turns + 2`` examples.
