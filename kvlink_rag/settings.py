@@ -21,6 +21,7 @@ KV_DTYPES = ("float32", "bfloat16", "float16")
 
 AttributionMethod = Literal["leave_one_out", "attention"]  # explain's methods (kvlink_rag.explain.leave_one_out)
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(AttributionMethod)
+PrefillAttention = Literal["auto", "kernel", "sdpa"]  # prefill rows' attention (kvlink_rag.runtime.prefill_attention)
 
 
 _SWITCH = {"true": 1, "on": 1, "yes": 1, "false": 0, "off": 0, "no": 0}
@@ -53,6 +54,11 @@ class EngineSettings(LayerSettings):
         "default model on a CPU q4q8-bf16 where the CPU has native bfloat16 (AVX512-BF16/AMX), else q4q8-f32 (int4-bf16 "
         "/ int4-f32 where the kernels cannot build; its weights are Q4_1, on that grid; accuracy within a point of "
         "float32 on 300 NQ questions, EVALUATION.md), else native.")
+    prefill_attention: PrefillAttention = Field(
+        "auto", description="Prefill rows' attention over bfloat16 KV on the CPU: 'kernel' (the runner's AVX512-BF16 "
+        "kernel), 'sdpa' (torch's; AMX tiles where the CPU has them) or 'auto' = the kernel on AVX512-BF16 without "
+        "AMX, SDPA elsewhere (kvlink_rag/runtime/prefill_attention.py reads KVLINK_RAG_PREFILL_ATTENTION itself; "
+        "declared here so that a bad value stops the process at start).")
     kv_cache_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="dtype of the KV the scheduler's blocks hold (each request's tokens and the documents "
         "loaded for it; vLLM's name): 'auto' = bfloat16 for the formats that prefill in bfloat16, else the compute "

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import get_args
 
 import torch
 
+from ..settings import PrefillAttention
 from .cpu_kernels import cpu_flags, kernels
 
 Pieces = list[tuple[torch.Tensor, torch.Tensor]]
 MASK_DTYPES = (torch.bfloat16, torch.float32)
-MODES = ("auto", "kernel", "sdpa")
+MODES: tuple[str, ...] = get_args(PrefillAttention)
 
 
 @functools.cache
@@ -42,7 +44,8 @@ def _kernel():
 
 
 def _mode() -> str:
-    """``KVLINK_RAG_PREFILL_ATTENTION`` (default ``auto``).
+    """``KVLINK_RAG_PREFILL_ATTENTION`` (default ``auto``; :class:`~kvlink_rag.settings.EngineSettings` declares it,
+    so a process that reads its settings refuses a bad value at start, before any request).
 
     Raises:
         ValueError: another value.

@@ -17,3 +17,13 @@ def test_a_bad_chunk_context_is_refused(monkeypatch, value):
     monkeypatch.setenv("KVLINK_RAG_CHUNK_CONTEXT", value)
     with pytest.raises(ValidationError, match="chunk_context"):
         EngineSettings()
+
+
+def test_a_bad_prefill_attention_is_refused_at_start(monkeypatch):
+    """The runtime reads KVLINK_RAG_PREFILL_ATTENTION itself, at the first prefill; the settings declare it so that
+    a process refuses a bad value when it reads its settings, never in the middle of a request."""
+    monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", "fast")
+    with pytest.raises(ValidationError, match="'auto', 'kernel' or 'sdpa'"):
+        EngineSettings()
+    monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", "sdpa")
+    assert EngineSettings().prefill_attention == "sdpa"
