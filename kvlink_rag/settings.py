@@ -57,8 +57,7 @@ class EngineSettings(LayerSettings):
     prefill_attention: PrefillAttention = Field(
         "auto", description="Prefill rows' attention over bfloat16 KV on the CPU: 'kernel' (the runner's AVX512-BF16 "
         "kernel), 'sdpa' (torch's; AMX tiles where the CPU has them) or 'auto' = the kernel on AVX512-BF16 without "
-        "AMX, SDPA elsewhere (kvlink_rag/runtime/prefill_attention.py reads KVLINK_RAG_PREFILL_ATTENTION itself; "
-        "declared here so that a bad value stops the process at start).")
+        "AMX, SDPA elsewhere (kvlink_rag/runtime/prefill_attention.py; the model loader applies it, process-wide).")
     kv_cache_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="dtype of the KV the scheduler's blocks hold (each request's tokens and the documents "
         "loaded for it; vLLM's name): 'auto' = bfloat16 for the formats that prefill in bfloat16, else the compute "

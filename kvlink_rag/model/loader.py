@@ -220,6 +220,9 @@ def load_model(settings: EngineSettings) -> LoadedModel:
     lm = wrap_model(model, tokenizer, fp)
     lm.weight_format = resolve_weight_format(settings.weight_format, device, settings.model == DEFAULT_MODEL)
     lm.kv_cache_dtype = settings.kv_cache_dtype
+    from ..runtime.prefill_attention import set_mode
+
+    set_mode(settings.prefill_attention)  # process-wide, as the kernels themselves are
     return lm
 
 

@@ -13,8 +13,9 @@ On a CPU with AMX the same SDPA multiplies its blocks on the tiles (oneDNN's brg
 on the AMX Xeon of session 2026-12-08, 70 queries over 1,370 keys 0.81 ms against the kernel's 1.48, 256 over
 4,000 keys 4.9 against 15.7 ms (``docs/bench/prefill-attention-amx-2026-12-08/micro.txt``), and 16 clients served
 +10% (5.26 against 4.76 req/s, three runs each), so there prefill rows keep SDPA.
-``KVLINK_RAG_PREFILL_ATTENTION`` chooses: ``auto`` (the default: the kernel where the CPU has AVX512-BF16 but no
-AMX), ``kernel`` (wherever it is built) or ``sdpa`` (everywhere; to compare the two side by side).
+``KVLINK_RAG_PREFILL_ATTENTION`` (``EngineSettings.prefill_attention``, which the model loader passes to
+:func:`set_mode`) chooses: ``auto`` (the default: the kernel where the CPU has AVX512-BF16 but no AMX), ``kernel``
+(wherever it is built) or ``sdpa`` (everywhere; to compare the two side by side).
 
 Where the kernel does not apply (no AVX512-BF16, KV not bfloat16, head_dim not 64, not the CPU, a mask of
 another dtype) :func:`attend_prefill` returns None and the caller keeps SDPA.
@@ -43,13 +44,32 @@ def _kernel():
     return ext if ext is not None and ext.prefill_attention_available() else None
 
 
-def _mode() -> str:
-    """``KVLINK_RAG_PREFILL_ATTENTION`` (default ``auto``; :class:`~kvlink_rag.settings.EngineSettings` declares it,
-    so a process that reads its settings refuses a bad value at start, before any request).
+_CONFIGURED: list[str | None] = [None]  # the loaded settings' mode (set_mode); None: the environment
+
+
+def set_mode(mode: str | None) -> None:
+    """Choose the prefill rows' attention for this process: a mode of :data:`MODES` (the model loader passes
+    ``EngineSettings.prefill_attention``, so ``settings.env`` and code overrides count), or None to read
+    ``KVLINK_RAG_PREFILL_ATTENTION`` from the environment again.
 
     Raises:
-        ValueError: another value.
+        ValueError: another mode.
     """
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"prefill attention {mode!r}: expected one of {', '.join(MODES)}")
+    _CONFIGURED[0] = mode
+    available.cache_clear(), bf16_native.cache_clear()
+
+
+def _mode() -> str:
+    """The mode :func:`set_mode` chose, else ``KVLINK_RAG_PREFILL_ATTENTION`` (default ``auto``).
+
+    Raises:
+        ValueError: the environment names another mode (a process that reads its settings refuses it at start:
+            :class:`~kvlink_rag.settings.EngineSettings` declares it).
+    """
+    if _CONFIGURED[0] is not None:
+        return _CONFIGURED[0]
     mode = os.environ.get("KVLINK_RAG_PREFILL_ATTENTION", "auto")
     if mode not in MODES:
         raise ValueError(f"KVLINK_RAG_PREFILL_ATTENTION={mode!r}: expected one of {', '.join(MODES)}")
@@ -59,16 +79,17 @@ def _mode() -> str:
 @functools.cache
 def available() -> bool:
     """Whether prefill rows take the C++ kernel on this machine: it is built (AVX512-BF16) and chosen (``kernel``,
-    or ``auto`` on a CPU without AMX, where SDPA is the faster; see the module docstring)."""
+    or ``auto`` on a CPU without AMX; with AMX, SDPA is the faster: see the module docstring)."""
     mode = _mode()
     return _kernel() is not None and (mode == "kernel" or (mode == "auto" and "amx_bf16" not in cpu_flags()))
 
 
 @functools.cache
 def bf16_native() -> bool:
-    """Whether prefill attention over bfloat16 KV runs natively in bfloat16 here (the kernel, or SDPA on a CPU with
-    AVX512-BF16 or AMX), so that float32 queries are narrowed rather than the KV widened (:func:`~.ragged.attend`)."""
-    return available() or bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    """Whether prefill rows attend in bfloat16 here, so that float32 queries are narrowed rather than the KV widened
+    (:func:`~.ragged.attend`): the kernel runs, or the CPU has AMX (SDPA on its tiles). Elsewhere (AVX2, Ice Lake,
+    or an AVX512-BF16 CPU whose kernel does not run) the KV is widened to float32 as before these modes."""
+    return available() or "amx_bf16" in cpu_flags()
 
 
 def _fits(q: torch.Tensor, pieces: Pieces, mask: torch.Tensor | None) -> bool:

@@ -134,12 +134,11 @@ def attend(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], mas
     Returns:
         ``[heads, n, head_dim]`` in ``q``'s dtype. Queries are cast to the KV's dtype first (float32 queries over
         bfloat16 KV attend in bfloat16, as the KV was stored), but for float32 prefill rows over bfloat16 KV where
-        bfloat16 attention is not native (:func:`~.prefill_attention.bf16_native`: a CPU without AVX512-BF16):
-        there the KV is widened to float32 instead (torch's bfloat16 SDPA is emulated on such a CPU, several
-        times slower than float32). Measured on
-        an AVX2 EPYC (BENCHMARKS.md, ``pattn_f32.txt``): at 70 queries over 1.3k keys the widened attention takes
-        as long as float32 SDPA over float32 KV, at 16 queries twice as long (1.4 against 0.7 ms: the copy into
-        fresh pages).
+        bfloat16 attention is not native (:func:`~.prefill_attention.bf16_native`: the kernel does not run and the
+        CPU has no AMX): there the KV is widened to float32 instead (torch's bfloat16 SDPA is emulated on a CPU
+        without AVX512-BF16, several times slower than float32). Measured on an AVX2 EPYC (BENCHMARKS.md,
+        ``pattn_f32.txt``): at 70 queries over 1.3k keys the widened attention takes as long as float32 SDPA over
+        float32 KV, at 16 queries twice as long (1.4 against 0.7 ms: the copy into fresh pages).
     """
     kv_dtype = pieces[0][0].dtype
     if q.dtype == torch.float32 and kv_dtype == torch.bfloat16 and q.shape[1] > 1 and not bf16_native():
@@ -173,7 +172,8 @@ def attend_with_lse(q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tens
 
     Returns:
         ``([heads, n, head_dim]`` as :func:`attend`, ``[heads, n]`` float32 log-sum-exp ``)``; the second is None
-        where another kernel runs (a causal row, one query, the bfloat16 prefill kernel, another dtype or device).
+        where another kernel runs (a causal row, one query, bfloat16 attention: the prefill kernel or SDPA on AMX
+        (:func:`~.prefill_attention.bf16_native`), another dtype or device).
     """
     kv_dtype = pieces[0][0].dtype
     widen = kv_dtype == torch.bfloat16 and not bf16_native()

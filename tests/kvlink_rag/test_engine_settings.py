@@ -20,8 +20,8 @@ def test_a_bad_chunk_context_is_refused(monkeypatch, value):
 
 
 def test_a_bad_prefill_attention_is_refused_at_start(monkeypatch):
-    """The runtime reads KVLINK_RAG_PREFILL_ATTENTION itself, at the first prefill; the settings declare it so that
-    a process refuses a bad value when it reads its settings, never in the middle of a request."""
+    """A process refuses a bad KVLINK_RAG_PREFILL_ATTENTION when it reads its settings, never at the first prefill
+    in the middle of a request."""
     monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", "fast")
     with pytest.raises(ValidationError, match="'auto', 'kernel' or 'sdpa'"):
         EngineSettings()

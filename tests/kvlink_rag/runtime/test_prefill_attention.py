@@ -122,16 +122,18 @@ def test_cases_outside_the_kernel_are_left_to_sdpa():
 
 @pytest.fixture
 def mode(monkeypatch):
-    """Sets ``KVLINK_RAG_PREFILL_ATTENTION`` (and the CPU's AMX flag) for one test, the cached choices cleared."""
-    def set_mode(value: str, amx: bool | None = None):
-        monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", value)
-        if amx is not None:
-            flags = {"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"}
-            monkeypatch.setattr(prefill_attention, "cpu_flags", lambda: flags)
-        prefill_attention.available.cache_clear(), prefill_attention.bf16_native.cache_clear()
+    """Chooses the mode (:func:`~kvlink_rag.runtime.prefill_attention.set_mode`, and the CPU's AMX flag) for one
+    test; the process's mode and the cached choices restored after."""
+    before = prefill_attention._CONFIGURED[0]
+
+    def set_mode(value: str, amx: bool | None = None, flags: set[str] | None = None):
+        if amx is not None or flags is not None:
+            have = flags if flags is not None else ({"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"})
+            monkeypatch.setattr(prefill_attention, "cpu_flags", lambda: have)
+        prefill_attention.set_mode(value)
     yield set_mode
     monkeypatch.undo()
-    prefill_attention.available.cache_clear(), prefill_attention.bf16_native.cache_clear()
+    prefill_attention.set_mode(before)
 
 
 @needs_kernel
@@ -152,8 +154,7 @@ def test_attend_routes_prefill_rows_to_the_kernel_and_agrees_with_sdpa(monkeypat
                                                 ("sdpa", False, False)])
 def test_the_mode_chooses_the_kernel_without_amx_and_sdpa_with_it(value, amx, kernel, mode, monkeypatch):
     """``auto`` takes the kernel on an AVX512-BF16 CPU without AMX and SDPA where AMX multiplies SDPA's blocks
-    (2-3x the kernel there, module docstring); ``kernel`` and ``sdpa`` force one. Either way bfloat16 attention is
-    native, so float32 queries are narrowed, not the KV widened."""
+    (1.4-3.2x the kernel there, module docstring); ``kernel`` and ``sdpa`` force one."""
     mode(value, amx)
     calls = []
     real = prefill_attention.attend_prefill
@@ -161,10 +162,36 @@ def test_the_mode_chooses_the_kernel_without_amx_and_sdpa_with_it(value, amx, ke
     q, pieces = make(6, [10])
     attend(q, pieces, None, SCALE)
     assert prefill_attention.available() is kernel and bool(calls) is kernel
-    assert prefill_attention.bf16_native()
 
 
-def test_another_mode_is_refused(mode):
-    mode("fast")
+@pytest.mark.parametrize("flags, kernel, native", [({"avx2"}, False, False), ({"avx512_bf16"}, False, False),
+                                                   ({"avx512_bf16"}, True, True),
+                                                   ({"avx512_bf16", "amx_bf16"}, False, True)])
+def test_bfloat16_attention_is_native_where_the_kernel_runs_or_amx(flags, kernel, native, mode, monkeypatch):
+    """Float32 queries over bfloat16 KV are narrowed where attention runs in bfloat16 natively (the kernel, or SDPA
+    on AMX tiles), else the KV is widened, as on AVX2, Ice Lake, or an AVX512-BF16 CPU whose kernel does not run."""
+    monkeypatch.setattr(prefill_attention, "_kernel", lambda: object() if kernel else None)
+    mode("auto", flags=flags)
+    assert prefill_attention.bf16_native() is native
+
+
+def test_another_mode_is_refused(mode, monkeypatch):
+    with pytest.raises(ValueError, match="prefill attention 'fast'"):
+        prefill_attention.set_mode("fast")
+    mode(None)
+    monkeypatch.setenv("KVLINK_RAG_PREFILL_ATTENTION", "fast")
     with pytest.raises(ValueError, match="KVLINK_RAG_PREFILL_ATTENTION='fast'"):
         prefill_attention.available()
+
+
+def test_the_loaded_settings_choose_the_mode(mode):
+    """The model loader applies ``EngineSettings.prefill_attention`` (so ``settings.env`` counts), not only the
+    environment."""
+    from factories import default_model_path
+
+    from kvlink_rag.model.loader import load_model
+    from service.settings import Settings
+
+    mode("auto")
+    load_model(Settings(model=str(default_model_path()), device="cpu", prefill_attention="sdpa"))
+    assert prefill_attention._mode() == "sdpa" and not prefill_attention.available()
