@@ -23,8 +23,8 @@ def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, 
     that neither variant pays the process's one-time costs (the adapter merged into the prefill weights, oneDNN's
     kernels generated, thread pools started: the first variant's warm-up took 0.48 s and 83k page faults, the
     second's 0.23 s and 12k on the AMX Xeon of session 2026-12-08, ``docs/bench/dialogues-warmup-2026-12-08/``),
-    which fell on whichever variant ran first (sharing); the warm-up's documents are not the timed dialogues', so
-    the tree holds nothing they ask for.
+    which fell on whichever variant ran first (sharing). The warm-up's KV is then evicted from the prefix tree, so
+    the timed dialogues start from an empty tree as before and their peak KV counts only their own.
 
     Raises:
         ValueError: fewer than ``2 * docs + n_dialogues * turns + 2`` examples.
@@ -45,6 +45,7 @@ def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, 
         try:
             ingest(rt, {**pool, **warm})
             _run(rt, list(warm), warm_questions, 1, 2, new_tokens)  # the warm-up: untimed
+            rt.scheduler.tree.shrink(rt.scheduler.tree.nbytes)  # and its KV out of the tree: peak KV as before
             out["shared" if shared else "unshared"] = _run(rt, list(pool), questions, n_dialogues, turns, new_tokens)
         finally:
             rt.close()
