@@ -14,7 +14,7 @@ $(BIN)/kvlink-rag: pyproject.toml
 	# torch==2.13.0: pinned; where a local CPU wheel of it is on disk pip takes that, elsewhere it fetches it from PyPI.
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev]"
-	@echo "compiling the model runner's CPU kernels (where the CPU has AVX2 or AVX512-VNNI; once per checkout, 1-3 min)..."
+	@echo "compiling the model runner's CPU kernels (where the CPU has AVX2 or AVX512-VNNI; once per machine and kernel source, 1-3 min)..."
 	$(BIN)/python -c "from kvlink_rag.runtime.cpu_kernels import available; print('CPU kernels:', 'built' if available() else 'not used on this CPU')"
 	touch $@
 	@echo "installed $(BIN)/kvlink-rag"
