@@ -58,6 +58,7 @@ class Engine(EngineDocuments):
                                                 settings.kv_dtype)
         self.link_tokens = self._load_link_tokens()
         self.adapter = self._load_adapter()
+        get_runner(self.lm).prepare(self.adapter)  # its merged prefill weights too, not in the first linked TTFT
         self.doc_adapter: str | None = None  # a document-side artifact's adapter (kvlink_rag.reuse.doc_side), eval only
         self.stop_ids = stop_token_ids(tok)
         self.min_question_tokens = self.template.min_question_tokens(tok)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from factories import randomise_lora, tiny_text_engine
+from factories import randomise_lora, real_engine, tiny_text_engine
 from kvlink_rag.model.attention import capture_attention
 from kvlink_rag.model.lora import add_lora
 from kvlink_rag.types import Document
@@ -29,3 +29,21 @@ def test_the_adapter_applies_on_the_runner_as_through_peft(tmp_path):
     full_runner = engine.full_context("what is the code word?", DOCS).last_logits
     engine.adapter = "q"
     assert not torch.equal(engine.full_context("what is the code word?", DOCS).last_logits, full_runner)
+
+
+def test_the_engine_merges_its_adapter_into_the_prefill_weights_when_built(tmp_path, monkeypatch):
+    """The query-side adapter's merged prefill weights are built with the engine, not in the first linked query
+    (0.30 s to the first token against 0.05 s after, on an AMX Xeon): prepare() merged every term that merges."""
+    from kvlink_rag.runtime import model_runner
+
+    calls = []
+    real = model_runner.ModelRunner.prepare
+    monkeypatch.setattr(model_runner.ModelRunner, "prepare", lambda self, a: calls.append(a) or real(self, a))
+    engine = real_engine(tmp_path)
+    assert engine.adapter is not None and calls[-1] == engine.adapter
+    terms = model_runner.get_runner(engine.lm)._adapters[engine.adapter]
+    merging = [t for layer in terms for t in (layer.qkv, layer.o, layer.gate_up, layer.down)
+               if t is not None and t.modules is not None and t.gemm_dtype == torch.bfloat16]
+    if engine.lm.weight_format in ("q4q8-bf16", "int4-bf16", "bfloat16"):  # the formats whose prefill rows merge
+        assert len(merging) == 4 * engine.lm.num_layers
+    assert all(t._merged is not None for t in merging)  # built before any query
