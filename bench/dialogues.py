@@ -20,9 +20,10 @@ def dialogues(engine: Engine, examples: list[NQExample], n_dialogues: int = 16, 
     the same ``docs`` documents; ``{"shared": row, "unshared": row, ...ratios}``.
 
     Each variant's runtime first answers one two-turn warm-up dialogue over ``docs`` other documents, untimed, so
-    that neither variant pays the process's one-time costs (the adapter merged into the prefill weights, oneDNN's
-    kernels generated, thread pools started: the first variant's warm-up took 0.48 s and 83k page faults, the
-    second's 0.23 s and 12k on the AMX Xeon of session 2026-12-08, ``docs/bench/dialogues-warmup-2026-12-08/``),
+    that neither variant pays the process's one-time costs (oneDNN's kernels generated, thread pools started, and
+    until 4f6abd2 the adapter merged into the prefill weights: the first variant's warm-up took 0.48 s and 83k
+    page faults, the second's 0.23 s and 12k on the AMX Xeon of session 2026-12-08,
+    ``docs/bench/dialogues-warmup-2026-12-08/``),
     which fell on whichever variant ran first (sharing). The warm-up's KV is then evicted from the prefix tree, so
     the timed dialogues start from an empty tree as before and their peak KV counts only their own.
 
