@@ -73,9 +73,11 @@ class LmdbEnv:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.max_map_size = int(max_map_size)
+        # readahead: whole layer records are read through the map; from a cold page cache, linked TTFT 524-1,782 ms
+        # without (MDB_NORDAHEAD) against 150-493 ms with (BENCHMARKS.md, docs/bench/cold-cache-2026-12-08/)
         self.env = lmdb.open(  # a limit below the default start size is honoured: start at the limit
             str(self.path), map_size=min(int(map_size), self.max_map_size), max_dbs=max_dbs, sync=sync,
-            readahead=False, lock=True
+            readahead=True, lock=True
         )
         self._dbs: dict[bytes, object] = {}
         self._lock = RWLock()
