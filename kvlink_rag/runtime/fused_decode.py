@@ -50,8 +50,7 @@ def fits(w: ModelWeights, lora: list[LayerLora] | None, h: torch.Tensor) -> bool
     if kernels() is None or h.dtype not in (torch.float32, torch.bfloat16) or h.device.type != "cpu":
         return False
     layer = w.layers[0]
-    if lora is not None and any(t.terms[0].a.dtype != torch.float32 for lr in lora
-                                for t in (lr.qkv, lr.o, lr.gate_up, lr.down) if t is not None):
+    if lora is not None and any(t.terms[0].a.dtype != torch.float32 for lr in lora for t in lr.present()):
         return False
     return (w.head_dim == 64 and layer.q_norm is None and layer.input_norm.dtype == torch.float32
             and all(_decode_linear(p) is not None for p in (layer.qkv, layer.o, layer.gate_up, layer.down)))

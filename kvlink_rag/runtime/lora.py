@@ -176,6 +176,10 @@ class LayerLora:
     gate_up: FusedLowRank | None = None
     down: FusedLowRank | None = None
 
+    def present(self) -> list[FusedLowRank]:
+        """The layer's terms that exist, in projection order (qkv, o, gate_up, down)."""
+        return [t for t in (self.qkv, self.o, self.gate_up, self.down) if t is not None]
+
 
 def _term(module: torch.nn.Module, name: str, start: int) -> LowRank | None:
     from peft.tuners.lora import LoraLayer

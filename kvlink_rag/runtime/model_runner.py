@@ -71,9 +71,8 @@ class ModelRunner:
         2026-12-08 the first linked query after start took 0.30 s to its first token against 0.05 s for the next
         ones, 0.23 s of it the merge (BENCHMARKS.md). None: nothing to build."""
         for layer in self._terms(adapter) or []:
-            for term in (layer.qkv, layer.o, layer.gate_up, layer.down):
-                if term is not None:
-                    term.merged()
+            for term in layer.present():
+                term.merged()
 
     def _terms(self, adapter: str | None) -> list[LayerLora] | None:
         if adapter is None:

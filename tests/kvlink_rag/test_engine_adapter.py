@@ -42,8 +42,8 @@ def test_the_engine_merges_its_adapter_into_the_prefill_weights_when_built(tmp_p
     engine = real_engine(tmp_path)
     assert engine.adapter is not None and calls[-1] == engine.adapter
     terms = model_runner.get_runner(engine.lm)._adapters[engine.adapter]
-    merging = [t for layer in terms for t in (layer.qkv, layer.o, layer.gate_up, layer.down)
-               if t is not None and t.modules is not None and t.gemm_dtype == torch.bfloat16]
+    merging = [t for layer in terms for t in layer.present()
+               if t.modules is not None and t.gemm_dtype == torch.bfloat16]
     if engine.lm.weight_format in ("q4q8-bf16", "int4-bf16", "bfloat16"):  # the formats whose prefill rows merge
         assert len(merging) == 4 * engine.lm.num_layers
     assert all(t._merged is not None for t in merging)  # built before any query
